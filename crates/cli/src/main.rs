@@ -1,1 +1,25 @@
-fn main() {}
+//! `ironclaim`: a node autoscaler for Kubernetes on bare metal.
+//!
+//! The binary is thin: it parses arguments, resolves configuration and hands
+//! off to the library crates. Each subcommand lives in its own module.
+#![forbid(unsafe_code)]
+
+mod exit;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "ironclaim", version, about = "A node autoscaler for Kubernetes on bare metal")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result: Result<(), exit::Failure> = match cli.command {};
+    exit::report(result)
+}
