@@ -1,6 +1,15 @@
 //! The pure decision core of ironclaim.
 //!
 //! No IO, no clock, no async: the core takes a [`Snapshot`] of the world and a
-//! time, and returns a [`Plan`]. Every driver (the controller, the simulator,
+//! time, and returns a plan. Every driver (the controller, the simulator,
 //! `ironclaim plan`) calls the same functions.
 #![forbid(unsafe_code)]
+
+pub mod labels;
+pub mod model;
+pub mod quantity;
+pub mod resources;
+
+pub use labels::{Labels, LabelSelector, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration};
+pub use model::*;
+pub use resources::{Resources, GPU};

@@ -1,0 +1,304 @@
+//! Labels, selectors, node affinity terms, taints and tolerations, with the
+//! matching rules of kube-scheduler.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+pub type Labels = BTreeMap<String, String>;
+
+/// The well-known label every node carries with its own name.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+/// The well-known zone label.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+/// One `key op values` expression, as in node selector terms and NodePool
+/// requirements (all six operators) and label selectors (the first four).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: Operator,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl Requirement {
+    pub fn new(key: &str, operator: Operator, values: &[&str]) -> Self {
+        Requirement {
+            key: key.to_string(),
+            operator,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    /// Matches a single optional value. `NotIn` and `DoesNotExist` match an
+    /// absent key; `Gt` and `Lt` need the value and the operand to parse as
+    /// integers and match nothing otherwise.
+    pub fn matches_value(&self, value: Option<&str>) -> bool {
+        match self.operator {
+            Operator::In => value.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            Operator::NotIn => value.is_none_or(|v| !self.values.iter().any(|x| x == v)),
+            Operator::Exists => value.is_some(),
+            Operator::DoesNotExist => value.is_none(),
+            Operator::Gt | Operator::Lt => {
+                let (Some(v), Some(bound)) = (value, self.values.first()) else {
+                    return false;
+                };
+                match (v.parse::<i64>(), bound.parse::<i64>()) {
+                    (Ok(v), Ok(b)) if self.operator == Operator::Gt => v > b,
+                    (Ok(v), Ok(b)) => v < b,
+                    _ => false,
+                }
+            }
+        }
+    }
+
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.matches_value(labels.get(&self.key).map(String::as_str))
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let values = self.values.join(",");
+        match self.operator {
+            Operator::In if self.values.len() == 1 => write!(f, "{}={}", self.key, values),
+            Operator::In => write!(f, "{} in ({values})", self.key),
+            Operator::NotIn => write!(f, "{} notin ({values})", self.key),
+            Operator::Exists => write!(f, "{} exists", self.key),
+            Operator::DoesNotExist => write!(f, "!{}", self.key),
+            Operator::Gt => write!(f, "{} > {values}", self.key),
+            Operator::Lt => write!(f, "{} < {values}", self.key),
+        }
+    }
+}
+
+/// A node selector term: expressions on labels and on fields
+/// (`metadata.name`), all of which must match. The terms of a required node
+/// affinity are ORed; an empty term matches nothing, as in Kubernetes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeSelectorTerm {
+    #[serde(default)]
+    pub match_expressions: Vec<Requirement>,
+    #[serde(default)]
+    pub match_fields: Vec<Requirement>,
+}
+
+impl NodeSelectorTerm {
+    pub fn matches(&self, labels: &Labels, node_name: &str) -> bool {
+        if self.match_expressions.is_empty() && self.match_fields.is_empty() {
+            return false;
+        }
+        self.match_expressions.iter().all(|r| r.matches(labels))
+            && self.match_fields.iter().all(|r| {
+                // metadata.name is the only field selector Kubernetes supports here.
+                r.key == "metadata.name" && r.matches_value(Some(node_name))
+            })
+    }
+}
+
+/// A label selector: `matchLabels` and `matchExpressions`, ANDed. An empty
+/// selector matches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LabelSelector {
+    #[serde(default)]
+    pub match_labels: Labels,
+    #[serde(default)]
+    pub match_expressions: Vec<Requirement>,
+}
+
+impl LabelSelector {
+    pub fn matching(pairs: &[(&str, &str)]) -> Self {
+        LabelSelector {
+            match_labels: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            match_expressions: Vec::new(),
+        }
+    }
+
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| r.matches(labels))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    pub effect: TaintEffect,
+}
+
+impl Taint {
+    pub fn new(key: &str, value: &str, effect: TaintEffect) -> Self {
+        Taint { key: key.to_string(), value: value.to_string(), effect }
+    }
+
+    /// PreferNoSchedule only lowers a node's score; it never blocks.
+    pub fn blocks_scheduling(&self) -> bool {
+        self.effect != TaintEffect::PreferNoSchedule
+    }
+}
+
+impl fmt::Display for Taint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}:{:?}", self.key, self.effect)
+        } else {
+            write!(f, "{}={}:{:?}", self.key, self.value, self.effect)
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TolerationOperator {
+    #[default]
+    Equal,
+    Exists,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Toleration {
+    /// Empty with `Exists` tolerates every taint.
+    #[serde(default)]
+    pub key: String,
+    #[serde(default)]
+    pub operator: TolerationOperator,
+    #[serde(default)]
+    pub value: String,
+    /// None tolerates every effect.
+    #[serde(default)]
+    pub effect: Option<TaintEffect>,
+}
+
+impl Toleration {
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if self.effect.is_some_and(|e| e != taint.effect) {
+            return false;
+        }
+        match self.operator {
+            TolerationOperator::Exists => self.key.is_empty() || self.key == taint.key,
+            TolerationOperator::Equal => self.key == taint.key && self.value == taint.value,
+        }
+    }
+
+    pub fn exists(key: &str) -> Self {
+        Toleration { key: key.to_string(), operator: TolerationOperator::Exists, ..Default::default() }
+    }
+}
+
+/// The first taint that blocks scheduling and is not tolerated.
+pub fn untolerated_taint<'t>(taints: &'t [Taint], tolerations: &[Toleration]) -> Option<&'t Taint> {
+    taints
+        .iter()
+        .filter(|t| t.blocks_scheduling())
+        .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn node_affinity_operators_match_as_kubernetes_does() {
+        use Operator::*;
+        let node = labels(&[("zone", "a"), ("cores", "32"), ("gpu", "")]);
+        let cases: &[(Requirement, bool)] = &[
+            (Requirement::new("zone", In, &["a", "b"]), true),
+            (Requirement::new("zone", In, &["b"]), false),
+            (Requirement::new("missing", In, &["a"]), false),
+            (Requirement::new("zone", NotIn, &["a"]), false),
+            (Requirement::new("zone", NotIn, &["b"]), true),
+            (Requirement::new("missing", NotIn, &["a"]), true),
+            (Requirement::new("gpu", Exists, &[]), true),
+            (Requirement::new("missing", Exists, &[]), false),
+            (Requirement::new("gpu", DoesNotExist, &[]), false),
+            (Requirement::new("missing", DoesNotExist, &[]), true),
+            (Requirement::new("cores", Gt, &["16"]), true),
+            (Requirement::new("cores", Gt, &["32"]), false),
+            (Requirement::new("cores", Lt, &["33"]), true),
+            (Requirement::new("cores", Lt, &["32"]), false),
+            (Requirement::new("zone", Gt, &["1"]), false),
+            (Requirement::new("missing", Lt, &["1"]), false),
+            (Requirement::new("cores", Gt, &["x"]), false),
+            (Requirement::new("cores", Gt, &[]), false),
+        ];
+        for (req, want) in cases {
+            assert_eq!(req.matches(&node), *want, "{req}");
+        }
+    }
+
+    #[test]
+    fn empty_node_selector_term_matches_nothing_and_fields_match_the_name() {
+        let node = labels(&[("zone", "a")]);
+        assert!(!NodeSelectorTerm::default().matches(&node, "n1"));
+        let by_name = NodeSelectorTerm {
+            match_fields: vec![Requirement::new("metadata.name", Operator::In, &["n1"])],
+            ..Default::default()
+        };
+        assert!(by_name.matches(&node, "n1"));
+        assert!(!by_name.matches(&node, "n2"));
+        let other_field = NodeSelectorTerm {
+            match_fields: vec![Requirement::new("metadata.uid", Operator::In, &["n1"])],
+            ..Default::default()
+        };
+        assert!(!other_field.matches(&node, "n1"));
+    }
+
+    #[test]
+    fn tolerations_follow_kubernetes_rules() {
+        use TaintEffect::*;
+        let gpu = Taint::new("gpu", "true", NoSchedule);
+        let cases: &[(Toleration, bool)] = &[
+            (Toleration { operator: TolerationOperator::Exists, ..Default::default() }, true),
+            (Toleration::exists("gpu"), true),
+            (Toleration::exists("other"), false),
+            (Toleration { key: "gpu".into(), value: "true".into(), ..Default::default() }, true),
+            (Toleration { key: "gpu".into(), value: "false".into(), ..Default::default() }, false),
+            (Toleration { key: "gpu".into(), value: "true".into(), effect: Some(NoExecute), ..Default::default() }, false),
+            (Toleration { key: "gpu".into(), value: "true".into(), effect: Some(NoSchedule), ..Default::default() }, true),
+        ];
+        for (tol, want) in cases {
+            assert_eq!(tol.tolerates(&gpu), *want, "{tol:?}");
+        }
+    }
+
+    #[test]
+    fn prefer_no_schedule_never_blocks() {
+        let taints = [Taint::new("soft", "", TaintEffect::PreferNoSchedule)];
+        assert!(untolerated_taint(&taints, &[]).is_none());
+        let hard = [Taint::new("hard", "", TaintEffect::NoExecute)];
+        assert_eq!(untolerated_taint(&hard, &[]).map(|t| t.key.as_str()), Some("hard"));
+    }
+
+    #[test]
+    fn selectors_and_all_their_parts_must_match() {
+        let pod = labels(&[("app", "web"), ("tier", "front")]);
+        assert!(LabelSelector::default().matches(&pod));
+        assert!(LabelSelector::matching(&[("app", "web")]).matches(&pod));
+        let mut sel = LabelSelector::matching(&[("app", "web")]);
+        sel.match_expressions.push(Requirement::new("tier", Operator::NotIn, &["front"]));
+        assert!(!sel.matches(&pod));
+    }
+}

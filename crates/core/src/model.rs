@@ -1,0 +1,496 @@
+//! The world as the core sees it: a snapshot of nodes, pods, servers,
+//! NodePools and claims in flight. Drivers build it; the core only reads it.
+
+use crate::labels::{Labels, LabelSelector, NodeSelectorTerm, Requirement, Taint, Toleration};
+use crate::resources::Resources;
+use serde::{Deserialize, Serialize};
+
+/// Seconds since an arbitrary epoch chosen by the driver (the Unix epoch in
+/// the controller, zero at the start of a simulation).
+pub type Seconds = u64;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PodPhase {
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+/// A required inter-pod affinity or anti-affinity term.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PodAffinityTerm {
+    /// None matches no pod, as a nil selector does in Kubernetes.
+    pub label_selector: Option<LabelSelector>,
+    /// Empty means the pod's own namespace (unless `all_namespaces`).
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// An empty namespaceSelector (`{}`) selects every namespace.
+    #[serde(default)]
+    pub all_namespaces: bool,
+    pub topology_key: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WhenUnsatisfiable {
+    #[default]
+    DoNotSchedule,
+    ScheduleAnyway,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TopologySpread {
+    pub max_skew: u32,
+    pub topology_key: String,
+    #[serde(default)]
+    pub when_unsatisfiable: WhenUnsatisfiable,
+    pub label_selector: Option<LabelSelector>,
+    #[serde(default)]
+    pub min_domains: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HostPort {
+    pub port: u16,
+    #[serde(default = "tcp")]
+    pub protocol: String,
+    /// Empty or 0.0.0.0 conflicts with every address.
+    #[serde(default)]
+    pub host_ip: String,
+}
+
+fn tcp() -> String {
+    "TCP".to_string()
+}
+
+impl HostPort {
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        let wildcard = |ip: &str| ip.is_empty() || ip == "0.0.0.0" || ip == "::";
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (wildcard(&self.host_ip) || wildcard(&other.host_ip) || self.host_ip == other.host_ip)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Owner {
+    pub kind: String,
+    pub name: String,
+}
+
+/// A pod, reduced to what scheduling and disruption decisions read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub labels: Labels,
+    /// Effective requests: max(sum of containers, largest init container)
+    /// plus pod overhead, with one pod slot.
+    pub requests: Resources,
+    #[serde(default)]
+    pub node_name: Option<String>,
+    #[serde(default)]
+    pub phase: PodPhase,
+    /// Has a deletion timestamp: still holds its node's resources.
+    #[serde(default)]
+    pub terminating: bool,
+    #[serde(default)]
+    pub node_selector: Labels,
+    /// Required node affinity terms, ORed. Empty means no constraint.
+    #[serde(default)]
+    pub node_affinity: Vec<NodeSelectorTerm>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default)]
+    pub pod_affinity: Vec<PodAffinityTerm>,
+    #[serde(default)]
+    pub pod_anti_affinity: Vec<PodAffinityTerm>,
+    #[serde(default)]
+    pub topology_spread: Vec<TopologySpread>,
+    #[serde(default)]
+    pub host_ports: Vec<HostPort>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub owner: Option<Owner>,
+    /// How long after creation the pod should be running (the
+    /// `ironclaim.dev/deadline` annotation), else the NodePool default.
+    #[serde(default)]
+    pub deadline_s: Option<Seconds>,
+    #[serde(default)]
+    pub created_s: Seconds,
+    /// `ironclaim.dev/do-not-disrupt`, `karpenter.sh/do-not-disrupt` or
+    /// `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`.
+    #[serde(default)]
+    pub do_not_disrupt: bool,
+    /// The workload this pod belongs to, for reports (a Deployment's name).
+    #[serde(default)]
+    pub workload: Option<String>,
+}
+
+/// Pods with a priority below this neither trigger scale-up nor block
+/// scale-down. Overprovisioning pause pods conventionally sit at exactly
+/// -10, so they still count as (headroom) demand.
+pub const EXPENDABLE_PRIORITY_BELOW: i32 = -10;
+
+impl Pod {
+    pub fn new(namespace: &str, name: &str, requests: Resources) -> Self {
+        Pod {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            requests: Resources { pods: 1, ..requests },
+            ..Default::default()
+        }
+    }
+
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    pub fn is_daemonset_pod(&self) -> bool {
+        self.owner.as_ref().is_some_and(|o| o.kind == "DaemonSet")
+    }
+
+    /// Holds resources on its node: bound, not finished. Terminating pods
+    /// still count until they are gone, as kube-scheduler counts them.
+    pub fn occupies_node(&self) -> bool {
+        self.node_name.is_some() && !matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed)
+    }
+
+    /// Waiting for a node and wanted: the demand the core plans for.
+    pub fn is_pending_demand(&self) -> bool {
+        self.node_name.is_none()
+            && self.phase == PodPhase::Pending
+            && !self.terminating
+            && !self.is_daemonset_pod()
+            && self.priority >= EXPENDABLE_PRIORITY_BELOW
+    }
+
+    pub fn with_labels(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.labels.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self
+    }
+
+    pub fn with_node_selector(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.node_selector.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self
+    }
+
+    pub fn bound_to(mut self, node: &str) -> Self {
+        self.node_name = Some(node.to_string());
+        self.phase = PodPhase::Running;
+        self
+    }
+}
+
+/// A Kubernetes Node as the scheduler sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    #[serde(default)]
+    pub labels: Labels,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    pub allocatable: Resources,
+    /// Cordoned (`spec.unschedulable`).
+    #[serde(default)]
+    pub unschedulable: bool,
+    #[serde(default = "yes")]
+    pub ready: bool,
+    /// The inventory server behind this node, when ironclaim knows it.
+    #[serde(default)]
+    pub server: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Node {
+    pub fn new(name: &str, allocatable: Resources) -> Self {
+        let mut labels = Labels::new();
+        labels.insert(crate::labels::HOSTNAME.to_string(), name.to_string());
+        Node {
+            name: name.to_string(),
+            labels,
+            taints: Vec::new(),
+            allocatable,
+            unschedulable: false,
+            ready: true,
+            server: None,
+        }
+    }
+
+    pub fn with_labels(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.labels.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self
+    }
+}
+
+/// What a server draws, in watts.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PowerProfile {
+    /// Powered on, no load.
+    pub idle_watts: f64,
+    /// Fully loaded.
+    pub peak_watts: f64,
+    /// Average draw while powering on and booting.
+    pub boot_watts: f64,
+    /// Powered off, BMC still on.
+    pub off_watts: f64,
+}
+
+impl Default for PowerProfile {
+    fn default() -> Self {
+        PowerProfile { idle_watts: 200.0, peak_watts: 450.0, boot_watts: 300.0, off_watts: 10.0 }
+    }
+}
+
+/// Measured durations of each stage of a server's path to Ready, median and
+/// 90th percentile, in seconds. ETAs use the median; "slow versus stuck"
+/// uses the tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageDurations {
+    pub power_on_s: Seconds,
+    pub boot_s: Seconds,
+    pub join_s: Seconds,
+    pub ready_s: Seconds,
+    /// Ratio of p90 to p50, in percent (150 = the tail is 1.5x the median).
+    #[serde(default = "default_tail_percent")]
+    pub tail_percent: u32,
+}
+
+fn default_tail_percent() -> u32 {
+    150
+}
+
+impl Default for StageDurations {
+    fn default() -> Self {
+        StageDurations { power_on_s: 60, boot_s: 420, join_s: 60, ready_s: 60, tail_percent: 150 }
+    }
+}
+
+impl StageDurations {
+    /// Time to Ready from powered off.
+    pub fn cold_s(&self) -> Seconds {
+        self.power_on_s + self.boot_s + self.join_s + self.ready_s
+    }
+    /// Time to Ready from powered on and prepared (a warm spare).
+    pub fn warm_s(&self) -> Seconds {
+        self.join_s + self.ready_s
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PowerState {
+    #[default]
+    Off,
+    On,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Health {
+    #[default]
+    Healthy,
+    /// The last attempt failed and the server waits out its backoff.
+    Failed,
+    /// Failed repeatedly; an operator must release it.
+    Quarantined,
+    /// Taken out by an operator.
+    Maintenance,
+}
+
+/// One physical machine in the inventory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Server {
+    pub name: String,
+    /// Zone, rack, accelerator and anything else; copied onto its Node.
+    #[serde(default)]
+    pub labels: Labels,
+    /// Allocatable capacity once it is a node (GPUs as `nvidia.com/gpu`).
+    pub capacity: Resources,
+    #[serde(default)]
+    pub power: PowerProfile,
+    #[serde(default)]
+    pub durations: StageDurations,
+    #[serde(default)]
+    pub power_state: PowerState,
+    #[serde(default)]
+    pub health: Health,
+    /// Failed attempts so far; flaky servers are chosen last.
+    #[serde(default)]
+    pub failures: u32,
+    /// The claim that holds it, if any.
+    #[serde(default)]
+    pub claim: Option<String>,
+    /// The node it became, if it has joined.
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+impl Server {
+    pub fn new(name: &str, capacity: Resources) -> Self {
+        Server {
+            name: name.to_string(),
+            labels: Labels::new(),
+            capacity,
+            power: PowerProfile::default(),
+            durations: StageDurations::default(),
+            power_state: PowerState::Off,
+            health: Health::Healthy,
+            failures: 0,
+            claim: None,
+            node: None,
+        }
+    }
+
+    pub fn with_labels(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.labels.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self
+    }
+
+    pub fn with_gpus(mut self, model: &str, count: i64) -> Self {
+        self.capacity.set_extended(crate::resources::GPU, count);
+        self.labels.insert("nvidia.com/gpu.product".to_string(), model.to_string());
+        self
+    }
+
+    pub fn warm(mut self) -> Self {
+        self.power_state = PowerState::On;
+        self
+    }
+
+    pub fn cold(mut self) -> Self {
+        self.power_state = PowerState::Off;
+        self
+    }
+
+    /// Free to be claimed now.
+    pub fn is_available(&self) -> bool {
+        self.health == Health::Healthy && self.claim.is_none() && self.node.is_none()
+    }
+
+    /// Powered on, prepared and idle: joins in minutes.
+    pub fn is_warm(&self) -> bool {
+        self.power_state == PowerState::On
+    }
+
+    pub fn eta_s(&self) -> Seconds {
+        if self.is_warm() { self.durations.warm_s() } else { self.durations.cold_s() }
+    }
+}
+
+/// Upper bounds on what a NodePool may hold; None is unbounded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    #[serde(default)]
+    pub cpu_milli: Option<i64>,
+    #[serde(default)]
+    pub memory_bytes: Option<i64>,
+    #[serde(default)]
+    pub gpus: Option<i64>,
+    #[serde(default)]
+    pub servers: Option<i64>,
+    /// Peak watts of the pool's powered servers.
+    #[serde(default)]
+    pub watts: Option<f64>,
+}
+
+/// Which servers a class of workloads may use, and how they become nodes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodePool {
+    pub name: String,
+    /// Higher weight is tried first.
+    #[serde(default)]
+    pub weight: i32,
+    /// On the server's labels: which servers belong to this pool.
+    #[serde(default)]
+    pub requirements: Vec<Requirement>,
+    /// Added to the node's labels.
+    #[serde(default)]
+    pub labels: Labels,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    /// Taints the node starts with and a readiness agent removes; pods
+    /// need not tolerate them.
+    #[serde(default)]
+    pub startup_taints: Vec<Taint>,
+    #[serde(default)]
+    pub limits: Limits,
+    /// Default deadline for pods that carry none.
+    #[serde(default)]
+    pub deadline_s: Option<Seconds>,
+}
+
+impl NodePool {
+    pub fn new(name: &str) -> Self {
+        NodePool { name: name.to_string(), ..Default::default() }
+    }
+
+    pub fn admits(&self, server: &Server) -> bool {
+        self.requirements.iter().all(|r| r.matches(&server.labels))
+    }
+}
+
+/// The stage a claim in flight has reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Stage {
+    Selected,
+    PoweringOn,
+    Booting,
+    Joined,
+    Ready,
+}
+
+/// A NodeClaim opened earlier and not yet Ready.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClaimInFlight {
+    pub name: String,
+    pub server: String,
+    pub pool: String,
+    pub stage: Stage,
+    /// When the claim entered its current stage.
+    pub stage_started_s: Seconds,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DaemonSet {
+    pub namespace: String,
+    pub name: String,
+    /// The pod template: requests, node selector, affinity, tolerations.
+    pub template: Pod,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PodDisruptionBudget {
+    pub namespace: String,
+    pub name: String,
+    pub selector: LabelSelector,
+    /// How many more matching pods may be evicted now
+    /// (`status.disruptionsAllowed`, or computed from min/max).
+    pub disruptions_allowed: i64,
+}
+
+/// Everything the core decides from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    #[serde(default)]
+    pub nodes: Vec<Node>,
+    #[serde(default)]
+    pub pods: Vec<Pod>,
+    #[serde(default)]
+    pub daemonsets: Vec<DaemonSet>,
+    #[serde(default)]
+    pub pdbs: Vec<PodDisruptionBudget>,
+    #[serde(default)]
+    pub pools: Vec<NodePool>,
+    #[serde(default)]
+    pub servers: Vec<Server>,
+    #[serde(default)]
+    pub claims: Vec<ClaimInFlight>,
+    /// Peak watts the whole fleet may draw, if capped.
+    #[serde(default)]
+    pub power_budget_watts: Option<f64>,
+}
