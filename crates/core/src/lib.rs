@@ -7,9 +7,15 @@
 
 pub mod labels;
 pub mod model;
+pub mod outcome;
+pub mod predicates;
+pub mod provision;
+pub mod topology;
 pub mod quantity;
 pub mod resources;
 
 pub use labels::{Labels, LabelSelector, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration};
 pub use model::*;
 pub use resources::{Resources, GPU};
+pub use outcome::{NewClaim, Outcome, PodDecision, Provisioning, SupplyPath, Unschedulable};
+pub use provision::provision;

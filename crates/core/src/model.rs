@@ -328,6 +328,11 @@ pub struct Server {
     /// The node it became, if it has joined.
     #[serde(default)]
     pub node: Option<String>,
+    /// A machine template rather than one machine: any number of identical
+    /// machines can be made from it (a VM pool, a Cluster API
+    /// MachineDeployment, a cloud instance type in benchmarks).
+    #[serde(default)]
+    pub unlimited: bool,
 }
 
 impl Server {
@@ -343,6 +348,7 @@ impl Server {
             failures: 0,
             claim: None,
             node: None,
+            unlimited: false,
         }
     }
 

@@ -1,0 +1,1067 @@
+//! Scale-up: pending pods to Ready nodes, claims in flight, or new claims on
+//! individual servers from a finite inventory.
+//!
+//! # The order of placement
+//! Pods are grouped by shape (identical scheduling constraints), groups are
+//! sorted by cpu then memory, largest first (first-fit decreasing, as
+//! Karpenter orders them), then each pod tries, in order: Ready nodes, claims
+//! in flight and claims opened earlier in this plan, and last a new claim.
+//!
+//! # Choosing servers
+//! A new claim starts on the largest free server class that fits its first
+//! pod, so that later pods can join it; every class that would also have
+//! fitted stays a candidate. Once every pod is placed, each claim is
+//! right-sized: it takes the candidate that meets its pods' deadline, then
+//! adds the fewest idle watts (a warm server already on adds none), then
+//! wastes the least capacity.
+//!
+//! # Guarantees
+//! - No server is claimed twice, and no server that is in use, failed,
+//!   quarantined or in maintenance is claimed.
+//! - Every placement passes the filters of kube-scheduler that the model
+//!   covers (see [`crate::predicates`] and [`crate::topology`]).
+//! - NodePool limits and the fleet power budget hold after right-sizing.
+//! - Same snapshot, same plan: no randomness, no hash-order dependence.
+
+use crate::labels::{Labels, Taint, HOSTNAME};
+use crate::model::*;
+use crate::outcome::*;
+use crate::predicates::{check_host_ports, check_node_affinity, check_taints, NodeMismatch};
+use crate::resources::Resources;
+use crate::topology::{DomainId, PodTerms, TopologyIndex};
+use std::collections::{BTreeMap, HashMap};
+
+/// The label ironclaim puts on every node it creates, naming its NodePool.
+pub const NODEPOOL_LABEL: &str = "ironclaim.dev/nodepool";
+/// The label naming the inventory server behind a node.
+pub const SERVER_LABEL: &str = "ironclaim.dev/server";
+
+/// Decides where every pending pod goes. Pure: same inputs, same output.
+pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
+    Scheduler::new(snapshot, now_s).run()
+}
+
+/// Identical servers: same hardware, labels, power, durations, state.
+struct Class {
+    /// Every server of the class, whatever its state (for reasons).
+    members: Vec<usize>,
+    /// Free servers, the next one to take last.
+    free: Vec<usize>,
+    /// A machine template with no count (a VM pool, a MachineDeployment).
+    unlimited: bool,
+    /// Machines minted from an unlimited template, for unique names.
+    minted: u32,
+    sample: usize,
+}
+
+/// A class as a given NodePool would make it into a node.
+struct Offering {
+    class: usize,
+    pool: usize,
+    labels: Labels,
+    taints: Vec<Taint>,
+    /// Capacity left for pods once the DaemonSets that would land are counted.
+    alloc: Resources,
+    capacity: Resources,
+    domains: Vec<Option<DomainId>>,
+    warm: bool,
+    eta_s: Seconds,
+    idle_watts: f64,
+    peak_watts: f64,
+    failures: u32,
+}
+
+enum SlotKind {
+    Existing,
+    InFlight { claim: String, eta_s: Seconds },
+    New(NewSlot),
+}
+
+struct NewSlot {
+    pool: usize,
+    /// The offering whose server is reserved now.
+    offering: usize,
+    server: usize,
+    candidates: Vec<usize>,
+    /// What its pods request, without DaemonSet overhead.
+    requested: Resources,
+    /// Smallest remaining deadline of its pods, in seconds from now.
+    deadline_s: Option<i64>,
+}
+
+struct Slot {
+    name: String,
+    kind: SlotKind,
+    labels: Labels,
+    taints: Vec<Taint>,
+    cordoned: bool,
+    free: Resources,
+    ports: Vec<HostPort>,
+    domains: Vec<Option<DomainId>>,
+    pods: Vec<usize>,
+}
+
+struct Group {
+    pods: Vec<usize>,
+    terms: PodTerms,
+    /// Slots before these indexes failed for a reason adding pods cannot
+    /// undo (resources, node affinity, taints, ports, anti-affinity).
+    existing_cursor: usize,
+    claim_cursor: usize,
+    /// Per offering: does the pod fit an empty server of it, by resources,
+    /// node affinity and taints.
+    static_ok: Vec<bool>,
+    eligible_existing_domains: Vec<Vec<DomainId>>,
+    blocked: Option<Unschedulable>,
+}
+
+#[derive(Clone, Default)]
+struct Usage {
+    cpu_milli: i64,
+    memory_bytes: i64,
+    gpus: i64,
+    servers: i64,
+    watts: f64,
+}
+
+struct Scheduler<'s> {
+    snap: &'s Snapshot,
+    now_s: Seconds,
+    pools: Vec<NodePool>,
+    pool_order: Vec<usize>,
+    topo: TopologyIndex,
+    hostname_key: usize,
+    classes: Vec<Class>,
+    offerings: Vec<Offering>,
+    offerings_by_pool: Vec<Vec<usize>>,
+    slots: Vec<Slot>,
+    existing: Vec<usize>,
+    claims: Vec<usize>,
+    usage: Vec<Usage>,
+    fleet_peak_watts: f64,
+    placement: Vec<Option<usize>>,
+}
+
+fn class_key(s: &Server) -> String {
+    let mut labels = s.labels.clone();
+    labels.remove(HOSTNAME);
+    format!(
+        "{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}|{}|{}",
+        s.capacity,
+        labels,
+        s.power.idle_watts.to_bits(),
+        s.power.peak_watts.to_bits(),
+        s.power.boot_watts.to_bits(),
+        s.power.off_watts.to_bits(),
+        s.durations,
+        s.power_state,
+        s.failures,
+        s.unlimited
+    )
+}
+
+fn daemonset_overhead(snap: &Snapshot, labels: &Labels, taints: &[Taint], name: &str) -> Resources {
+    let mut overhead = Resources::default();
+    for ds in &snap.daemonsets {
+        let t = &ds.template;
+        if check_node_affinity(t, labels, name).is_ok() && check_taints(t, taints, false).is_ok() {
+            overhead.add(&Resources { pods: 1, ..t.requests.clone() });
+        }
+    }
+    overhead
+}
+
+fn node_labels_for(server: &Server, pool: &NodePool) -> Labels {
+    let mut labels = server.labels.clone();
+    labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    labels.insert(NODEPOOL_LABEL.to_string(), pool.name.clone());
+    labels.insert(SERVER_LABEL.to_string(), server.name.clone());
+    labels.insert(HOSTNAME.to_string(), server.name.clone());
+    labels
+}
+
+fn remaining_eta(server: &Server, claim: &ClaimInFlight, now_s: Seconds) -> Seconds {
+    let d = &server.durations;
+    let left_from_stage = match claim.stage {
+        Stage::Selected | Stage::PoweringOn => d.cold_s(),
+        Stage::Booting => d.boot_s + d.join_s + d.ready_s,
+        Stage::Joined => d.ready_s,
+        Stage::Ready => 0,
+    };
+    left_from_stage.saturating_sub(now_s.saturating_sub(claim.stage_started_s))
+}
+
+impl<'s> Scheduler<'s> {
+    fn new(snap: &'s Snapshot, now_s: Seconds) -> Self {
+        let pools = if snap.pools.is_empty() { vec![NodePool::new("default")] } else { snap.pools.clone() };
+        let mut pool_order: Vec<usize> = (0..pools.len()).collect();
+        pool_order.sort_by(|&a, &b| pools[b].weight.cmp(&pools[a].weight).then(pools[a].name.cmp(&pools[b].name)));
+
+        let mut topo = TopologyIndex::default();
+        for pod in &snap.pods {
+            topo.register(pod);
+        }
+        let hostname_key = topo.key_id(HOSTNAME);
+
+        let mut s = Scheduler {
+            snap,
+            now_s,
+            usage: vec![Usage::default(); pools.len()],
+            pools,
+            pool_order,
+            topo,
+            hostname_key,
+            classes: Vec::new(),
+            offerings: Vec::new(),
+            offerings_by_pool: Vec::new(),
+            slots: Vec::new(),
+            existing: Vec::new(),
+            claims: Vec::new(),
+            fleet_peak_watts: 0.0,
+            placement: vec![None; snap.pods.len()],
+        };
+        s.build_inventory();
+        s.build_slots();
+        s
+    }
+
+    fn pool_index(&self, name: &str) -> Option<usize> {
+        self.pools.iter().position(|p| p.name == name)
+    }
+
+    fn build_inventory(&mut self) {
+        let snap = self.snap;
+        let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+        let mut order: Vec<usize> = (0..snap.servers.len()).collect();
+        order.sort_by(|&a, &b| snap.servers[a].name.cmp(&snap.servers[b].name));
+        for &i in &order {
+            let server = &snap.servers[i];
+            let key = class_key(server);
+            let next = self.classes.len();
+            let c = *by_key.entry(key).or_insert(next);
+            if c == next {
+                self.classes.push(Class { members: Vec::new(), free: Vec::new(), unlimited: server.unlimited, minted: 0, sample: i });
+            }
+            self.classes[c].members.push(i);
+            if server.is_available() {
+                self.classes[c].free.push(i);
+            }
+            // Limits and the power budget count what is already on or held.
+            if server.power_state == PowerState::On || server.claim.is_some() || server.node.is_some() {
+                self.fleet_peak_watts += server.power.peak_watts;
+            }
+        }
+        for class in &mut self.classes {
+            class.free.reverse();
+        }
+        // Pool usage: servers that are nodes or held by claims, attributed to
+        // the pool their claim names, else the first pool that admits them.
+        let claim_pool: HashMap<&str, &str> =
+            snap.claims.iter().map(|c| (c.server.as_str(), c.pool.as_str())).collect();
+        for server in &snap.servers {
+            if server.claim.is_none() && server.node.is_none() {
+                continue;
+            }
+            let pool = claim_pool
+                .get(server.name.as_str())
+                .and_then(|p| self.pool_index(p))
+                .or_else(|| self.pool_order.iter().copied().find(|&p| self.pools[p].admits(server)));
+            if let Some(p) = pool {
+                self.charge(p, &server.capacity, server.power.peak_watts, 1.0);
+            }
+        }
+
+        self.offerings_by_pool = vec![Vec::new(); self.pools.len()];
+        for (c, class) in self.classes.iter().enumerate() {
+            let server = &snap.servers[class.sample];
+            for &p in &self.pool_order {
+                let pool = &self.pools[p];
+                if !pool.admits(server) {
+                    continue;
+                }
+                let mut labels = node_labels_for(server, pool);
+                labels.remove(HOSTNAME);
+                let overhead = daemonset_overhead(snap, &labels, &pool.taints, &server.name);
+                let alloc = with_default_pod_slots(&server.capacity).minus(&overhead);
+                let domains = self.topo.domains_of(&labels);
+                self.offerings.push(Offering {
+                    class: c,
+                    pool: p,
+                    labels,
+                    taints: pool.taints.clone(),
+                    alloc,
+                    capacity: server.capacity.clone(),
+                    domains,
+                    warm: server.is_warm(),
+                    eta_s: server.eta_s(),
+                    idle_watts: server.power.idle_watts,
+                    peak_watts: server.power.peak_watts,
+                    failures: server.failures,
+                });
+                self.offerings_by_pool[p].push(self.offerings.len() - 1);
+            }
+        }
+        // Largest first, so that a new claim can absorb the pods after it.
+        for list in &mut self.offerings_by_pool {
+            let offerings = &self.offerings;
+            list.sort_by(|&a, &b| {
+                let (x, y) = (&offerings[a], &offerings[b]);
+                y.alloc
+                    .gpus()
+                    .cmp(&x.alloc.gpus())
+                    .then(y.alloc.cpu_milli.cmp(&x.alloc.cpu_milli))
+                    .then(y.alloc.memory_bytes.cmp(&x.alloc.memory_bytes))
+                    .then(x.idle_watts.total_cmp(&y.idle_watts))
+                    .then(y.warm.cmp(&x.warm))
+                    .then(a.cmp(&b))
+            });
+        }
+    }
+
+    fn charge(&mut self, pool: usize, capacity: &Resources, peak_watts: f64, sign: f64) {
+        let u = &mut self.usage[pool];
+        let k = sign as i64;
+        u.cpu_milli += k * capacity.cpu_milli;
+        u.memory_bytes += k * capacity.memory_bytes;
+        u.gpus += k * capacity.gpus();
+        u.servers += k;
+        u.watts += sign * peak_watts;
+    }
+
+    fn build_slots(&mut self) {
+        let snap = self.snap;
+        let mut node_slot: HashMap<&str, usize> = HashMap::new();
+        for node in &snap.nodes {
+            if !node.ready {
+                continue;
+            }
+            let domains = self.topo.domains_of(&node.labels);
+            node_slot.insert(node.name.as_str(), self.slots.len());
+            self.existing.push(self.slots.len());
+            self.slots.push(Slot {
+                name: node.name.clone(),
+                kind: SlotKind::Existing,
+                labels: node.labels.clone(),
+                taints: node.taints.clone(),
+                cordoned: node.unschedulable,
+                free: with_default_pod_slots(&node.allocatable),
+                ports: Vec::new(),
+                domains,
+                pods: Vec::new(),
+            });
+        }
+        let servers: HashMap<&str, &Server> = snap.servers.iter().map(|s| (s.name.as_str(), s)).collect();
+        for claim in &snap.claims {
+            let (Some(server), Some(pool)) = (servers.get(claim.server.as_str()), self.pool_index(&claim.pool)) else {
+                continue;
+            };
+            if claim.stage == Stage::Ready {
+                continue;
+            }
+            let pool = &self.pools[pool];
+            let labels = node_labels_for(server, pool);
+            let overhead = daemonset_overhead(snap, &labels, &pool.taints, &server.name);
+            let domains = self.topo.domains_of(&labels);
+            self.claims.push(self.slots.len());
+            self.slots.push(Slot {
+                name: server.name.clone(),
+                kind: SlotKind::InFlight { claim: claim.name.clone(), eta_s: remaining_eta(server, claim, self.now_s) },
+                labels,
+                taints: pool.taints.clone(),
+                cordoned: false,
+                free: with_default_pod_slots(&server.capacity).minus(&overhead),
+                ports: Vec::new(),
+                domains,
+                pods: Vec::new(),
+            });
+        }
+        // Bound pods hold resources and ports, and count for topology.
+        let anti_in_use: Vec<usize> = Vec::new();
+        for pod in &snap.pods {
+            if !pod.occupies_node() {
+                continue;
+            }
+            let Some(&slot) = pod.node_name.as_deref().and_then(|n| node_slot.get(n)) else {
+                continue;
+            };
+            let terms = self.topo.resolve(pod, &anti_in_use);
+            let s = &mut self.slots[slot];
+            s.free.sub(&pod.requests);
+            s.ports.extend(pod.host_ports.iter().cloned());
+            let domains = s.domains.clone();
+            self.topo.place(&terms, &domains);
+        }
+    }
+
+    fn anti_terms_in_use(&mut self) -> Vec<usize> {
+        let mut terms: Vec<usize> = Vec::new();
+        for pod in &self.snap.pods {
+            if pod.occupies_node() || pod.is_pending_demand() {
+                terms.extend(self.topo.anti_terms_owned_by(pod));
+            }
+        }
+        terms.sort();
+        terms.dedup();
+        terms
+    }
+
+    fn deadline_of(&self, pod: &Pod, pool: usize) -> Option<i64> {
+        let deadline = pod.deadline_s.or(self.pools[pool].deadline_s)?;
+        Some((pod.created_s + deadline) as i64 - self.now_s as i64)
+    }
+
+    fn run(mut self) -> Provisioning {
+        let snap = self.snap;
+        let pending: Vec<usize> = (0..snap.pods.len()).filter(|&i| snap.pods[i].is_pending_demand()).collect();
+        let anti_in_use = self.anti_terms_in_use();
+
+        // Group identical pods; a group keeps the creation order of its pods.
+        let mut group_of: HashMap<GroupKey<'_>, usize> = HashMap::new();
+        let mut groups: Vec<Group> = Vec::new();
+        for &i in &pending {
+            let pod = &snap.pods[i];
+            let next = groups.len();
+            let g = *group_of.entry(GroupKey::of(pod)).or_insert(next);
+            if g == next {
+                let terms = self.topo.resolve(pod, &anti_in_use);
+                groups.push(Group {
+                    pods: Vec::new(),
+                    terms,
+                    existing_cursor: 0,
+                    claim_cursor: 0,
+                    static_ok: Vec::new(),
+                    eligible_existing_domains: Vec::new(),
+                    blocked: None,
+                });
+            }
+            groups[g].pods.push(i);
+        }
+        for g in &mut groups {
+            g.pods.sort_by_key(|&i| (snap.pods[i].created_s, i));
+        }
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (x, y) = (&snap.pods[groups[a].pods[0]], &snap.pods[groups[b].pods[0]]);
+            y.requests
+                .cpu_milli
+                .cmp(&x.requests.cpu_milli)
+                .then(y.requests.memory_bytes.cmp(&x.requests.memory_bytes))
+                .then(x.created_s.cmp(&y.created_s))
+                .then(groups[a].pods[0].cmp(&groups[b].pods[0]))
+        });
+
+        for &g in &order {
+            self.prepare_group(&mut groups[g]);
+            for k in 0..groups[g].pods.len() {
+                let pod = groups[g].pods[k];
+                self.place(pod, &mut groups[g]);
+            }
+        }
+        self.right_size();
+        self.report(&pending, &groups, &group_of)
+    }
+
+    fn prepare_group(&mut self, group: &mut Group) {
+        let pod = &self.snap.pods[group.pods[0]];
+        group.static_ok = self
+            .offerings
+            .iter()
+            .map(|o| {
+                pod.requests.fits(&o.alloc)
+                    && check_node_affinity(pod, &o.labels, "").is_ok()
+                    && check_taints(pod, &o.taints, false).is_ok()
+            })
+            .collect();
+        group.eligible_existing_domains = group
+            .terms
+            .spread
+            .iter()
+            .map(|s| {
+                let key = self.topo.key_of_term(s.term);
+                let mut ds: Vec<DomainId> = self
+                    .existing
+                    .iter()
+                    .map(|&i| &self.slots[i])
+                    .filter(|slot| check_node_affinity(pod, &slot.labels, &slot.name).is_ok())
+                    .filter_map(|slot| slot.domains[key])
+                    .collect();
+                ds.sort_unstable();
+                ds.dedup();
+                ds
+            })
+            .collect();
+    }
+
+    /// Minimum counts for the group's spread terms, as kube-scheduler would
+    /// see them now (existing nodes only) and once the plan's claims and the
+    /// free inventory are counted as domains too.
+    fn spread_minimums(&self, group: &Group) -> (Vec<u32>, Vec<u32>) {
+        let pod = &self.snap.pods[group.pods[0]];
+        let mut now = Vec::new();
+        let mut planned = Vec::new();
+        for (i, s) in group.terms.spread.iter().enumerate() {
+            let existing = &group.eligible_existing_domains[i];
+            now.push(self.topo.spread_min(s, existing.iter().copied()));
+            let key = self.topo.key_of_term(s.term);
+            let mut domains = existing.clone();
+            let mut fresh_host = false;
+            for &c in &self.claims {
+                let slot = &self.slots[c];
+                if check_node_affinity(pod, &slot.labels, &slot.name).is_ok()
+                    && let Some(d) = slot.domains[key]
+                {
+                    domains.push(d);
+                }
+            }
+            for (o, off) in self.offerings.iter().enumerate() {
+                let class = &self.classes[off.class];
+                let has_free = class.unlimited || !class.free.is_empty();
+                if !has_free || !group.static_ok[o] {
+                    continue;
+                }
+                if key == self.hostname_key {
+                    fresh_host = true;
+                } else if let Some(d) = off.domains[key] {
+                    domains.push(d);
+                }
+            }
+            domains.sort_unstable();
+            domains.dedup();
+            planned.push(if fresh_host { 0 } else { self.topo.spread_min(s, domains.into_iter()) });
+        }
+        (now, planned)
+    }
+
+    fn place(&mut self, pod_index: usize, group: &mut Group) {
+        let pod = &self.snap.pods[pod_index];
+        let (min_now, min_planned) = if group.terms.spread.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            self.spread_minimums(group)
+        };
+
+        // 1. Ready nodes.
+        let mut all_permanent = true;
+        for k in group.existing_cursor..self.existing.len() {
+            let slot = self.existing[k];
+            match self.fits_slot(pod, &group.terms, slot, &min_now) {
+                Ok(()) => {
+                    self.commit(pod_index, &group.terms, slot);
+                    return;
+                }
+                Err(permanent) => {
+                    all_permanent &= permanent;
+                    if all_permanent {
+                        group.existing_cursor = k + 1;
+                    }
+                }
+            }
+        }
+        // 2. Claims in flight, then claims this plan opened.
+        let mut all_permanent = true;
+        for k in group.claim_cursor..self.claims.len() {
+            let slot = self.claims[k];
+            match self.fits_slot(pod, &group.terms, slot, &min_planned) {
+                Ok(()) => {
+                    self.commit(pod_index, &group.terms, slot);
+                    return;
+                }
+                Err(permanent) => {
+                    all_permanent &= permanent;
+                    if all_permanent {
+                        group.claim_cursor = k + 1;
+                    }
+                }
+            }
+        }
+        // 3. A new claim.
+        if let Some(slot) = self.open_claim(pod_index, group, &min_planned) {
+            self.commit(pod_index, &group.terms, slot);
+        }
+    }
+
+    /// Whether the pod fits the slot now. The error says whether the
+    /// failure is permanent for this pod shape (adding pods cannot undo it).
+    fn fits_slot(&self, pod: &Pod, terms: &PodTerms, slot: usize, spread_min: &[u32]) -> Result<(), bool> {
+        let s = &self.slots[slot];
+        match &s.kind {
+            SlotKind::New(n) => {
+                let total = n.requested.plus(&pod.requests);
+                if !total.fits(&self.offerings[n.offering].alloc) {
+                    return Err(true);
+                }
+                if let Some(d) = self.deadline_of(pod, n.pool) {
+                    let claim_meets = n.candidates.iter().any(|&c| self.offerings[c].eta_s as i64 <= d);
+                    if !claim_meets && self.any_offering_meets(n.pool, d) {
+                        // A faster server is free for this pod: do not slow it down.
+                        return Err(false);
+                    }
+                }
+            }
+            _ => {
+                if !pod.requests.fits(&s.free) {
+                    return Err(true);
+                }
+            }
+        }
+        if check_host_ports(pod, &s.ports).is_err()
+            || check_node_affinity(pod, &s.labels, &s.name).is_err()
+            || check_taints(pod, &s.taints, s.cordoned).is_err()
+        {
+            return Err(true);
+        }
+        self.topo.check(terms, &s.domains, spread_min).map_err(|m| m.is_permanent())
+    }
+
+    fn any_offering_meets(&self, pool: usize, deadline_s: i64) -> bool {
+        self.offerings_by_pool[pool].iter().any(|&o| {
+            let off = &self.offerings[o];
+            let class = &self.classes[off.class];
+            (class.unlimited || !class.free.is_empty()) && off.eta_s as i64 <= deadline_s
+        })
+    }
+
+    fn limit_breach(&self, pool: usize, off: &Offering) -> Option<String> {
+        let l = &self.pools[pool].limits;
+        let u = &self.usage[pool];
+        let over = |limit: Option<i64>, used: i64, add: i64| limit.is_some_and(|m| add > 0 && used + add > m);
+        if over(l.servers, u.servers, 1) {
+            return Some(format!("servers {} of {}", u.servers, l.servers.unwrap_or(0)));
+        }
+        if over(l.cpu_milli, u.cpu_milli, off.capacity.cpu_milli) {
+            return Some(format!(
+                "cpu {} + {} > {}",
+                crate::quantity::format_cpu_milli(u.cpu_milli),
+                crate::quantity::format_cpu_milli(off.capacity.cpu_milli),
+                crate::quantity::format_cpu_milli(l.cpu_milli.unwrap_or(0))
+            ));
+        }
+        if over(l.memory_bytes, u.memory_bytes, off.capacity.memory_bytes) {
+            return Some(format!(
+                "memory {} + {} > {}",
+                crate::quantity::format_bytes(u.memory_bytes),
+                crate::quantity::format_bytes(off.capacity.memory_bytes),
+                crate::quantity::format_bytes(l.memory_bytes.unwrap_or(0))
+            ));
+        }
+        if over(l.gpus, u.gpus, off.capacity.gpus()) {
+            return Some(format!("gpus {} + {} > {}", u.gpus, off.capacity.gpus(), l.gpus.unwrap_or(0)));
+        }
+        if let Some(w) = l.watts
+            && u.watts + off.peak_watts > w
+        {
+            return Some(format!("watts {:.0} + {:.0} > {:.0}", u.watts, off.peak_watts, w));
+        }
+        None
+    }
+
+    fn power_breach(&self, off: &Offering) -> Option<Unschedulable> {
+        let budget = self.snap.power_budget_watts?;
+        if off.warm || self.fleet_peak_watts + off.peak_watts <= budget {
+            return None;
+        }
+        Some(Unschedulable::PowerBudget {
+            budget_watts: budget,
+            needed_watts: self.fleet_peak_watts + off.peak_watts - budget,
+        })
+    }
+
+    fn open_claim(&mut self, pod_index: usize, group: &mut Group, spread_min: &[u32]) -> Option<usize> {
+        let pod = &self.snap.pods[pod_index];
+        let mut blocked: Option<Unschedulable> = None;
+        for pi in 0..self.pool_order.len() {
+            let pool = self.pool_order[pi];
+            let mut anchor: Option<usize> = None;
+            for &o in &self.offerings_by_pool[pool] {
+                if !group.static_ok[o] {
+                    continue;
+                }
+                let off = &self.offerings[o];
+                let class = &self.classes[off.class];
+                if !class.unlimited && class.free.is_empty() {
+                    continue;
+                }
+                if let Some(limit) = self.limit_breach(pool, off) {
+                    blocked.get_or_insert(Unschedulable::PoolLimit { pool: self.pools[pool].name.clone(), limit });
+                    continue;
+                }
+                if let Some(reason) = self.power_breach(off) {
+                    blocked.get_or_insert(reason);
+                    continue;
+                }
+                let mut domains = off.domains.clone();
+                domains[self.hostname_key] = Some(u32::MAX); // a new host: no pods yet
+                if let Err(m) = self.topo.check(&group.terms, &domains, spread_min) {
+                    blocked.get_or_insert(Unschedulable::Topology { constraint: m.to_string() });
+                    continue;
+                }
+                anchor = Some(o);
+                break;
+            }
+            let Some(anchor) = anchor else { continue };
+            let a = &self.offerings[anchor];
+            let topo_keys = self.topo.keys().len();
+            let same_domains = |o: &Offering| (0..topo_keys).all(|k| k == self.hostname_key || o.domains[k] == a.domains[k]);
+            let candidates: Vec<usize> = self.offerings_by_pool[pool]
+                .iter()
+                .copied()
+                .filter(|&o| {
+                    let off = &self.offerings[o];
+                    let class = &self.classes[off.class];
+                    group.static_ok[o]
+                        && (class.unlimited || !class.free.is_empty())
+                        && same_domains(off)
+                        && self.limit_breach(pool, off).is_none()
+                        && self.power_breach(off).is_none()
+                })
+                .collect();
+            let (server, name) = self.take(anchor);
+            let deadline_s = self.deadline_of(pod, pool);
+            return Some(self.push_new_slot(pool, anchor, server, name, candidates, deadline_s));
+        }
+        group.blocked = blocked;
+        None
+    }
+
+    /// Reserves a server of the offering's class: its index and node name.
+    fn take(&mut self, offering: usize) -> (usize, String) {
+        let off = &self.offerings[offering];
+        let (pool, capacity, peak, warm) = (off.pool, off.capacity.clone(), off.peak_watts, off.warm);
+        let class = &mut self.classes[off.class];
+        let (server, name) = if class.unlimited {
+            class.minted += 1;
+            (class.sample, format!("{}-{}", self.snap.servers[class.sample].name, class.minted))
+        } else {
+            // Callers only take from offerings whose class has a free server.
+            let server = class.free.pop().unwrap_or(class.sample);
+            (server, self.snap.servers[server].name.clone())
+        };
+        self.charge(pool, &capacity, peak, 1.0);
+        if !warm {
+            self.fleet_peak_watts += peak;
+        }
+        (server, name)
+    }
+
+    fn release(&mut self, offering: usize, server: usize) {
+        let off = &self.offerings[offering];
+        let (pool, capacity, peak, warm) = (off.pool, off.capacity.clone(), off.peak_watts, off.warm);
+        let class = &mut self.classes[off.class];
+        if !class.unlimited {
+            class.free.push(server);
+        }
+        self.charge(pool, &capacity, peak, -1.0);
+        if !warm {
+            self.fleet_peak_watts -= peak;
+        }
+    }
+
+    fn push_new_slot(
+        &mut self,
+        pool: usize,
+        offering: usize,
+        server: usize,
+        name: String,
+        candidates: Vec<usize>,
+        deadline_s: Option<i64>,
+    ) -> usize {
+        let mut labels = self.offerings[offering].labels.clone();
+        labels.insert(HOSTNAME.to_string(), name.clone());
+        let domains = self.topo.domains_of(&labels);
+        self.claims.push(self.slots.len());
+        self.slots.push(Slot {
+            name,
+            kind: SlotKind::New(NewSlot {
+                pool,
+                offering,
+                server,
+                candidates,
+                requested: Resources::default(),
+                deadline_s,
+            }),
+            labels,
+            taints: self.offerings[offering].taints.clone(),
+            cordoned: false,
+            free: Resources::default(),
+            ports: Vec::new(),
+            domains,
+            pods: Vec::new(),
+        });
+        self.slots.len() - 1
+    }
+
+    fn commit(&mut self, pod_index: usize, terms: &PodTerms, slot: usize) {
+        let pod = &self.snap.pods[pod_index];
+        let deadline = match &self.slots[slot].kind {
+            SlotKind::New(n) => self.deadline_of(pod, n.pool),
+            _ => None,
+        };
+        let offerings = &self.offerings;
+        let s = &mut self.slots[slot];
+        match &mut s.kind {
+            SlotKind::New(n) => {
+                n.requested.add(&pod.requests);
+                let requested = n.requested.clone();
+                n.candidates.retain(|&c| {
+                    let o = &offerings[c];
+                    requested.fits(&o.alloc)
+                        && check_node_affinity(pod, &o.labels, "").is_ok()
+                        && check_taints(pod, &o.taints, false).is_ok()
+                });
+                if let Some(d) = deadline {
+                    n.deadline_s = Some(n.deadline_s.map_or(d, |cur| cur.min(d)));
+                }
+            }
+            _ => s.free.sub(&pod.requests),
+        }
+        s.ports.extend(pod.host_ports.iter().cloned());
+        s.pods.push(pod_index);
+        let domains = s.domains.clone();
+        self.topo.place(terms, &domains);
+        self.placement[pod_index] = Some(slot);
+    }
+
+    /// Swaps each new claim's server for the best candidate that still fits
+    /// its pods: deadline met, fewest added idle watts, least waste.
+    fn right_size(&mut self) {
+        let claim_slots: Vec<usize> =
+            self.claims.iter().copied().filter(|&c| matches!(self.slots[c].kind, SlotKind::New(_))).collect();
+        for slot in claim_slots {
+            let SlotKind::New(n) = &self.slots[slot].kind else { continue };
+            let (pool, offering, server, requested, deadline) =
+                (n.pool, n.offering, n.server, n.requested.clone(), n.deadline_s);
+            let pod_requests = requested;
+            let candidates = n.candidates.clone();
+            self.release(offering, server);
+            let score = |s: &Self, o: usize| {
+                let off = &s.offerings[o];
+                let missed = deadline.is_some_and(|d| off.eta_s as i64 > d);
+                let added = if off.warm { 0.0 } else { off.idle_watts };
+                let waste = {
+                    let free = off.alloc.minus(&pod_requests);
+                    let frac = |f: i64, t: i64| if t > 0 { f as f64 / t as f64 } else { 0.0 };
+                    frac(free.cpu_milli, off.alloc.cpu_milli)
+                        + frac(free.memory_bytes, off.alloc.memory_bytes)
+                        + 10.0 * free.gpus() as f64
+                };
+                (missed, off.failures, added, waste, off.eta_s, o)
+            };
+            let mut best: Option<(usize, (bool, u32, f64, f64, Seconds, usize))> = None;
+            for &c in &candidates {
+                let off = &self.offerings[c];
+                let class = &self.classes[off.class];
+                if !(class.unlimited || !class.free.is_empty())
+                    || !pod_requests.fits(&off.alloc)
+                    || self.limit_breach(pool, off).is_some()
+                    || self.power_breach(off).is_some()
+                {
+                    continue;
+                }
+                let sc = score(self, c);
+                let better = match &best {
+                    None => true,
+                    Some((_, b)) => {
+                        (sc.0, sc.1)
+                            .cmp(&(b.0, b.1))
+                            .then(sc.2.total_cmp(&b.2))
+                            .then(sc.3.total_cmp(&b.3))
+                            .then((sc.4, sc.5).cmp(&(b.4, b.5)))
+                            .is_lt()
+                    }
+                };
+                if better {
+                    best = Some((c, sc));
+                }
+            }
+            // The original reservation is always a candidate, so `best` exists;
+            // fall back to it all the same rather than lose the claim.
+            let chosen = best.map(|(c, _)| c).unwrap_or(offering);
+            let (new_server, name) = self.take(chosen);
+            let s = &mut self.slots[slot];
+            s.name = name.clone();
+            s.labels.insert(HOSTNAME.to_string(), name);
+            if let SlotKind::New(n) = &mut s.kind {
+                n.offering = chosen;
+                n.server = new_server;
+            }
+        }
+    }
+
+    fn report(&self, pending: &[usize], groups: &[Group], group_of: &HashMap<GroupKey<'_>, usize>) -> Provisioning {
+        let snap = self.snap;
+        let mut claims = Vec::new();
+        let mut claim_of_slot: HashMap<usize, usize> = HashMap::new();
+        for &slot in &self.claims {
+            let s = &self.slots[slot];
+            let SlotKind::New(n) = &s.kind else { continue };
+            let off = &self.offerings[n.offering];
+            claim_of_slot.insert(slot, claims.len());
+            claims.push(NewClaim {
+                name: format!("{}-{}", self.pools[n.pool].name, s.name),
+                server: s.name.clone(),
+                pool: self.pools[n.pool].name.clone(),
+                pods: s.pods.iter().map(|&p| snap.pods[p].key()).collect(),
+                path: if off.warm { SupplyPath::Warm } else { SupplyPath::Cold },
+                eta_s: off.eta_s,
+                requested: n.requested.plus(&off.capacity.minus(&off.alloc)),
+                capacity: off.capacity.clone(),
+                added_idle_watts: if off.warm { 0.0 } else { off.idle_watts },
+                deadline_missed: n.deadline_s.is_some_and(|d| off.eta_s as i64 > d),
+            });
+        }
+        let mut decisions = Vec::with_capacity(pending.len());
+        for &p in pending {
+            let pod = &snap.pods[p];
+            let outcome = match self.placement[p] {
+                Some(slot) => {
+                    let s = &self.slots[slot];
+                    match &s.kind {
+                        SlotKind::Existing => Outcome::Existing { node: s.name.clone() },
+                        SlotKind::InFlight { claim, eta_s } => {
+                            Outcome::InFlight { claim: claim.clone(), server: s.name.clone(), eta_s: *eta_s }
+                        }
+                        SlotKind::New(_) => {
+                            let c = &claims[claim_of_slot[&slot]];
+                            Outcome::NewClaim {
+                                claim: c.name.clone(),
+                                server: c.server.clone(),
+                                path: c.path,
+                                eta_s: c.eta_s,
+                                deadline_missed: c.deadline_missed,
+                            }
+                        }
+                    }
+                }
+                None => {
+                    let g = &groups[group_of[&GroupKey::of(pod)]];
+                    Outcome::Unschedulable { reason: self.diagnose(pod, g) }
+                }
+            };
+            decisions.push(PodDecision { pod: pod.key(), workload: pod.workload.clone(), outcome });
+        }
+        Provisioning { pods: decisions, claims }
+    }
+
+    /// Says exactly why a pod found no place: which constraint no server
+    /// meets, or how the matching servers are taken, or which ceiling holds.
+    fn diagnose(&self, pod: &Pod, group: &Group) -> Unschedulable {
+        let snap = self.snap;
+        let mut mismatches: BTreeMap<String, usize> = BTreeMap::new();
+        let mut matching = 0;
+        let (mut in_use, mut claimed_now, mut failed, mut quarantined, mut maintenance, mut free) = (0, 0, 0, 0, 0, 0);
+        for class in &self.classes {
+            let sample = &snap.servers[class.sample];
+            let offerings: Vec<&Offering> = self.offerings.iter().filter(|o| self.classes[o.class].sample == class.sample).collect();
+            if offerings.is_empty() {
+                *mismatches.entry("NodePool requirements (no NodePool admits the server)".into()).or_default() += class.members.len();
+                continue;
+            }
+            let first_mismatch = offerings.iter().find_map(|o| {
+                let m = check_node_affinity(pod, &o.labels, &sample.name)
+                    .and_then(|_| check_taints(pod, &o.taints, false))
+                    .and_then(|_| pod.requests.fits_in(&o.alloc).map_err(NodeMismatch::Resources));
+                m.err()
+            });
+            let ok = offerings.iter().any(|o| {
+                check_node_affinity(pod, &o.labels, &sample.name).is_ok()
+                    && check_taints(pod, &o.taints, false).is_ok()
+                    && pod.requests.fits(&o.alloc)
+            });
+            if !ok {
+                let m = first_mismatch.map(|m| generalize(&m)).unwrap_or_else(|| "unknown".into());
+                *mismatches.entry(m).or_default() += class.members.len();
+                continue;
+            }
+            if class.unlimited {
+                matching += 1;
+                free += 1;
+                continue;
+            }
+            for &i in &class.members {
+                let s = &snap.servers[i];
+                matching += 1;
+                match s.health {
+                    Health::Failed => failed += 1,
+                    Health::Quarantined => quarantined += 1,
+                    Health::Maintenance => maintenance += 1,
+                    Health::Healthy if s.claim.is_some() || s.node.is_some() => in_use += 1,
+                    Health::Healthy if !class.free.contains(&i) => claimed_now += 1,
+                    Health::Healthy => free += 1,
+                }
+            }
+        }
+        if matching == 0 {
+            let mut constraints: Vec<(String, usize)> = mismatches.into_iter().collect();
+            constraints.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            constraints.truncate(4);
+            return Unschedulable::NoMatchingHardware { servers: snap.servers.len(), constraints };
+        }
+        if free == 0 {
+            return Unschedulable::AllMatchingBusy { matching, in_use, claimed_now, failed, quarantined, maintenance };
+        }
+        group.blocked.clone().unwrap_or(Unschedulable::Topology {
+            constraint: "the pod's inter-pod constraints".to_string(),
+        })
+    }
+}
+
+/// Nodes and servers that do not state their pod slots get the kubelet's
+/// default of 110.
+fn with_default_pod_slots(r: &Resources) -> Resources {
+    let mut r = r.clone();
+    if r.pods == 0 {
+        r.pods = 110;
+    }
+    r
+}
+
+/// Turns a per-server mismatch into a statement about the inventory, so that
+/// servers failing the same way count together.
+fn generalize(m: &NodeMismatch) -> String {
+    match m {
+        NodeMismatch::Resources(s) => format!("{} (requests {})", s.resource, {
+            match s.resource.as_str() {
+                "cpu" => crate::quantity::format_cpu_milli(s.requested),
+                "memory" | "ephemeral-storage" => crate::quantity::format_bytes(s.requested),
+                _ => s.requested.to_string(),
+            }
+        }),
+        other => other.to_string(),
+    }
+}
+
+/// The scheduling-relevant part of a pod: pods with equal keys are
+/// interchangeable for placement.
+#[derive(PartialEq, Eq, Hash)]
+struct GroupKey<'p> {
+    namespace: &'p str,
+    labels: &'p Labels,
+    requests: &'p Resources,
+    node_selector: &'p Labels,
+    node_affinity: &'p [crate::labels::NodeSelectorTerm],
+    tolerations: &'p [crate::labels::Toleration],
+    pod_affinity: &'p [PodAffinityTerm],
+    pod_anti_affinity: &'p [PodAffinityTerm],
+    topology_spread: &'p [TopologySpread],
+    host_ports: &'p [HostPort],
+    deadline_s: Option<Seconds>,
+}
+
+impl<'p> GroupKey<'p> {
+    fn of(pod: &'p Pod) -> Self {
+        GroupKey {
+            namespace: &pod.namespace,
+            labels: &pod.labels,
+            requests: &pod.requests,
+            node_selector: &pod.node_selector,
+            node_affinity: &pod.node_affinity,
+            tolerations: &pod.tolerations,
+            pod_affinity: &pod.pod_affinity,
+            pod_anti_affinity: &pod.pod_anti_affinity,
+            topology_spread: &pod.topology_spread,
+            host_ports: &pod.host_ports,
+            deadline_s: pod.deadline_s,
+        }
+    }
+}
+
