@@ -13,6 +13,7 @@ pub mod provision;
 pub mod topology;
 pub mod quantity;
 pub mod resources;
+pub mod scenario;
 
 pub use labels::{Labels, LabelSelector, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration};
 pub use model::*;
