@@ -1,0 +1,329 @@
+//! The provider boundary and the Redfish fleet behind it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use url::Url;
+
+use crate::address::SystemSelector;
+use crate::client::{AuthMode, Bmc, BmcConfig, Timing, malformed};
+use crate::credentials::Credentials;
+use crate::error::{Error, Result, Step};
+use crate::payload;
+use crate::power::{self, PowerOutcome, PowerState, SystemHandle};
+use crate::tls::TlsSettings;
+
+/// An error a provider can count by kind.
+pub trait LabeledError: std::error::Error + Send + Sync + 'static {
+    /// A short, stable label for metrics (`auth_failed`, `unreachable`, ...).
+    fn metric_label(&self) -> &'static str;
+}
+
+impl LabeledError for Error {
+    fn metric_label(&self) -> &'static str {
+        Error::metric_label(self)
+    }
+}
+
+/// Where a power reading came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum WattsSource {
+    /// `EnvironmentMetrics` `PowerWatts.Reading` (newer BMCs).
+    EnvironmentMetrics,
+    /// Chassis `Power` `PowerControl[].PowerConsumedWatts` (older BMCs).
+    PowerControl,
+    /// A simulated or otherwise derived reading.
+    Other,
+}
+
+/// One power reading of one server.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Watts {
+    pub watts: f64,
+    pub source: WattsSource,
+    /// The resource read, for audit (`/redfish/v1/Chassis/1U/EnvironmentMetrics`).
+    pub resource: String,
+}
+
+/// The narrow boundary between ironclaim's controller (or simulator) and
+/// whatever powers machines: a Redfish fleet, Metal3, a simulated rack.
+///
+/// # Contract
+/// - Servers are named by the inventory name returned by [`list`](Self::list).
+/// - [`power_on`](Self::power_on) and [`power_off`](Self::power_off) are
+///   idempotent: asking for the state a server is already in succeeds
+///   without acting ([`PowerOutcome::was_no_op`]). They return only once the
+///   new state is confirmed, or with an error that says why not; a caller may
+///   simply retry later.
+/// - A provider serializes power actions per management endpoint and
+///   bounds its own concurrency; callers may fire many calls at once.
+/// - Errors carry a [`LabeledError::metric_label`] so failures are counted
+///   by kind; none of them carries credentials.
+/// - Reads ([`power_state`](Self::power_state), [`watts`](Self::watts)) have
+///   no side effects on the servers.
+pub trait PowerProvider: Send + Sync {
+    type Error: LabeledError;
+
+    /// The names of every server this provider manages, sorted.
+    fn list(&self) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
+
+    /// The current power state, read from the source of truth.
+    fn power_state(&self, server: &str) -> impl Future<Output = Result<PowerState, Self::Error>> + Send;
+
+    /// Powers the server on and confirms it.
+    fn power_on(&self, server: &str) -> impl Future<Output = Result<PowerOutcome, Self::Error>> + Send;
+
+    /// Powers the server off, gracefully first, and confirms it.
+    fn power_off(&self, server: &str) -> impl Future<Output = Result<PowerOutcome, Self::Error>> + Send;
+
+    /// The server's present power draw.
+    fn watts(&self, server: &str) -> impl Future<Output = Result<Watts, Self::Error>> + Send;
+}
+
+/// One server of a Redfish fleet, fully resolved (credentials loaded).
+#[derive(Clone, Debug)]
+pub struct ServerSpec {
+    pub name: String,
+    /// `scheme://host:port/` of the BMC.
+    pub endpoint: Url,
+    pub system: SystemSelector,
+    pub credentials: Credentials,
+    pub tls: TlsSettings,
+}
+
+/// Knobs of a [`RedfishProvider`].
+#[derive(Clone, Debug)]
+pub struct ProviderOptions {
+    /// HTTP requests in flight across the whole fleet.
+    pub max_concurrent_requests: usize,
+    pub timing: Timing,
+    pub auth: AuthMode,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        ProviderOptions { max_concurrent_requests: 32, timing: Timing::default(), auth: AuthMode::Auto }
+    }
+}
+
+/// The outcome of one read of a status sweep.
+#[derive(Debug)]
+pub struct ServerStatus {
+    pub name: String,
+    pub result: Result<PowerState>,
+    pub latency: Duration,
+}
+
+/// Power readings of a fleet: each server's, and the sum of those read.
+#[derive(Debug)]
+pub struct FleetWatts {
+    pub readings: Vec<(String, Result<Watts>, Duration)>,
+    pub total_watts: f64,
+}
+
+/// A fleet of servers reached through their BMCs over Redfish.
+///
+/// Servers on the same endpoint with the same account and TLS settings
+/// share one [`Bmc`]: one session, one power action at a time.
+#[derive(Debug)]
+pub struct RedfishProvider {
+    servers: BTreeMap<String, (Bmc, SystemSelector)>,
+    bmcs: Vec<Bmc>,
+}
+
+impl RedfishProvider {
+    /// # Errors
+    /// [`Error::InvalidAddress`] for a duplicate server name;
+    /// [`Error::TlsConfig`] for unusable TLS settings.
+    pub fn new(specs: Vec<ServerSpec>, options: ProviderOptions) -> Result<Self> {
+        let limiter = Arc::new(Semaphore::new(options.max_concurrent_requests.max(1)));
+        let mut by_bmc: HashMap<(String, String, TlsSettings), Bmc> = HashMap::new();
+        let mut servers = BTreeMap::new();
+        let mut bmcs = Vec::new();
+        for spec in specs {
+            let key = (spec.endpoint.to_string(), spec.credentials.username.clone(), spec.tls.clone());
+            let bmc = match by_bmc.get(&key) {
+                Some(bmc) => bmc.clone(),
+                None => {
+                    let config = BmcConfig {
+                        endpoint: spec.endpoint.clone(),
+                        credentials: spec.credentials.clone(),
+                        tls: spec.tls.clone(),
+                        auth: options.auth,
+                        timing: options.timing.clone(),
+                    };
+                    let bmc = Bmc::new(config, limiter.clone())?;
+                    by_bmc.insert(key, bmc.clone());
+                    bmcs.push(bmc.clone());
+                    bmc
+                }
+            };
+            if servers.insert(spec.name.clone(), (bmc, spec.system)).is_some() {
+                return Err(Error::InvalidAddress { address: spec.name, reason: "duplicate server name".into() });
+            }
+        }
+        Ok(RedfishProvider { servers, bmcs })
+    }
+
+    fn server(&self, name: &str) -> Result<&(Bmc, SystemSelector)> {
+        self.servers.get(name).ok_or_else(|| Error::UnknownServer { name: name.to_owned() })
+    }
+
+    /// Reads every server's power state at once; the shared request bound
+    /// keeps the BMCs from being flooded.
+    pub async fn status_sweep(&self) -> Vec<ServerStatus> {
+        let mut tasks = JoinSet::new();
+        for (name, (bmc, selector)) in &self.servers {
+            let (name, bmc, selector) = (name.clone(), bmc.clone(), selector.clone());
+            tasks.spawn(async move {
+                let started = tokio::time::Instant::now();
+                let result = read_power_state(&bmc, &selector).await;
+                ServerStatus { name, result, latency: started.elapsed() }
+            });
+        }
+        let mut statuses = Vec::with_capacity(self.servers.len());
+        while let Some(joined) = tasks.join_next().await {
+            if let Ok(status) = joined {
+                statuses.push(status);
+            }
+        }
+        statuses.sort_by(|a, b| a.name.cmp(&b.name));
+        statuses
+    }
+
+    /// Reads every server's watts and sums those that answered.
+    pub async fn fleet_watts(&self) -> FleetWatts {
+        let mut tasks = JoinSet::new();
+        for (name, (bmc, selector)) in &self.servers {
+            let (name, bmc, selector) = (name.clone(), bmc.clone(), selector.clone());
+            tasks.spawn(async move {
+                let started = tokio::time::Instant::now();
+                let result = read_watts(&bmc, &selector).await;
+                (name, result, started.elapsed())
+            });
+        }
+        let mut readings = Vec::with_capacity(self.servers.len());
+        while let Some(joined) = tasks.join_next().await {
+            if let Ok(reading) = joined {
+                readings.push(reading);
+            }
+        }
+        readings.sort_by(|a, b| a.0.cmp(&b.0));
+        let total_watts = readings.iter().filter_map(|(_, r, _)| r.as_ref().ok()).map(|w| w.watts).sum();
+        FleetWatts { readings, total_watts }
+    }
+
+    /// Closes every BMC session. Later calls log in again.
+    pub async fn shutdown(&self) {
+        for bmc in &self.bmcs {
+            if let Err(err) = bmc.logout().await {
+                tracing::warn!(endpoint = %bmc.endpoint(), error = %err, "logout failed");
+            }
+        }
+    }
+}
+
+async fn read_power_state(bmc: &Bmc, selector: &SystemSelector) -> Result<PowerState> {
+    let path = bmc.resolve(selector).await?;
+    power::PowerApi::read_state(&SystemHandle::new(bmc, path), Step::ReadSystem).await
+}
+
+/// The power draw of a system: EnvironmentMetrics first, then the older
+/// Chassis Power resource, on each chassis the system links.
+async fn read_watts(bmc: &Bmc, selector: &SystemSelector) -> Result<Watts> {
+    let path = bmc.resolve(selector).await?;
+    let system = payload::system(&bmc.get_json(Step::ReadSystem, &path).await?).map_err(|err| malformed(&path, err))?;
+    let mut chassis_links = system.chassis;
+    if chassis_links.is_empty()
+        && let Some(collection) = bmc.chassis_collection().await?
+    {
+        let members = payload::collection_members(&bmc.get_json(Step::ReadChassis, &collection).await?)
+            .map_err(|err| malformed(&collection, err))?;
+        // Only an unambiguous single chassis can be attributed to the system.
+        if members.len() == 1 {
+            chassis_links = members;
+        }
+    }
+    if chassis_links.is_empty() {
+        return Err(Error::WattsUnavailable { system: path, reason: "the system links no chassis".into() });
+    }
+    for chassis_path in &chassis_links {
+        let chassis = payload::chassis(&bmc.get_json(Step::ReadChassis, chassis_path).await?)
+            .map_err(|err| malformed(chassis_path, err))?;
+        if let Some(metrics) = &chassis.environment_metrics {
+            let value = bmc.get_json(Step::ReadWatts, metrics).await?;
+            if let Some(watts) = payload::environment_metrics_watts(&value).map_err(|err| malformed(metrics, err))? {
+                return Ok(Watts { watts, source: WattsSource::EnvironmentMetrics, resource: metrics.clone() });
+            }
+        }
+        if let Some(power) = &chassis.power {
+            let value = bmc.get_json(Step::ReadWatts, power).await?;
+            if let Some(watts) = payload::power_control_watts(&value).map_err(|err| malformed(power, err))? {
+                return Ok(Watts { watts, source: WattsSource::PowerControl, resource: power.clone() });
+            }
+        }
+    }
+    Err(Error::WattsUnavailable {
+        system: path,
+        reason: "no chassis reports EnvironmentMetrics PowerWatts.Reading or PowerControl PowerConsumedWatts".into(),
+    })
+}
+
+impl Bmc {
+    /// The power state of one system on this BMC.
+    pub async fn power_state(&self, selector: &SystemSelector) -> Result<PowerState> {
+        read_power_state(self, selector).await
+    }
+
+    /// Powers one system on (see [`PowerProvider::power_on`]), holding this
+    /// BMC's power-action lock throughout.
+    pub async fn power_on(&self, selector: &SystemSelector) -> Result<PowerOutcome> {
+        let path = self.resolve(selector).await?;
+        let _one_action_at_a_time = self.power_lock().await;
+        power::power_on(&SystemHandle::new(self, path), self.timing()).await
+    }
+
+    /// Powers one system off (see [`PowerProvider::power_off`]).
+    pub async fn power_off(&self, selector: &SystemSelector) -> Result<PowerOutcome> {
+        let path = self.resolve(selector).await?;
+        let _one_action_at_a_time = self.power_lock().await;
+        power::power_off(&SystemHandle::new(self, path), self.timing()).await
+    }
+
+    /// The power draw of one system.
+    pub async fn watts(&self, selector: &SystemSelector) -> Result<Watts> {
+        read_watts(self, selector).await
+    }
+}
+
+impl PowerProvider for RedfishProvider {
+    type Error = Error;
+
+    async fn list(&self) -> Result<Vec<String>> {
+        Ok(self.servers.keys().cloned().collect())
+    }
+
+    async fn power_state(&self, server: &str) -> Result<PowerState> {
+        let (bmc, selector) = self.server(server)?;
+        bmc.power_state(selector).await
+    }
+
+    async fn power_on(&self, server: &str) -> Result<PowerOutcome> {
+        let (bmc, selector) = self.server(server)?;
+        bmc.power_on(selector).await
+    }
+
+    async fn power_off(&self, server: &str) -> Result<PowerOutcome> {
+        let (bmc, selector) = self.server(server)?;
+        bmc.power_off(selector).await
+    }
+
+    async fn watts(&self, server: &str) -> Result<Watts> {
+        let (bmc, selector) = self.server(server)?;
+        bmc.watts(selector).await
+    }
+}

@@ -1,0 +1,145 @@
+//! TLS for BMC connections: rustls on the `ring` provider.
+//!
+//! Verification is on by default against the system trust store. A server
+//! may name its own CA bundle, which then replaces the system store (BMC
+//! certificates come from a private CA far more often than a public one).
+//! Skipping verification is an explicit per-server setting that logs a
+//! warning each time a client is built with it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use crate::error::{Error, Result};
+
+/// TLS settings for one BMC.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub struct TlsSettings {
+    /// PEM bundle of the CAs to trust for this BMC instead of the system store.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Accept any certificate. Never the default; logs a warning.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// Installs `ring` as the process-wide default rustls provider, so that
+/// other users of rustls in the same binary (kube) agree with this crate.
+/// Idempotent; harmless when a provider is already installed.
+pub fn install_crypto_provider() {
+    // An Err only says another provider was installed first, which is fine:
+    // this crate never relies on the process default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl TlsSettings {
+    /// Builds the rustls client configuration for one BMC.
+    ///
+    /// # Errors
+    /// [`Error::TlsConfig`] when both a CA file and skip-verify are set, or
+    /// the CA file is unreadable or holds no certificate.
+    pub fn client_config(&self, endpoint: &str) -> Result<rustls::ClientConfig> {
+        let provider = provider();
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|err| Error::TlsConfig { reason: err.to_string() })?;
+        if self.insecure_skip_verify {
+            if self.ca_file.is_some() {
+                return Err(Error::TlsConfig {
+                    reason: "a CA file and insecure_skip_verify exclude each other".into(),
+                });
+            }
+            tracing::warn!(endpoint, "TLS certificate verification is DISABLED for this BMC (insecure_skip_verify)");
+            let verifier = AcceptAnyCertificate { algorithms: provider.signature_verification_algorithms };
+            return Ok(builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth());
+        }
+        let roots = match &self.ca_file {
+            Some(path) => {
+                let mut roots = RootCertStore::empty();
+                let certs = CertificateDer::pem_file_iter(path).map_err(|err| Error::TlsConfig {
+                    reason: format!("cannot read CA file {}: {err}", path.display()),
+                })?;
+                for cert in certs {
+                    let cert = cert.map_err(|err| Error::TlsConfig {
+                        reason: format!("bad PEM in CA file {}: {err}", path.display()),
+                    })?;
+                    roots.add(cert).map_err(|err| Error::TlsConfig {
+                        reason: format!("bad certificate in CA file {}: {err}", path.display()),
+                    })?;
+                }
+                if roots.is_empty() {
+                    return Err(Error::TlsConfig {
+                        reason: format!("CA file {} holds no certificate", path.display()),
+                    });
+                }
+                roots
+            }
+            None => {
+                let mut roots = RootCertStore::empty();
+                let loaded = rustls_native_certs::load_native_certs();
+                for err in &loaded.errors {
+                    tracing::debug!(error = %err, "skipping part of the system trust store");
+                }
+                let (added, ignored) = roots.add_parsable_certificates(loaded.certs);
+                tracing::debug!(added, ignored, "loaded the system trust store");
+                roots
+            }
+        };
+        Ok(builder.with_root_certificates(roots).with_no_client_auth())
+    }
+}
+
+/// Accepts any server certificate but still checks handshake signatures, so
+/// the session keys belong to whoever holds the presented certificate.
+#[derive(Debug)]
+struct AcceptAnyCertificate {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
