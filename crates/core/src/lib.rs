@@ -15,7 +15,9 @@ pub mod quantity;
 pub mod resources;
 pub mod scenario;
 
-pub use labels::{Labels, LabelSelector, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration};
+pub use labels::{
+    LabelSelector, Labels, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration, TolerationOperator,
+};
 pub use model::*;
 pub use resources::{Resources, GPU};
 pub use outcome::{NewClaim, Outcome, PodDecision, Provisioning, SupplyPath, Unschedulable};
