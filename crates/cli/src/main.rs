@@ -5,6 +5,8 @@
 #![forbid(unsafe_code)]
 
 mod exit;
+mod plan;
+mod render;
 
 use clap::{Parser, Subcommand};
 
@@ -16,10 +18,15 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Decide where pending pods go: the worked example, or your manifests.
+    Plan(plan::Args),
+}
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let result: Result<(), exit::Failure> = match cli.command {};
+    let result: Result<(), exit::Failure> = match cli.command {
+        Command::Plan(args) => plan::run(args),
+    };
     exit::report(result)
 }

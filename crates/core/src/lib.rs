@@ -14,6 +14,7 @@ pub mod topology;
 pub mod quantity;
 pub mod resources;
 pub mod scenario;
+pub mod sensitivity;
 
 pub use labels::{
     LabelSelector, Labels, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration, TolerationOperator,

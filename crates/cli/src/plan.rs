@@ -1,0 +1,316 @@
+//! `ironclaim plan`: where pending pods go, on the worked example or on
+//! manifests, and the sensitivity table.
+
+use crate::exit::Failure;
+use crate::render;
+use anyhow::anyhow;
+use ironclaim_core::sensitivity::{self, Variation};
+use ironclaim_core::*;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Manifests to plan for (multi-document YAML or JSON, `kind: List`
+    /// too): Pods, workloads, Nodes, PDBs, Servers, NodePools. Without it,
+    /// the worked example.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Vary one input and print the sensitivity table: warm=0,1,2,
+    /// boot=5m,30m, stock=0,1, requests=x0.5,x1,x1.5. Repeat for more axes.
+    #[arg(long = "vary", value_name = "KEY=V1,V2")]
+    vary: Vec<String>,
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// The time to plan at, in seconds of the manifests' clock.
+    #[arg(long, default_value_t = 0)]
+    now: u64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    let snapshot = load(&args.files)?;
+    if args.vary.is_empty() {
+        let plan = provision(&snapshot, args.now);
+        let view = PlanView::new(&snapshot, &plan);
+        match args.output {
+            Output::Json => println!("{}", serde_json::to_string_pretty(&view).map_err(Failure::world)?),
+            Output::Table => print_plan(&view, &plan),
+        }
+        return Ok(());
+    }
+    let axes = args
+        .vary
+        .iter()
+        .map(|v| sensitivity::parse_vary(v))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::bad_input)?;
+    let rows: Vec<SensitivityRow> = sensitivity::combinations(&axes)
+        .into_iter()
+        .map(|variations| {
+            let varied = sensitivity::apply(&snapshot, &variations);
+            let plan = provision(&varied, args.now);
+            SensitivityRow::new(&variations, &PlanView::new(&varied, &plan))
+        })
+        .collect();
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::world)?),
+        Output::Table => print_sensitivity(&rows),
+    }
+    Ok(())
+}
+
+fn load(files: &[PathBuf]) -> Result<Snapshot, Failure> {
+    if files.is_empty() {
+        return Ok(scenario::worked_example());
+    }
+    Err(Failure::bad_input(anyhow!("reading manifests is not available in this build")))
+}
+
+/// The JSON shape of `plan --output json` (documented in docs/plan.md).
+#[derive(Serialize)]
+struct PlanView {
+    workloads: Vec<WorkloadView>,
+    claims: Vec<ClaimView>,
+}
+
+#[derive(Serialize)]
+struct WorkloadView {
+    name: String,
+    pods: Vec<PodView>,
+}
+
+#[derive(Serialize)]
+struct PodView {
+    name: String,
+    outcome: &'static str,
+    node: Option<String>,
+    server: Option<String>,
+    claim: Option<String>,
+    path: Option<SupplyPath>,
+    eta_s: Option<u64>,
+    deadline_missed: bool,
+    reason: Option<String>,
+    reason_kind: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct ClaimView {
+    name: String,
+    server: String,
+    pool: String,
+    pods: Vec<String>,
+    path: SupplyPath,
+    eta_s: u64,
+    requested: String,
+    capacity: String,
+    added_idle_watts: f64,
+    deadline_missed: bool,
+}
+
+fn workload_name(snapshot: &Snapshot, key: &str) -> String {
+    snapshot
+        .pods
+        .iter()
+        .find(|p| p.key() == key)
+        .and_then(|p| p.workload.clone())
+        .unwrap_or_else(|| key.to_string())
+}
+
+impl PlanView {
+    fn new(snapshot: &Snapshot, plan: &Provisioning) -> Self {
+        let mut workloads: Vec<WorkloadView> = Vec::new();
+        let mut index: BTreeMap<String, usize> = BTreeMap::new();
+        for d in &plan.pods {
+            let name = d.workload.clone().unwrap_or_else(|| workload_name(snapshot, &d.pod));
+            let i = *index.entry(name.clone()).or_insert_with(|| {
+                workloads.push(WorkloadView { name, pods: Vec::new() });
+                workloads.len() - 1
+            });
+            let mut pod = PodView {
+                name: d.pod.clone(),
+                outcome: d.outcome.label(),
+                node: None,
+                server: None,
+                claim: None,
+                path: None,
+                eta_s: d.outcome.eta_s(),
+                deadline_missed: false,
+                reason: None,
+                reason_kind: None,
+            };
+            match &d.outcome {
+                Outcome::Existing { node } => {
+                    pod.node = Some(node.clone());
+                    pod.reason = Some(format!(
+                        "fits Ready node {node} now: this pod should already schedule; capacity or request accounting is stale"
+                    ));
+                }
+                Outcome::InFlight { claim, server, .. } => {
+                    pod.claim = Some(claim.clone());
+                    pod.server = Some(server.clone());
+                    pod.node = Some(server.clone());
+                }
+                Outcome::NewClaim { claim, server, path, deadline_missed, .. } => {
+                    pod.claim = Some(claim.clone());
+                    pod.server = Some(server.clone());
+                    pod.node = Some(server.clone());
+                    pod.path = Some(*path);
+                    pod.deadline_missed = *deadline_missed;
+                }
+                Outcome::Unschedulable { reason } => {
+                    pod.reason = Some(reason.to_string());
+                    pod.reason_kind = Some(reason.metric_label());
+                }
+            }
+            workloads[i].pods.push(pod);
+        }
+        let claims = plan
+            .claims
+            .iter()
+            .map(|c| ClaimView {
+                name: c.name.clone(),
+                server: c.server.clone(),
+                pool: c.pool.clone(),
+                pods: c.pods.clone(),
+                path: c.path,
+                eta_s: c.eta_s,
+                requested: c.requested.to_string(),
+                capacity: c.capacity.to_string(),
+                added_idle_watts: c.added_idle_watts,
+                deadline_missed: c.deadline_missed,
+            })
+            .collect();
+        PlanView { workloads, claims }
+    }
+}
+
+fn where_of(p: &PodView) -> String {
+    match (p.outcome, &p.node, &p.path) {
+        ("existing", Some(n), _) => n.clone(),
+        (_, Some(n), Some(path)) => format!("{n} ({path})"),
+        (_, Some(n), None) => n.clone(),
+        _ => "-".into(),
+    }
+}
+
+fn print_plan(view: &PlanView, plan: &Provisioning) {
+    let mut pods = render::table(&["workload", "pod", "outcome", "where", "ready in", "note"]);
+    for w in &view.workloads {
+        for p in &w.pods {
+            let note = match p.outcome {
+                "existing" => "should already schedule: stale accounting".to_string(),
+                "unschedulable" => p.reason.clone().unwrap_or_default(),
+                _ if p.deadline_missed => "misses its deadline".to_string(),
+                _ => String::new(),
+            };
+            pods.add_row(vec![
+                w.name.clone(),
+                p.name.clone(),
+                p.outcome.replace('_', " "),
+                where_of(p),
+                p.eta_s.map(render::duration).unwrap_or_else(|| "-".into()),
+                note,
+            ]);
+        }
+    }
+    println!("{pods}");
+    if view.claims.is_empty() {
+        println!("No claims: nothing to power on.");
+    } else {
+        let mut claims = render::table(&["claim", "server", "pool", "path", "ready in", "pods", "requested / capacity", "added idle"]);
+        for c in &view.claims {
+            claims.add_row(vec![
+                c.name.clone(),
+                c.server.clone(),
+                c.pool.clone(),
+                c.path.to_string(),
+                render::duration(c.eta_s),
+                c.pods.len().to_string(),
+                format!("{} / {}", c.requested, c.capacity),
+                format!("{:.0} W", c.added_idle_watts),
+            ]);
+        }
+        println!("{claims}");
+    }
+    let stale = plan.pods.iter().filter(|d| matches!(d.outcome, Outcome::Existing { .. })).count();
+    let unschedulable = plan.pods.iter().filter(|d| matches!(d.outcome, Outcome::Unschedulable { .. })).count();
+    let added: f64 = plan.claims.iter().map(|c| c.added_idle_watts).sum();
+    println!(
+        "{} pending pods: {stale} fit Ready nodes now, {} go to {} new claims (+{added:.0} W idle), {unschedulable} cannot be placed.",
+        plan.pods.len(),
+        plan.pods.len() - stale - unschedulable,
+        plan.claims.len(),
+    );
+}
+
+#[derive(Serialize)]
+struct SensitivityRow {
+    variations: Vec<String>,
+    workloads: Vec<WorkloadSummary>,
+}
+
+#[derive(Serialize)]
+struct WorkloadSummary {
+    name: String,
+    outcome: String,
+    /// Time until the last of its pods can run; None if some cannot.
+    ready_in_s: Option<u64>,
+    deadline_missed: bool,
+}
+
+impl SensitivityRow {
+    fn new(variations: &[Variation], view: &PlanView) -> Self {
+        let workloads = view
+            .workloads
+            .iter()
+            .map(|w| {
+                let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+                for p in &w.pods {
+                    let key = match (p.outcome, p.path) {
+                        ("new_claim", Some(path)) => format!("new {path}"),
+                        ("unschedulable", _) => format!("unschedulable ({})", p.reason_kind.unwrap_or("?")),
+                        (o, _) => o.replace('_', " "),
+                    };
+                    *counts.entry(key).or_default() += 1;
+                }
+                let outcome = counts.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ");
+                let ready_in_s = w.pods.iter().map(|p| p.eta_s).collect::<Option<Vec<_>>>().map(|v| v.into_iter().max().unwrap_or(0));
+                WorkloadSummary {
+                    name: w.name.clone(),
+                    outcome,
+                    ready_in_s,
+                    deadline_missed: w.pods.iter().any(|p| p.deadline_missed),
+                }
+            })
+            .collect();
+        SensitivityRow { variations: variations.iter().map(|v| v.to_string()).collect(), workloads }
+    }
+}
+
+fn print_sensitivity(rows: &[SensitivityRow]) {
+    let Some(first) = rows.first() else { return };
+    let mut header: Vec<String> = vec!["inputs".into()];
+    header.extend(first.workloads.iter().map(|w| w.name.clone()));
+    let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = render::table(&header_refs);
+    for row in rows {
+        let mut cells = vec![row.variations.join(" ")];
+        for w in &row.workloads {
+            let ready = match w.ready_in_s {
+                Some(s) => format!("ready in {}", render::duration(s)),
+                None => "stays pending".into(),
+            };
+            let late = if w.deadline_missed { " (late)" } else { "" };
+            cells.push(format!("{}\n{ready}{late}", w.outcome));
+        }
+        t.add_row(cells);
+    }
+    println!("{t}");
+}
