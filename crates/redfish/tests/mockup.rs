@@ -1,0 +1,351 @@
+//! Against the DMTF public-rackmount1 mockup payloads, served by a mock BMC
+//! that adds sessions, ETags, task monitors, ActionInfo and faults.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::mock::{ACTION_INFO, MockBmc, SYSTEM, SYSTEM_UUID};
+use common::{PASSWORD, TempDir, USERNAME, mock_timing, password_file};
+use ironclaim_redfish::provider::ProviderOptions;
+use ironclaim_redfish::{
+    AuthMode, Bmc, BmcAddress, BmcConfig, Credentials, Error, PowerProvider, PowerState, RedfishProvider, ResetType,
+    ServerSpec, SystemSelector, Timing, WattsSource,
+};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+struct Fixture {
+    mock: MockBmc,
+    dir: TempDir,
+}
+
+impl Fixture {
+    async fn start() -> Self {
+        Fixture { mock: MockBmc::start().await, dir: TempDir::new("mockup") }
+    }
+
+    fn credentials(&self, password: &str) -> Credentials {
+        Credentials::from_password_file(USERNAME, &password_file(self.dir.path(), password)).unwrap()
+    }
+
+    fn bmc_with(&self, password: &str, timing: Timing) -> Bmc {
+        let endpoint = BmcAddress::parse(&self.mock.endpoint()).unwrap().endpoint;
+        let mut config = BmcConfig::new(endpoint, self.credentials(password));
+        config.timing = timing;
+        Bmc::new(config, Arc::new(Semaphore::new(8))).unwrap()
+    }
+
+    fn bmc(&self) -> Bmc {
+        self.bmc_with(PASSWORD, mock_timing())
+    }
+}
+
+fn system() -> SystemSelector {
+    SystemSelector::Id("437XR1138R2".into())
+}
+
+#[tokio::test]
+async fn one_session_serves_every_request_and_shutdown_logs_out() {
+    let f = Fixture::start().await;
+    let bmc = f.bmc();
+    for _ in 0..3 {
+        assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    }
+    {
+        let w = f.mock.world();
+        assert_eq!(w.logins, 1);
+        assert_eq!(w.basic_requests, 0, "with sessions offered, Basic auth is not used");
+        assert!(w.token_requests >= 3);
+    }
+    bmc.logout().await.unwrap();
+    let w = f.mock.world();
+    assert_eq!(w.logouts, 1);
+    assert!(w.tokens.is_empty(), "the session was deleted on the BMC");
+}
+
+#[tokio::test]
+async fn dropping_the_client_logs_out_in_the_background() {
+    let f = Fixture::start().await;
+    let bmc = f.bmc();
+    bmc.power_state(&system()).await.unwrap();
+    drop(bmc);
+    for _ in 0..100 {
+        if f.mock.world().logouts == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("a dropped client must close its session");
+}
+
+#[tokio::test]
+async fn expired_session_token_is_replaced_by_one_new_login() {
+    let f = Fixture::start().await;
+    let bmc = f.bmc();
+    bmc.power_state(&system()).await.unwrap();
+    f.mock.world().expire_sessions();
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    assert_eq!(f.mock.world().logins, 2);
+}
+
+#[tokio::test]
+async fn wrong_password_at_session_login_is_auth_failed() {
+    let f = Fixture::start().await;
+    let err = f.bmc_with("guess", mock_timing()).power_state(&system()).await.unwrap_err();
+    assert!(matches!(err, Error::AuthFailed { status: 401, .. }), "{err:?}");
+    assert!(err.to_string().contains("logging in"), "{err}");
+}
+
+#[tokio::test]
+async fn basic_auth_is_used_when_no_session_service_is_offered() {
+    let f = Fixture::start().await;
+    f.mock.world().basic_only = true;
+    let bmc = f.bmc();
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    let w = f.mock.world();
+    assert_eq!((w.logins, w.token_requests), (0, 0));
+    assert!(w.basic_requests >= 1);
+}
+
+#[tokio::test]
+async fn forced_basic_auth_with_wrong_password_is_auth_failed() {
+    let f = Fixture::start().await;
+    let endpoint = BmcAddress::parse(&f.mock.endpoint()).unwrap().endpoint;
+    let mut config = BmcConfig::new(endpoint, f.credentials("guess"));
+    config.auth = AuthMode::Basic;
+    config.timing = mock_timing();
+    let err = Bmc::new(config, Arc::new(Semaphore::new(2))).unwrap().power_state(&system()).await.unwrap_err();
+    assert_eq!(err.metric_label(), "auth_failed");
+}
+
+#[tokio::test]
+async fn etag_turns_repeat_reads_into_not_modified_until_the_state_changes() {
+    let f = Fixture::start().await;
+    let bmc = f.bmc();
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    assert!(f.mock.world().not_modified >= 1, "the second read must be answered 304");
+    f.mock.world().power = "Off".into();
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::Off, "a changed ETag means a fresh body");
+}
+
+#[tokio::test]
+async fn system_is_found_by_id_by_uuid_and_by_metal3_address() {
+    let f = Fixture::start().await;
+    let bmc = f.bmc();
+    let metal3 = BmcAddress::parse(&format!("redfish+http://{}{SYSTEM}", f.mock.addr)).unwrap();
+    for selector in [system(), SystemSelector::parse(SYSTEM_UUID).unwrap(), metal3.system.unwrap()] {
+        assert_eq!(bmc.resolve(&selector).await.unwrap(), SYSTEM, "{selector}");
+    }
+    let err = bmc.power_state(&SystemSelector::Id("nope".into())).await.unwrap_err();
+    assert_eq!(err.metric_label(), "system_not_found");
+}
+
+#[tokio::test]
+async fn power_off_is_graceful_and_confirmed() {
+    let f = Fixture::start().await;
+    let outcome = f.bmc().power_off(&system()).await.unwrap();
+    assert_eq!(outcome.sent, vec![ResetType::GracefulShutdown]);
+    assert_eq!(outcome.state, PowerState::Off);
+    assert_eq!(f.mock.world().power, "Off");
+}
+
+#[tokio::test]
+async fn power_on_with_a_task_monitor_is_followed_to_completion() {
+    let f = Fixture::start().await;
+    {
+        let mut w = f.mock.world();
+        w.power = "Off".into();
+        w.task_polls = Some(3);
+    }
+    let outcome = f.bmc().power_on(&system()).await.unwrap();
+    assert_eq!(outcome.sent, vec![ResetType::On]);
+    assert_eq!(f.mock.world().task_polls_seen, 3);
+}
+
+#[tokio::test]
+async fn failed_task_is_reported_with_its_message() {
+    let f = Fixture::start().await;
+    {
+        let mut w = f.mock.world();
+        w.power = "Off".into();
+        w.task_polls = Some(1);
+        w.task_fails = true;
+    }
+    let err = f.bmc().power_on(&system()).await.unwrap_err();
+    match err {
+        Error::TaskFailed { state, message, reset_type, .. } => {
+            assert_eq!((state.as_str(), reset_type), ("Exception", ResetType::On));
+            assert!(message.contains("Exception"), "{message}");
+        }
+        other => panic!("expected TaskFailed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reset_types_listed_in_action_info_decide_the_power_on_type() {
+    let f = Fixture::start().await;
+    {
+        let mut w = f.mock.world();
+        w.power = "Off".into();
+        w.action_info = Some(vec!["ForceOn".into(), "ForceOff".into(), "PushPowerButton".into()]);
+    }
+    let outcome = f.bmc().power_on(&system()).await.unwrap();
+    assert_eq!(outcome.sent, vec![ResetType::ForceOn]);
+    let w = f.mock.world();
+    assert!(w.action_info_reads >= 1, "{ACTION_INFO} was read");
+    assert_eq!(w.resets, vec!["ForceOn"]);
+}
+
+#[tokio::test]
+async fn action_info_without_a_power_on_type_is_action_not_supported() {
+    let f = Fixture::start().await;
+    {
+        let mut w = f.mock.world();
+        w.power = "Off".into();
+        w.action_info = Some(vec!["ForceOff".into(), "Nmi".into()]);
+    }
+    let err = f.bmc().power_on(&system()).await.unwrap_err();
+    assert_eq!(err.metric_label(), "action_not_supported", "{err:?}");
+    assert!(f.mock.world().resets.is_empty());
+}
+
+#[tokio::test]
+async fn action_accepted_but_never_applied_is_resent_once_then_reported() {
+    let f = Fixture::start().await;
+    {
+        let mut w = f.mock.world();
+        w.power = "Off".into();
+        w.drop_resets = u32::MAX;
+    }
+    let err = f.bmc().power_on(&system()).await.unwrap_err();
+    match err {
+        Error::TimedOutWaitingForState { expected, last_seen, sends, reset_type, .. } => {
+            assert_eq!((expected, last_seen, sends, reset_type), (PowerState::On, PowerState::Off, 2, ResetType::On));
+        }
+        other => panic!("expected TimedOutWaitingForState, got {other:?}"),
+    }
+    assert_eq!(f.mock.world().resets, vec!["On", "On"], "sent exactly twice");
+}
+
+#[tokio::test]
+async fn action_dropped_once_succeeds_on_the_resend() {
+    let f = Fixture::start().await;
+    {
+        let mut w = f.mock.world();
+        w.power = "Off".into();
+        w.drop_resets = 1;
+    }
+    let outcome = f.bmc().power_on(&system()).await.unwrap();
+    assert_eq!(outcome.sent, vec![ResetType::On, ResetType::On]);
+    assert_eq!(f.mock.world().power, "On");
+}
+
+#[tokio::test]
+async fn watts_come_from_environment_metrics_or_chassis_power() {
+    let newer = Fixture::start().await;
+    let watts = newer.bmc().watts(&system()).await.unwrap();
+    assert_eq!((watts.watts, watts.source), (374.0, WattsSource::EnvironmentMetrics));
+    assert_eq!(watts.resource, "/redfish/v1/Chassis/1U/EnvironmentMetrics");
+
+    let older = Fixture::start().await;
+    older.mock.world().hide_environment_metrics = true;
+    let watts = older.bmc().watts(&system()).await.unwrap();
+    assert_eq!((watts.watts, watts.source), (344.0, WattsSource::PowerControl));
+}
+
+#[tokio::test]
+async fn fleet_watts_sum_the_servers_that_answered() {
+    let newer = Fixture::start().await;
+    let older = Fixture::start().await;
+    older.mock.world().hide_environment_metrics = true;
+    let silent = Fixture::start().await;
+    silent.mock.world().replace.insert("/redfish/v1/Chassis/1U/EnvironmentMetrics".into(), json!({"PowerWatts": {}}));
+    silent.mock.world().replace.insert("/redfish/v1/Chassis/1U/Power".into(), json!({"PowerControl": []}));
+    let spec = |name: &str, f: &Fixture| ServerSpec {
+        name: name.into(),
+        endpoint: BmcAddress::parse(&f.mock.endpoint()).unwrap().endpoint,
+        system: system(),
+        credentials: f.credentials(PASSWORD),
+        tls: Default::default(),
+    };
+    let options = ProviderOptions { timing: mock_timing(), ..ProviderOptions::default() };
+    let provider =
+        RedfishProvider::new(vec![spec("a", &newer), spec("b", &older), spec("c", &silent)], options).unwrap();
+    let fleet = provider.fleet_watts().await;
+    assert_eq!(fleet.total_watts, 374.0 + 344.0);
+    let c = &fleet.readings[2];
+    assert_eq!(c.0, "c");
+    assert_eq!(c.1.as_ref().unwrap_err().metric_label(), "watts_unavailable");
+    assert_eq!(provider.list().await.unwrap(), vec!["a", "b", "c"]);
+    assert_eq!(provider.watts("zz").await.unwrap_err().metric_label(), "unknown_server");
+}
+
+#[tokio::test]
+async fn a_passing_server_error_is_retried_and_a_lasting_one_reported() {
+    let f = Fixture::start().await;
+    let bmc = f.bmc();
+    bmc.power_state(&system()).await.unwrap();
+    f.mock.world().fail_next = 1;
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    f.mock.world().fail_next = 100;
+    let err = bmc.power_state(&system()).await.unwrap_err();
+    assert!(matches!(err, Error::HttpStatus { status: 500, .. }), "{err:?}");
+    assert!(err.to_string().contains("internal error injected"), "the BMC's message is kept: {err}");
+}
+
+#[tokio::test]
+async fn slow_answer_past_the_timeout_is_request_timed_out() {
+    let f = Fixture::start().await;
+    f.mock.world().slow = Some((SYSTEM.into(), Duration::from_secs(3)));
+    let timing = Timing { request_timeout: Duration::from_millis(300), retries: 1, ..mock_timing() };
+    let err = f.bmc_with(PASSWORD, timing).power_state(&system()).await.unwrap_err();
+    assert_eq!(err.metric_label(), "request_timed_out", "{err:?}");
+}
+
+#[tokio::test]
+async fn truncated_json_is_a_malformed_payload_at_the_root() {
+    let f = Fixture::start().await;
+    f.mock.world().truncate = Some(SYSTEM.into());
+    let err = f.bmc().power_state(&system()).await.unwrap_err();
+    match err {
+        Error::MalformedPayload { path, .. } => assert_eq!(path, "$"),
+        other => panic!("expected MalformedPayload, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn power_state_of_the_wrong_type_names_its_json_path() {
+    let f = Fixture::start().await;
+    let mut body: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::mockup_dir().join("Systems/437XR1138R2/index.json")).unwrap())
+            .unwrap();
+    body["PowerState"] = json!(1);
+    f.mock.world().replace.insert(SYSTEM.into(), body.clone());
+    let err = f.bmc().power_state(&system()).await.unwrap_err();
+    assert!(matches!(&err, Error::MalformedPayload { path, .. } if path == "$.PowerState"), "{err:?}");
+
+    body["PowerState"] = json!("On");
+    body["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"] = json!("On");
+    f.mock.world().replace.insert(SYSTEM.into(), body);
+    let err = f.bmc().power_off(&system()).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::MalformedPayload { path, .. }
+            if path == r##"$.Actions["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"]"##),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_bmc_is_unreachable_after_retries() {
+    let port = common::free_port();
+    let endpoint = BmcAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap().endpoint;
+    let dir = TempDir::new("unreachable");
+    let creds = Credentials::from_password_file(USERNAME, &password_file(dir.path(), PASSWORD)).unwrap();
+    let mut config = BmcConfig::new(endpoint, creds);
+    config.timing = mock_timing();
+    let err = Bmc::new(config, Arc::new(Semaphore::new(1))).unwrap().power_state(&system()).await.unwrap_err();
+    assert_eq!(err.metric_label(), "unreachable", "{err:?}");
+}
