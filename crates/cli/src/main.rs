@@ -4,6 +4,8 @@
 //! off to the library crates. Each subcommand lives in its own module.
 #![forbid(unsafe_code)]
 
+mod bench;
+mod bmc;
 mod exit;
 mod plan;
 mod render;
@@ -21,12 +23,18 @@ struct Cli {
 enum Command {
     /// Decide where pending pods go: the worked example, or your manifests.
     Plan(plan::Args),
+    /// Measure decision speed on the standard benchmark shapes.
+    Bench(bench::Args),
+    /// Talk to servers' BMCs over Redfish: status, power-on, power-off, watts.
+    Bmc(bmc::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result: Result<(), exit::Failure> = match cli.command {
         Command::Plan(args) => plan::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Bmc(args) => bmc::run(args),
     };
     exit::report(result)
 }
