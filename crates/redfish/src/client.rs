@@ -264,6 +264,8 @@ impl Bmc {
         let classify = |err: reqwest::Error| {
             if err.is_timeout() {
                 Error::RequestTimedOut { step, url: url.to_string(), timeout: self.inner.timing.request_timeout }
+            } else if let Some(tls) = tls_failure(&err) {
+                Error::TlsHandshake { step, url: url.to_string(), reason: tls.to_string() }
             } else {
                 Error::Unreachable { step, url: url.to_string(), source: err.without_url() }
             }
@@ -587,6 +589,24 @@ impl Bmc {
         }
         Ok(None)
     }
+}
+
+/// The rustls error somewhere in a request error's chain, if any. rustls
+/// errors travel inside `std::io::Error`, whose `source` skips them.
+fn tls_failure(err: &reqwest::Error) -> Option<&rustls::Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    // Bounded: error chains are short, and a cycle must not hang us.
+    for _ in 0..16 {
+        let e = current?;
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        current = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
 }
 
 pub(crate) fn malformed(url: &str, err: PayloadError) -> Error {

@@ -65,6 +65,11 @@ pub enum Error {
         source: reqwest::Error,
     },
 
+    /// The TLS handshake failed: an untrusted or mismatched certificate,
+    /// or no common protocol. Not retried: it will not pass by itself.
+    #[error("TLS handshake with the BMC failed while {step} ({url}): {reason}")]
+    TlsHandshake { step: Step, url: String, reason: String },
+
     /// The BMC did not answer within the request timeout.
     #[error("BMC did not answer within {timeout:?} while {step} ({url})")]
     RequestTimedOut { step: Step, url: String, timeout: Duration },
@@ -136,6 +141,7 @@ impl Error {
             Error::CredentialsUnreadable { .. } => "credentials_unreadable",
             Error::TlsConfig { .. } => "tls_config",
             Error::Unreachable { .. } => "unreachable",
+            Error::TlsHandshake { .. } => "tls_handshake_failed",
             Error::RequestTimedOut { .. } => "request_timed_out",
             Error::AuthFailed { .. } => "auth_failed",
             Error::SystemNotFound { .. } => "system_not_found",

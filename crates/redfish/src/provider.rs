@@ -213,7 +213,7 @@ impl RedfishProvider {
             }
         }
         readings.sort_by(|a, b| a.0.cmp(&b.0));
-        let total_watts = readings.iter().filter_map(|(_, r, _)| r.as_ref().ok()).map(|w| w.watts).sum();
+        let total_watts = readings.iter().filter_map(|(_, r, _)| r.as_ref().ok()).fold(0.0, |sum, w| sum + w.watts);
         FleetWatts { readings, total_watts }
     }
 

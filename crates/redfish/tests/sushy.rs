@@ -79,6 +79,27 @@ async fn sushy_with_a_wrong_password_is_auth_failed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sushy_certificate_from_an_untrusted_ca_is_refused_unless_skipping_is_explicit() {
+    let systems = vec![fake_system(0, "Off")];
+    let sushy = Sushy::start(SushyOptions { systems: systems.clone(), disable_power_off: false });
+    let selector = SystemSelector::parse(&systems[0].0).unwrap();
+    let endpoint = BmcAddress::parse(&sushy.endpoint()).unwrap().endpoint;
+    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir.path(), PASSWORD)).unwrap();
+
+    // Default settings: the system trust store, which does not know the test CA.
+    let mut config = BmcConfig::new(endpoint.clone(), creds.clone());
+    config.timing = sushy_timing();
+    let err = Bmc::new(config, Arc::new(Semaphore::new(2))).unwrap().power_state(&selector).await.unwrap_err();
+    assert_eq!(err.metric_label(), "tls_handshake_failed", "{err:?}");
+
+    let mut config = BmcConfig::new(endpoint, creds);
+    config.timing = sushy_timing();
+    config.tls = TlsSettings { ca_file: None, insecure_skip_verify: true };
+    let bmc = Bmc::new(config, Arc::new(Semaphore::new(2))).unwrap();
+    assert_eq!(bmc.power_state(&selector).await.unwrap(), PowerState::Off);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sushy_refusing_power_off_is_a_typed_rejection() {
     let systems = vec![fake_system(0, "On")];
     let sushy = Sushy::start(SushyOptions { systems: systems.clone(), disable_power_off: true });
