@@ -1,0 +1,274 @@
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use crate::error::{Error, Result};
+
+/// The annotation that makes kwok play the kubelet of a Node: it marks the
+/// Node Ready and runs the Pods bound to it.
+pub const FAKE_NODE_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+/// Use this kubeconfig instead of starting an environment (which is then
+/// neither started nor stopped by the tests).
+const KUBECONFIG_VAR: &str = "IRONCLAIM_KUBECONFIG";
+/// The kubectl to use with [`KUBECONFIG_VAR`]; defaults to the one
+/// `hack/testenv build` produced, then to `kubectl` on PATH.
+const KUBECTL_VAR: &str = "IRONCLAIM_KUBECTL";
+/// Exit code of `hack/testenv up` when the binaries are not built.
+const NOT_BUILT_EXIT_CODE: i32 = 3;
+
+/// The environment shared by the tests of this process, while any holds it.
+static SHARED: Mutex<Weak<Inner>> = Mutex::new(Weak::new());
+/// Distinguishes the state dirs of environments started one after another.
+static STARTS: AtomicU32 = AtomicU32::new(0);
+
+/// A handle on a running control plane. Cheap to clone; the environment
+/// stops when the last handle of the process is dropped.
+#[derive(Clone, Debug)]
+pub struct TestEnv {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+    /// `None` when the environment was started outside the tests.
+    owned: Option<Owned>,
+}
+
+#[derive(Debug)]
+struct Owned {
+    script: PathBuf,
+    state_dir: PathBuf,
+    /// Set when a test holding the environment panicked: its logs are kept.
+    keep_state: AtomicBool,
+}
+
+impl TestEnv {
+    /// Starts the control plane, or joins the one another test of this
+    /// process already holds.
+    ///
+    /// # Guarantees
+    /// On `Ok`, kube-apiserver answers `/readyz`, and the controller manager
+    /// (with the disruption controller), the scheduler and kwok are healthy.
+    /// Every process started here is stopped when the last handle drops, also
+    /// on panic; if the test process is killed outright, a watcher started by
+    /// `hack/testenv up` stops them within a second or so.
+    ///
+    /// # Errors
+    /// [`Error::NotBuilt`] when `hack/testenv build` has not been run: tests
+    /// fail rather than skip, so a missing environment is never mistaken for
+    /// passing tests. [`Error::StartFailed`] with the script's output when a
+    /// component does not come up.
+    pub fn shared() -> Result<TestEnv> {
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(inner) = shared.upgrade() {
+            return Ok(TestEnv { inner });
+        }
+        let inner = Arc::new(Inner::start()?);
+        *shared = Arc::downgrade(&inner);
+        Ok(TestEnv { inner })
+    }
+
+    /// Path of an admin kubeconfig for the environment.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.inner.kubeconfig
+    }
+
+    /// Runs kubectl against the environment and returns its stdout.
+    ///
+    /// # Errors
+    /// [`Error::KubectlFailed`] with kubectl's stderr when it exits non-zero.
+    pub fn kubectl<I, S>(&self, args: I) -> Result<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.kubectl_with_stdin(args, "")
+    }
+
+    /// Like [`TestEnv::kubectl`], feeding `stdin` to it (for `apply -f -`).
+    pub fn kubectl_with_stdin<I, S>(&self, args: I, stdin: &str) -> Result<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let mut child = Command::new(&self.inner.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.inner.kubeconfig)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| Error::Spawn {
+                program: self.inner.kubectl.clone(),
+                source,
+            })?;
+        if let Some(mut pipe) = child.stdin.take() {
+            // kubectl may exit before reading everything; its exit status
+            // then says why, so a broken pipe here is not the error to report.
+            let _ = pipe.write_all(stdin.as_bytes());
+        }
+        let output = child.wait_with_output().map_err(|source| Error::Spawn {
+            program: self.inner.kubectl.clone(),
+            source,
+        })?;
+        if !output.status.success() {
+            return Err(Error::KubectlFailed {
+                args: args
+                    .iter()
+                    .map(|a| a.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                status: output.status,
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// A typed client authenticated as the environment's admin.
+    ///
+    /// kube's default retry of 429/503/504 is off: tests must see the
+    /// server's answers as they are. (With it on, an eviction refused by a
+    /// PodDisruptionBudget is retried for minutes before the 429 surfaces.)
+    pub async fn client(&self) -> Result<kube::Client> {
+        let path = &self.inner.kubeconfig;
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(path).map_err(|source| Error::ReadKubeconfig {
+                path: path.clone(),
+                source,
+            })?;
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|source| Error::ReadKubeconfig {
+            path: path.clone(),
+            source,
+        })?;
+        config.default_retry = false;
+        kube::Client::try_from(config).map_err(|source| Error::BuildClient {
+            path: path.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(owned) = &self.inner.owned
+        {
+            owned.keep_state.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Inner {
+    fn start() -> Result<Inner> {
+        let script = script_path();
+        if let Some(kubeconfig) = std::env::var_os(KUBECONFIG_VAR) {
+            let kubectl = std::env::var_os(KUBECTL_VAR)
+                .map(PathBuf::from)
+                .or_else(|| built_kubectl(&script))
+                .unwrap_or_else(|| PathBuf::from("kubectl"));
+            return Ok(Inner {
+                kubeconfig: kubeconfig.into(),
+                kubectl,
+                owned: None,
+            });
+        }
+
+        let state_dir = std::env::temp_dir().join(format!(
+            "ironclaim-testenv-{}-{}",
+            std::process::id(),
+            STARTS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let output = Command::new(&script)
+            .arg("up")
+            .env("IRONCLAIM_TESTENV_DIR", &state_dir)
+            .env("IRONCLAIM_TESTENV_NO_BUILD", "1")
+            .env(
+                "IRONCLAIM_TESTENV_OWNER_PID",
+                std::process::id().to_string(),
+            )
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| Error::Spawn {
+                program: script.clone(),
+                source,
+            })?;
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        if output.status.code() == Some(NOT_BUILT_EXIT_CODE) {
+            return Err(Error::NotBuilt { stderr });
+        }
+        if !output.status.success() {
+            return Err(Error::StartFailed {
+                status: output.status,
+                stderr,
+            });
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let Some(kubeconfig) = stdout
+            .lines()
+            .last()
+            .and_then(|line| line.strip_prefix("KUBECONFIG="))
+        else {
+            return Err(Error::NoKubeconfigLine {
+                stdout: stdout.into_owned(),
+            });
+        };
+        let kubectl = built_kubectl(&script).unwrap_or_else(|| PathBuf::from("kubectl"));
+        Ok(Inner {
+            kubeconfig: kubeconfig.into(),
+            kubectl,
+            owned: Some(Owned {
+                script,
+                state_dir,
+                keep_state: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let Some(owned) = &self.owned else { return };
+        let stopped = Command::new(&owned.script)
+            .arg("down")
+            .env("IRONCLAIM_TESTENV_DIR", &owned.state_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if stopped && !owned.keep_state.load(Ordering::Relaxed) {
+            let _ = std::fs::remove_dir_all(&owned.state_dir);
+        } else {
+            eprintln!(
+                "testenv: logs of the control plane kept in {}",
+                owned.state_dir.join("logs").display()
+            );
+        }
+    }
+}
+
+fn script_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/testenv")
+}
+
+/// The kubectl built alongside the control plane, if it is there.
+fn built_kubectl(script: &Path) -> Option<PathBuf> {
+    let output = Command::new(script).arg("bin-dir").output().ok()?;
+    let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let kubectl = Path::new(&dir).join("kubectl");
+    kubectl.is_file().then_some(kubectl)
+}

@@ -1,0 +1,22 @@
+//! A real Kubernetes control plane for ironclaim's integration tests.
+//!
+//! [`TestEnv::shared`] starts `hack/testenv up` (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and kwok on loopback) or joins the
+//! one already started by another test in the same process, and stops it with
+//! `hack/testenv down` when the last test holding it is done, including when
+//! that test panics. Set `IRONCLAIM_KUBECONFIG` to run the tests against an
+//! environment you started yourself; it is then left running.
+//!
+//! The binaries are built once by `hack/testenv build`; the tests never build
+//! them, they fail and say so instead.
+
+#![forbid(unsafe_code)]
+#![deny(warnings)]
+
+mod env;
+mod error;
+mod wait;
+
+pub use env::{FAKE_NODE_ANNOTATION, TestEnv};
+pub use error::{Error, Result};
+pub use wait::eventually;
