@@ -5,6 +5,7 @@
 //! `ironclaim plan`) calls the same functions.
 #![forbid(unsafe_code)]
 
+pub mod ffd;
 pub mod labels;
 pub mod model;
 pub mod outcome;
@@ -15,6 +16,7 @@ pub mod quantity;
 pub mod resources;
 pub mod scenario;
 pub mod sensitivity;
+pub mod shapes;
 
 pub use labels::{
     LabelSelector, Labels, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration, TolerationOperator,

@@ -28,7 +28,7 @@ use crate::model::*;
 use crate::outcome::*;
 use crate::predicates::{check_host_ports, check_node_affinity, check_taints, NodeMismatch};
 use crate::resources::Resources;
-use crate::topology::{DomainId, PodTerms, TopologyIndex};
+use crate::topology::{DomainId, PodTerms, TopologyIndex, TopologyMismatch};
 use std::collections::{BTreeMap, HashMap};
 
 /// The label ironclaim puts on every node it creates, naming its NodePool.
@@ -104,10 +104,21 @@ struct Slot {
 struct Group {
     pods: Vec<usize>,
     terms: PodTerms,
-    /// Slots before these indexes failed for a reason adding pods cannot
-    /// undo (resources, node affinity, taints, ports, anti-affinity).
-    existing_cursor: usize,
-    claim_cursor: usize,
+    /// Ready nodes and claims still worth trying, in first-fit order. A slot
+    /// leaves its list once it fails for a reason adding pods cannot undo
+    /// (resources, node affinity, taints, ports, anti-affinity), so each pod
+    /// of a large group only looks at slots that might still take it.
+    live_existing: Vec<usize>,
+    live_claims: Vec<usize>,
+    /// How many of `Scheduler::claims` were already added to `live_claims`.
+    claims_seen: usize,
+    /// The inventory epoch the live lists were built in: what counts as
+    /// permanent for spread depends on the inventory, so they are rebuilt
+    /// when it changes.
+    live_epoch: u64,
+    /// Per spread term: the domains that free inventory offers, and whether
+    /// a fresh host is on offer, valid while `inventory_epoch` is unchanged.
+    offered_domains: Vec<Option<(u64, Vec<DomainId>, bool)>>,
     /// Per offering: does the pod fit an empty server of it, by resources,
     /// node affinity and taints.
     static_ok: Vec<bool>,
@@ -140,6 +151,11 @@ struct Scheduler<'s> {
     usage: Vec<Usage>,
     fleet_peak_watts: f64,
     placement: Vec<Option<usize>>,
+    /// Bumped whenever a server class runs out of free servers or gets one
+    /// back, so that per-group caches of what the inventory offers stay valid.
+    inventory_epoch: u64,
+    /// Per topology key: the domains of claims (in flight and new).
+    claim_domains: Vec<std::collections::BTreeSet<DomainId>>,
 }
 
 fn class_key(s: &Server) -> String {
@@ -219,6 +235,8 @@ impl<'s> Scheduler<'s> {
             claims: Vec::new(),
             fleet_peak_watts: 0.0,
             placement: vec![None; snap.pods.len()],
+            inventory_epoch: 0,
+            claim_domains: Vec::new(),
         };
         s.build_inventory();
         s.build_slots();
@@ -358,16 +376,17 @@ impl<'s> Scheduler<'s> {
             if claim.stage == Stage::Ready {
                 continue;
             }
-            let pool = &self.pools[pool];
-            let labels = node_labels_for(server, pool);
-            let overhead = daemonset_overhead(snap, &labels, &pool.taints, &server.name);
+            let pool_taints = self.pools[pool].taints.clone();
+            let labels = node_labels_for(server, &self.pools[pool]);
+            let overhead = daemonset_overhead(snap, &labels, &pool_taints, &server.name);
             let domains = self.topo.domains_of(&labels);
+            self.note_claim_domains(&domains);
             self.claims.push(self.slots.len());
             self.slots.push(Slot {
                 name: server.name.clone(),
                 kind: SlotKind::InFlight { claim: claim.name.clone(), eta_s: remaining_eta(server, claim, self.now_s) },
                 labels,
-                taints: pool.taints.clone(),
+                taints: pool_taints,
                 cordoned: false,
                 free: with_default_pod_slots(&server.capacity).minus(&overhead),
                 ports: Vec::new(),
@@ -427,8 +446,11 @@ impl<'s> Scheduler<'s> {
                 groups.push(Group {
                     pods: Vec::new(),
                     terms,
-                    existing_cursor: 0,
-                    claim_cursor: 0,
+                    live_existing: Vec::new(),
+                    live_claims: Vec::new(),
+                    claims_seen: 0,
+                    live_epoch: 0,
+                    offered_domains: Vec::new(),
                     static_ok: Vec::new(),
                     eligible_existing_domains: Vec::new(),
                     blocked: None,
@@ -463,6 +485,8 @@ impl<'s> Scheduler<'s> {
 
     fn prepare_group(&mut self, group: &mut Group) {
         let pod = &self.snap.pods[group.pods[0]];
+        group.live_existing = self.existing.clone();
+        group.offered_domains = vec![None; group.terms.spread.len()];
         group.static_ok = self
             .offerings
             .iter()
@@ -495,84 +519,95 @@ impl<'s> Scheduler<'s> {
     /// Minimum counts for the group's spread terms, as kube-scheduler would
     /// see them now (existing nodes only) and once the plan's claims and the
     /// free inventory are counted as domains too.
-    fn spread_minimums(&self, group: &Group) -> (Vec<u32>, Vec<u32>) {
+    /// Also returns, per spread term, whether its planned minimum is pinned
+    /// at zero by a fresh host on offer: then a host over the skew stays over
+    /// it until the inventory changes.
+    fn spread_minimums(&self, group: &mut Group) -> (Vec<u32>, Vec<u32>, Vec<bool>) {
         let pod = &self.snap.pods[group.pods[0]];
+        let unconstrained = pod.node_selector.is_empty() && pod.node_affinity.is_empty();
         let mut now = Vec::new();
         let mut planned = Vec::new();
+        let mut pinned = Vec::new();
         for (i, s) in group.terms.spread.iter().enumerate() {
             let existing = &group.eligible_existing_domains[i];
             now.push(self.topo.spread_min(s, existing.iter().copied()));
             let key = self.topo.key_of_term(s.term);
-            let mut domains = existing.clone();
-            let mut fresh_host = false;
-            for &c in &self.claims {
-                let slot = &self.slots[c];
-                if check_node_affinity(pod, &slot.labels, &slot.name).is_ok()
-                    && let Some(d) = slot.domains[key]
-                {
-                    domains.push(d);
+            let cached = group.offered_domains[i].as_ref().filter(|(epoch, _, _)| *epoch == self.inventory_epoch);
+            let (offered, fresh_host) = match cached {
+                Some((_, d, f)) => (d.clone(), *f),
+                None => {
+                    let mut offered = Vec::new();
+                    let mut fresh_host = false;
+                    for (o, off) in self.offerings.iter().enumerate() {
+                        let class = &self.classes[off.class];
+                        if !(class.unlimited || !class.free.is_empty()) || !group.static_ok[o] {
+                            continue;
+                        }
+                        if key == self.hostname_key {
+                            fresh_host = true;
+                            break;
+                        }
+                        if let Some(d) = off.domains[key] {
+                            offered.push(d);
+                        }
+                    }
+                    offered.sort_unstable();
+                    offered.dedup();
+                    group.offered_domains[i] = Some((self.inventory_epoch, offered.clone(), fresh_host));
+                    (offered, fresh_host)
                 }
+            };
+            pinned.push(fresh_host);
+            if fresh_host {
+                // A new host is a domain of its own with no pods yet.
+                planned.push(0);
+                continue;
             }
-            for (o, off) in self.offerings.iter().enumerate() {
-                let class = &self.classes[off.class];
-                let has_free = class.unlimited || !class.free.is_empty();
-                if !has_free || !group.static_ok[o] {
-                    continue;
-                }
-                if key == self.hostname_key {
-                    fresh_host = true;
-                } else if let Some(d) = off.domains[key] {
-                    domains.push(d);
+            let mut domains = existing.clone();
+            domains.extend(offered);
+            if unconstrained {
+                domains.extend(self.claim_domains[key].iter().copied());
+            } else {
+                for &c in &self.claims {
+                    let slot = &self.slots[c];
+                    if check_node_affinity(pod, &slot.labels, &slot.name).is_ok()
+                        && let Some(d) = slot.domains[key]
+                    {
+                        domains.push(d);
+                    }
                 }
             }
             domains.sort_unstable();
             domains.dedup();
-            planned.push(if fresh_host { 0 } else { self.topo.spread_min(s, domains.into_iter()) });
+            planned.push(self.topo.spread_min(s, domains.into_iter()));
         }
-        (now, planned)
+        (now, planned, pinned)
     }
 
     fn place(&mut self, pod_index: usize, group: &mut Group) {
         let pod = &self.snap.pods[pod_index];
-        let (min_now, min_planned) = if group.terms.spread.is_empty() {
-            (Vec::new(), Vec::new())
+        let (min_now, min_planned, pinned) = if group.terms.spread.is_empty() {
+            (Vec::new(), Vec::new(), Vec::new())
         } else {
             self.spread_minimums(group)
         };
+        if group.live_epoch != self.inventory_epoch {
+            group.live_epoch = self.inventory_epoch;
+            group.live_claims = self.claims.clone();
+            group.claims_seen = self.claims.len();
+        }
 
         // 1. Ready nodes.
-        let mut all_permanent = true;
-        for k in group.existing_cursor..self.existing.len() {
-            let slot = self.existing[k];
-            match self.fits_slot(pod, &group.terms, slot, &min_now) {
-                Ok(()) => {
-                    self.commit(pod_index, &group.terms, slot);
-                    return;
-                }
-                Err(permanent) => {
-                    all_permanent &= permanent;
-                    if all_permanent {
-                        group.existing_cursor = k + 1;
-                    }
-                }
-            }
+        if let Some(slot) = self.first_fit(pod, &group.terms, &mut group.live_existing, &min_now, &[]) {
+            self.commit(pod_index, &group.terms, slot);
+            return;
         }
         // 2. Claims in flight, then claims this plan opened.
-        let mut all_permanent = true;
-        for k in group.claim_cursor..self.claims.len() {
-            let slot = self.claims[k];
-            match self.fits_slot(pod, &group.terms, slot, &min_planned) {
-                Ok(()) => {
-                    self.commit(pod_index, &group.terms, slot);
-                    return;
-                }
-                Err(permanent) => {
-                    all_permanent &= permanent;
-                    if all_permanent {
-                        group.claim_cursor = k + 1;
-                    }
-                }
-            }
+        group.live_claims.extend_from_slice(&self.claims[group.claims_seen..]);
+        group.claims_seen = self.claims.len();
+        if let Some(slot) = self.first_fit(pod, &group.terms, &mut group.live_claims, &min_planned, &pinned) {
+            self.commit(pod_index, &group.terms, slot);
+            return;
         }
         // 3. A new claim.
         if let Some(slot) = self.open_claim(pod_index, group, &min_planned) {
@@ -580,9 +615,47 @@ impl<'s> Scheduler<'s> {
         }
     }
 
+    /// The first slot of `live` the pod fits; slots that can never take a
+    /// pod of this shape again are dropped from `live` on the way.
+    fn first_fit(
+        &self,
+        pod: &Pod,
+        terms: &PodTerms,
+        live: &mut Vec<usize>,
+        spread_min: &[u32],
+        spread_pinned: &[bool],
+    ) -> Option<usize> {
+        let mut found = None;
+        let mut dropped = 0;
+        for k in 0..live.len() {
+            match self.fits_slot(pod, terms, live[k], spread_min, spread_pinned) {
+                Ok(()) => {
+                    found = Some(live[k]);
+                    break;
+                }
+                Err(true) => {
+                    live[k] = usize::MAX;
+                    dropped += 1;
+                }
+                Err(false) => {}
+            }
+        }
+        if dropped > 0 {
+            live.retain(|&s| s != usize::MAX);
+        }
+        found
+    }
+
     /// Whether the pod fits the slot now. The error says whether the
     /// failure is permanent for this pod shape (adding pods cannot undo it).
-    fn fits_slot(&self, pod: &Pod, terms: &PodTerms, slot: usize, spread_min: &[u32]) -> Result<(), bool> {
+    fn fits_slot(
+        &self,
+        pod: &Pod,
+        terms: &PodTerms,
+        slot: usize,
+        spread_min: &[u32],
+        spread_pinned: &[bool],
+    ) -> Result<(), bool> {
         let s = &self.slots[slot];
         match &s.kind {
             SlotKind::New(n) => {
@@ -610,7 +683,10 @@ impl<'s> Scheduler<'s> {
         {
             return Err(true);
         }
-        self.topo.check(terms, &s.domains, spread_min).map_err(|m| m.is_permanent())
+        self.topo.check(terms, &s.domains, spread_min).map_err(|m| match m {
+            TopologyMismatch::Spread { index, .. } => spread_pinned.get(index).copied().unwrap_or(false),
+            other => other.is_permanent(),
+        })
     }
 
     fn any_offering_meets(&self, pool: usize, deadline_s: i64) -> bool {
@@ -734,6 +810,9 @@ impl<'s> Scheduler<'s> {
         } else {
             // Callers only take from offerings whose class has a free server.
             let server = class.free.pop().unwrap_or(class.sample);
+            if class.free.is_empty() {
+                self.inventory_epoch += 1;
+            }
             (server, self.snap.servers[server].name.clone())
         };
         self.charge(pool, &capacity, peak, 1.0);
@@ -749,6 +828,9 @@ impl<'s> Scheduler<'s> {
         let class = &mut self.classes[off.class];
         if !class.unlimited {
             class.free.push(server);
+            if class.free.len() == 1 {
+                self.inventory_epoch += 1;
+            }
         }
         self.charge(pool, &capacity, peak, -1.0);
         if !warm {
@@ -768,6 +850,7 @@ impl<'s> Scheduler<'s> {
         let mut labels = self.offerings[offering].labels.clone();
         labels.insert(HOSTNAME.to_string(), name.clone());
         let domains = self.topo.domains_of(&labels);
+        self.note_claim_domains(&domains);
         self.claims.push(self.slots.len());
         self.slots.push(Slot {
             name,
@@ -788,6 +871,17 @@ impl<'s> Scheduler<'s> {
             pods: Vec::new(),
         });
         self.slots.len() - 1
+    }
+
+    fn note_claim_domains(&mut self, domains: &[Option<DomainId>]) {
+        if self.claim_domains.len() < domains.len() {
+            self.claim_domains.resize(domains.len(), Default::default());
+        }
+        for (k, d) in domains.iter().enumerate() {
+            if let Some(d) = d {
+                self.claim_domains[k].insert(*d);
+            }
+        }
     }
 
     fn commit(&mut self, pod_index: usize, terms: &PodTerms, slot: usize) {

@@ -73,7 +73,8 @@ pub enum TopologyMismatch {
     AntiAffinity { key: String },
     RepelledByExisting { key: String },
     Affinity { key: String },
-    Spread { key: String, max_skew: u32 },
+    /// `index` is the position of the failing term in `PodTerms::spread`.
+    Spread { key: String, max_skew: u32, index: usize },
     MissingTopologyKey { key: String },
 }
 
@@ -92,7 +93,7 @@ impl std::fmt::Display for TopologyMismatch {
                 write!(f, "anti-affinity of a running pod on {key}")
             }
             TopologyMismatch::Affinity { key } => write!(f, "pod affinity on {key}"),
-            TopologyMismatch::Spread { key, max_skew } => {
+            TopologyMismatch::Spread { key, max_skew, .. } => {
                 write!(f, "topology spread on {key} (maxSkew {max_skew})")
             }
             TopologyMismatch::MissingTopologyKey { key } => write!(f, "node lacks topology key {key}"),
@@ -289,13 +290,13 @@ impl TopologyIndex {
                 return Err(TopologyMismatch::Affinity { key: key_name(t) });
             }
         }
-        for (s, &min) in terms.spread.iter().zip(spread_min) {
+        for (index, (s, &min)) in terms.spread.iter().zip(spread_min).enumerate() {
             let Some(d) = domains[self.terms[s.term].key] else {
                 return Err(TopologyMismatch::MissingTopologyKey { key: key_name(s.term) });
             };
             let after = self.count(s.term, d) + u32::from(s.self_match);
             if after > min + s.max_skew {
-                return Err(TopologyMismatch::Spread { key: key_name(s.term), max_skew: s.max_skew });
+                return Err(TopologyMismatch::Spread { key: key_name(s.term), max_skew: s.max_skew, index });
             }
         }
         Ok(())
