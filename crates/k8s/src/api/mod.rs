@@ -1,0 +1,39 @@
+//! The `ironclaim.dev/v1alpha1` API: `Server`, `NodePool` and `NodeClaim`,
+//! and their CustomResourceDefinitions.
+
+pub mod common;
+pub mod nodeclaim;
+pub mod nodepool;
+mod schema;
+pub mod server;
+
+pub use common::{NodeRequirement, NodeTaint, RequirementOperator, SecretReference, TaintEffect};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use server::{Server, ServerSpec, ServerStatus};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub const GROUP: &str = "ironclaim.dev";
+pub const VERSION: &str = "v1alpha1";
+pub const API_VERSION: &str = "ironclaim.dev/v1alpha1";
+
+/// The CustomResourceDefinitions of the API, in the order they should be
+/// applied.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![Server::crd(), NodePool::crd(), NodeClaim::crd()]
+}
+
+/// The CRDs as one multi-document YAML stream, as `ironclaim crds` prints it.
+///
+/// # Errors
+/// Only if the YAML serializer fails, which a well-formed CRD never makes it do.
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}

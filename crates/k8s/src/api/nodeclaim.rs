@@ -1,0 +1,149 @@
+//! `NodeClaim`: the decision that one server becomes a node for a set of
+//! pending pods, and the record of how far that got.
+
+use super::schema;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "ironclaim.dev",
+    version = "v1alpha1",
+    kind = "NodeClaim",
+    plural = "nodeclaims",
+    shortname = "nc",
+    category = "ironclaim",
+    status = "NodeClaimStatus",
+    derive = "PartialEq",
+    doc = "One server becoming a node for a set of pending pods, with the timeline of every stage.",
+    printcolumn(name = "Server", type_ = "string", json_path = ".spec.server"),
+    printcolumn(name = "Pool", type_ = "string", json_path = ".spec.pool"),
+    printcolumn(name = "Stage", type_ = "string", json_path = ".status.stage"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.nodeName"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.failureReason"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.server == oldSelf.server", "message": "server is immutable"},
+    {"rule": "self.pool == oldSelf.pool", "message": "pool is immutable"}
+]))]
+pub struct NodeClaimSpec {
+    /// The Server this claim powers on.
+    #[schemars(length(min = 1, max = 253))]
+    pub server: String,
+    /// The NodePool it was opened under.
+    #[schemars(length(min = 1, max = 253))]
+    pub pool: String,
+    /// The pods it was opened for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10000))]
+    pub pods: Vec<PodReference>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReference {
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+/// The path from a decision to a serving node, and back to off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Stage {
+    /// The server is chosen and written to its status.
+    Selected,
+    /// Power-on was requested from the BMC.
+    PoweringOn,
+    /// The BMC confirms the power is on; firmware, PXE and OS are running.
+    Booting,
+    /// The node registered with the API server.
+    Joined,
+    /// The node is Ready and the pool's readiness gates passed.
+    Ready,
+    /// The pods it was opened for are bound to it.
+    Serving,
+    Draining,
+    PoweringOff,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StageOutcome {
+    InProgress,
+    Succeeded,
+    Failed,
+    TimedOut,
+}
+
+/// Why a claim failed, by the step that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum FailureReason {
+    /// The server is gone, in maintenance, quarantined or held elsewhere.
+    ServerUnavailable,
+    /// Another claim wrote the server first.
+    ClaimConflict,
+    BmcUnreachable,
+    BmcAuthenticationFailed,
+    /// The BMC refused or failed the power action.
+    PowerActionFailed,
+    /// The BMC never reported the power on.
+    PowerOnTimedOut,
+    /// Powered on, but no node registered in time: boot, PXE or join is stuck.
+    RegistrationTimedOut,
+    /// The node registered but did not become Ready in time.
+    NodeNotReady,
+    /// Ready, but a readiness gate did not pass in time.
+    ReadinessGateFailed,
+    /// The node went away after it registered.
+    NodeLost,
+    /// The pods it was opened for no longer need it.
+    Cancelled,
+}
+
+/// One stage of the timeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageRecord {
+    pub stage: Stage,
+    pub start_time: Time,
+    /// Set when the stage ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub duration_seconds: Option<i64>,
+    pub outcome: StageOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.failureMessage) || has(self.failureReason)", "message": "failureMessage needs a failureReason"}
+]))]
+pub struct NodeClaimStatus {
+    /// The stage reached so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<Stage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Every stage entered, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub stages: Vec<StageRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<FailureReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub failure_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,246 @@
+//! `NodePool`: which servers a class of workloads may use, and how they
+//! become nodes.
+
+use super::common::{NodeRequirement, NodeTaint};
+use super::schema;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Label whose value names a server's hardware class for warm-spare floors
+/// unless a pool names another.
+pub const CLASS_LABEL: &str = "ironclaim.dev/class";
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "ironclaim.dev",
+    version = "v1alpha1",
+    kind = "NodePool",
+    plural = "nodepools",
+    shortname = "np",
+    category = "ironclaim",
+    status = "NodePoolStatus",
+    derive = "PartialEq",
+    doc = "Which servers a class of workloads may use, the nodes they become, and the pool's limits.",
+    printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight"),
+    printcolumn(name = "Servers", type_ = "integer", json_path = ".status.servers"),
+    printcolumn(name = "CPU", type_ = "string", json_path = ".status.resources.cpu"),
+    printcolumn(name = "Watts", type_ = "integer", json_path = ".status.watts"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolSpec {
+    /// Pools with a higher weight are tried first.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub weight: i32,
+    /// On the servers' labels, ANDed: which servers belong to the pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub requirements: Vec<NodeRequirement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<NodeTemplate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    /// How long after creation a pod should be running when it carries no
+    /// `ironclaim.dev/deadline` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub default_deadline: Option<String>,
+    /// What must hold, beyond node Ready, before a node counts as ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessGates>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_spares: Option<WarmSpares>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<Disruption>,
+}
+
+/// What the pool's nodes carry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTemplate {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::labels")]
+    pub labels: BTreeMap<String, String>,
+    /// Pods must tolerate these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub taints: Vec<NodeTaint>,
+    /// Taints the node starts with and an agent removes once it is set up;
+    /// pods need not tolerate them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub startup_taints: Vec<NodeTaint>,
+}
+
+/// Upper bounds on the servers the pool holds at once; unset is unbounded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub cpu: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub memory: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub gpus: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub servers: Option<i64>,
+    /// Peak watts of the pool's powered servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub watts: Option<i64>,
+}
+
+/// Gates a node passes, after the kubelet reports Ready, before the claim
+/// counts as ready.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessGates {
+    /// Label keys the node must carry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 316)))]
+    pub labels: Vec<String>,
+    /// Extended resources the node must advertise with a non-zero
+    /// allocatable amount, e.g. `nvidia.com/gpu`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 316)))]
+    pub extended_resources: Vec<String>,
+    /// The pool's startup taints must be gone.
+    #[serde(default = "yes")]
+    pub startup_taints_removed: bool,
+    /// Node condition types that must be True.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 316)))]
+    pub node_conditions: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Servers kept powered on and idle so bursts land in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.schedule) == has(self.duration)", "message": "schedule and duration go together"}
+]))]
+pub struct WarmSpares {
+    /// The server label that names a class; `ironclaim.dev/class` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 316))]
+    pub class_label: Option<String>,
+    /// How many idle servers of each class to keep on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub floor: Vec<WarmFloor>,
+    /// Free capacity to keep on running nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headroom: Option<Headroom>,
+    /// When the floor and headroom apply (cron, e.g. `0 8 * * 1-5`); always
+    /// when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((\S+\s+){4}\S+)$"))]
+    pub schedule: Option<String>,
+    /// How long each scheduled window lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub duration: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmFloor {
+    #[schemars(length(min = 1, max = 63))]
+    pub class: String,
+    #[schemars(range(min = 0, max = 10000))]
+    pub count: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Headroom {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub cpu: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub memory: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub gpus: Option<i64>,
+}
+
+/// When and how fast the pool's idle or underused servers are drained and
+/// powered off.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Disruption {
+    /// How long a node stays empty or underused before it is consolidated,
+    /// or `Never`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^(([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+|Never)$"))]
+    pub consolidate_after: Option<String>,
+    /// The most restrictive active budget wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub budgets: Vec<Budget>,
+    /// How long a drain may take before the node is left as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub drain_timeout: Option<String>,
+}
+
+/// How many nodes may be disrupted at once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.schedule) == has(self.duration)", "message": "schedule and duration go together"}
+]))]
+pub struct Budget {
+    /// A count (`2`) or a percentage of the pool's nodes (`10%`, rounded up).
+    #[schemars(pattern(r"^((100|[0-9]{1,2})%|[0-9]+)$"))]
+    pub nodes: String,
+    /// When the budget applies (cron); always when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((\S+\s+){4}\S+)$"))]
+    pub schedule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub duration: Option<String>,
+    /// The reasons the budget limits; all when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<DisruptionReason>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DisruptionReason {
+    Empty,
+    Underutilized,
+    Drifted,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    /// Servers the pool holds (claimed or serving).
+    #[serde(default)]
+    pub servers: i64,
+    /// Resources of the servers the pool holds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::quantity_map")]
+    pub resources: BTreeMap<String, Quantity>,
+    /// Peak watts of the pool's powered servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watts: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,245 @@
+//! `Server`: one physical machine in the inventory.
+
+use super::schema;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::common::SecretReference;
+
+/// The resource name GPUs are advertised under unless a GPU says otherwise.
+pub const DEFAULT_GPU_RESOURCE: &str = ironclaim_core::GPU;
+
+/// A physical machine ironclaim may power on to become a node. Which
+/// NodePools may use it follows from its labels and their requirements.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "ironclaim.dev",
+    version = "v1alpha1",
+    kind = "Server",
+    plural = "servers",
+    shortname = "srv",
+    category = "ironclaim",
+    status = "ServerStatus",
+    derive = "PartialEq",
+    doc = "A physical machine in the inventory: its BMC, hardware, labels and power profile.",
+    printcolumn(name = "Power", type_ = "string", json_path = ".status.powerState"),
+    printcolumn(name = "Claim", type_ = "string", json_path = ".status.claim"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
+    printcolumn(name = "CPU", type_ = "string", json_path = ".spec.hardware.cpu"),
+    printcolumn(name = "Memory", type_ = "string", json_path = ".spec.hardware.memory"),
+    printcolumn(name = "Maintenance", type_ = "boolean", json_path = ".spec.maintenance"),
+    printcolumn(name = "Failures", type_ = "integer", json_path = ".status.failures", priority = 1),
+    printcolumn(name = "Quarantined", type_ = "boolean", json_path = ".status.quarantined", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerSpec {
+    pub bmc: Bmc,
+    pub hardware: Hardware,
+    /// Zone, rack, class and anything else; NodePool requirements match
+    /// these, and the server's node gets them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::labels")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<PowerProfile>,
+    /// Expected duration of each stage, until measurements on the status
+    /// replace them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_durations: Option<StageDurations>,
+    /// Taken out by an operator: never claimed while set.
+    #[serde(default)]
+    pub maintenance: bool,
+}
+
+/// How to reach the machine's baseboard management controller.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!(has(self.caBundle) && has(self.insecureSkipVerify) && self.insecureSkipVerify)",
+        "message": "caBundle and insecureSkipVerify are mutually exclusive"
+    }
+]))]
+pub struct Bmc {
+    /// The Redfish system, e.g. `redfish+https://10.0.0.10/redfish/v1/Systems/1`
+    /// or `https://10.0.0.10` (the first system).
+    #[schemars(length(min = 1, max = 2048), pattern(r"^(redfish\+)?https?://[^\s]+$"))]
+    pub address: String,
+    /// A Secret with the keys `username` and `password`.
+    pub credentials_secret_ref: SecretReference,
+    /// Accept any certificate the BMC presents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_skip_verify: Option<bool>,
+    /// PEM certificates that sign the BMC's certificate, instead of the
+    /// system roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 65536))]
+    pub ca_bundle: Option<String>,
+}
+
+/// What the machine offers pods once it is a node (its allocatable).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Hardware {
+    #[schemars(schema_with = "schema::quantity")]
+    pub cpu: Quantity,
+    #[schemars(schema_with = "schema::quantity")]
+    pub memory: Quantity,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::quantity")]
+    pub ephemeral_storage: Option<Quantity>,
+    /// Pod slots (the kubelet's maxPods).
+    #[serde(default = "default_pods")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub pods: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub gpus: Vec<Gpu>,
+    /// Other extended resources the node will advertise, by resource name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::quantity_map")]
+    pub extended_resources: BTreeMap<String, Quantity>,
+}
+
+fn default_pods() -> i64 {
+    110
+}
+
+/// GPUs of one model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Gpu {
+    /// The model, as a label value: `A100`, `H100-SXM5-80GB`.
+    #[schemars(length(min = 1, max = 63), pattern(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"))]
+    pub model: String,
+    #[schemars(range(min = 1, max = 64))]
+    pub count: i64,
+    /// The extended resource the device plugin advertises them under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 316))]
+    pub resource_name: Option<String>,
+}
+
+/// What the machine draws, in watts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.peakWatts >= self.idleWatts", "message": "peakWatts must be at least idleWatts"}
+]))]
+pub struct PowerProfile {
+    /// Powered on, no load.
+    #[schemars(range(min = 0, max = 100000))]
+    pub idle_watts: i64,
+    /// Fully loaded.
+    #[schemars(range(min = 0, max = 100000))]
+    pub peak_watts: i64,
+    /// Average while powering on and booting; idleWatts when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100000))]
+    pub boot_watts: Option<i64>,
+    /// Powered off with the BMC on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100000))]
+    pub off_watts: Option<i64>,
+}
+
+/// The stages of a cold start, each as a typical duration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageDurations {
+    /// Power-on requested until the BMC reports it on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub power_on: Option<String>,
+    /// Powered on until the node registers: firmware, PXE, OS, kubelet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub boot: Option<String>,
+    /// Registered until the node is Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub join: Option<String>,
+    /// Node Ready until the pool's readiness gates pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub ready: Option<String>,
+    /// The 90th percentile as a percentage of the median: 150 means the
+    /// slow tail takes 1.5 times as long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 1000))]
+    pub tail_percent: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum PowerState {
+    On,
+    Off,
+    PoweringOn,
+    PoweringOff,
+    Unknown,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStatus {
+    /// As the BMC last reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
+    /// The NodeClaim holding the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
+    /// The node the server became.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Durations measured on this server's own starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_durations: Option<MeasuredDurations>,
+    /// Failed claims in a row.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub failures: i64,
+    /// Failed too often: not claimed until an operator clears this.
+    #[serde(default)]
+    pub quarantined: bool,
+    /// The last power reading from the BMC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub watts: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Measured stage durations of one server.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MeasuredDurations {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_on: Option<MeasuredStage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<MeasuredStage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<MeasuredStage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<MeasuredStage>,
+}
+
+/// The median and 90th percentile of a stage over the last samples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.p90Seconds >= self.p50Seconds", "message": "p90Seconds must be at least p50Seconds"}
+]))]
+pub struct MeasuredStage {
+    #[schemars(range(min = 0))]
+    pub p50_seconds: i64,
+    #[schemars(range(min = 0))]
+    pub p90_seconds: i64,
+    #[schemars(range(min = 1))]
+    pub samples: i64,
+}

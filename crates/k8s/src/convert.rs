@@ -1,0 +1,265 @@
+//! The ironclaim.dev resources as the core sees them.
+
+use crate::api::nodeclaim::{NodeClaim, Stage};
+use crate::api::nodepool::NodePool;
+use crate::api::server::{MeasuredStage, PowerState, Server};
+use crate::api::{NodeRequirement, NodeTaint, RequirementOperator, TaintEffect};
+use crate::duration::parse_duration_s;
+use crate::error::{ConvertError, Result};
+use crate::resources::{Amounts, MAX_AMOUNT, quantity};
+use ironclaim_core::model::{self as core, Health, Seconds};
+use ironclaim_core::{Operator, Requirement};
+
+/// The label that carries a server's GPU model, as NVIDIA GPU feature
+/// discovery names it.
+pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+
+fn duration(text: &str, path: impl Fn() -> String) -> Result<Seconds> {
+    parse_duration_s(text).map_err(|why| ConvertError::Duration { path: path(), text: text.to_string(), why })
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Result<String> {
+    meta.name.clone().ok_or(ConvertError::Missing { path: "metadata.name".into() })
+}
+
+/// Converts a Server.
+///
+/// # Guarantees
+/// - `capacity` is the hardware: cpu, memory, ephemeral storage, pod slots,
+///   GPUs summed by resource name, and the other extended resources.
+/// - Labels are the spec's, plus `nvidia.com/gpu.product` with the first
+///   GPU model when the spec does not set it.
+/// - Each stage duration is the measured median when the status has
+///   samples, else the spec's, else the core's default; the tail ratio is
+///   the measured p90 over p50 of the whole path when measured.
+/// - Health: maintenance, else quarantined, else healthy (a failed
+///   attempt's backoff is the controller's to judge).
+///
+/// # Errors
+/// The first field that cannot be read, with its path.
+pub fn server_to_core(server: &Server) -> Result<core::Server> {
+    let name = name_of(&server.metadata)?;
+    let spec = &server.spec;
+    let hw = &spec.hardware;
+    let mut amounts = Amounts::parse(Some(&hw.extended_resources), "spec.hardware.extendedResources")?;
+    amounts.set("cpu", quantity(&hw.cpu, 1000, || "spec.hardware.cpu".into())?);
+    amounts.set("memory", quantity(&hw.memory, 1, || "spec.hardware.memory".into())?);
+    if let Some(q) = &hw.ephemeral_storage {
+        amounts.set("ephemeral-storage", quantity(q, 1, || "spec.hardware.ephemeralStorage".into())?);
+    }
+    if !(1..=MAX_AMOUNT).contains(&hw.pods) {
+        return Err(ConvertError::invalid("spec.hardware.pods".into(), format!("must be at least 1, found {}", hw.pods)));
+    }
+    amounts.set("pods", hw.pods);
+    for (i, gpu) in hw.gpus.iter().enumerate() {
+        let resource = gpu.resource_name.as_deref().unwrap_or(ironclaim_core::GPU);
+        if gpu.count < 1 || gpu.count > 1 << 20 {
+            return Err(ConvertError::invalid(format!("spec.hardware.gpus[{i}].count"), format!("must be at least 1, found {}", gpu.count)));
+        }
+        let mut one = Amounts::default();
+        one.set(resource, gpu.count);
+        amounts.add(&one, &format!("spec.hardware.gpus[{i}]"))?;
+    }
+    let mut labels = spec.labels.clone();
+    if let Some(gpu) = hw.gpus.first() {
+        labels.entry(GPU_PRODUCT_LABEL.to_string()).or_insert_with(|| gpu.model.clone());
+    }
+    let power = match &spec.power {
+        None => core::PowerProfile::default(),
+        Some(p) => {
+            let watts = |v: i64, at: &str| {
+                if (0..=1_000_000).contains(&v) {
+                    Ok(v as f64)
+                } else {
+                    Err(ConvertError::invalid(format!("spec.power.{at}"), format!("must be between 0 and 1000000, found {v}")))
+                }
+            };
+            let idle = watts(p.idle_watts, "idleWatts")?;
+            core::PowerProfile {
+                idle_watts: idle,
+                peak_watts: watts(p.peak_watts, "peakWatts")?,
+                boot_watts: p.boot_watts.map(|w| watts(w, "bootWatts")).transpose()?.unwrap_or(idle),
+                off_watts: p.off_watts.map(|w| watts(w, "offWatts")).transpose()?.unwrap_or(0.0),
+            }
+        }
+    };
+    let status = server.status.clone().unwrap_or_default();
+    let durations = stage_durations(server)?;
+    let health = if spec.maintenance {
+        Health::Maintenance
+    } else if status.quarantined {
+        Health::Quarantined
+    } else {
+        Health::Healthy
+    };
+    Ok(core::Server {
+        name,
+        labels,
+        capacity: amounts.to_resources(true),
+        power,
+        durations,
+        power_state: match status.power_state {
+            Some(PowerState::On | PowerState::PoweringOn) => core::PowerState::On,
+            _ => core::PowerState::Off,
+        },
+        health,
+        failures: u32::try_from(status.failures.max(0)).unwrap_or(u32::MAX),
+        claim: status.claim.filter(|c| !c.is_empty()),
+        node: status.node.filter(|n| !n.is_empty()),
+        unlimited: false,
+    })
+}
+
+fn stage_durations(server: &Server) -> Result<core::StageDurations> {
+    let defaults = core::StageDurations::default();
+    let spec = server.spec.stage_durations.as_ref();
+    let measured = server.status.as_ref().and_then(|s| s.measured_durations.as_ref());
+    let one = |measured: Option<&MeasuredStage>, configured: Option<&String>, name: &str, default: Seconds| -> Result<Seconds> {
+        if let Some(m) = measured.filter(|m| m.samples > 0 && m.p50_seconds >= 0) {
+            return Ok(m.p50_seconds as Seconds);
+        }
+        match configured {
+            Some(text) => duration(text, || format!("spec.stageDurations.{name}")),
+            None => Ok(default),
+        }
+    };
+    let mut d = core::StageDurations {
+        power_on_s: one(measured.and_then(|m| m.power_on.as_ref()), spec.and_then(|s| s.power_on.as_ref()), "powerOn", defaults.power_on_s)?,
+        boot_s: one(measured.and_then(|m| m.boot.as_ref()), spec.and_then(|s| s.boot.as_ref()), "boot", defaults.boot_s)?,
+        join_s: one(measured.and_then(|m| m.join.as_ref()), spec.and_then(|s| s.join.as_ref()), "join", defaults.join_s)?,
+        ready_s: one(measured.and_then(|m| m.ready.as_ref()), spec.and_then(|s| s.ready.as_ref()), "ready", defaults.ready_s)?,
+        tail_percent: spec.and_then(|s| s.tail_percent).unwrap_or(defaults.tail_percent),
+    };
+    if let Some(m) = measured {
+        let stages = [&m.power_on, &m.boot, &m.join, &m.ready];
+        let sampled = stages.iter().filter_map(|s| s.as_ref()).filter(|s| s.samples > 0 && s.p50_seconds >= 0 && s.p90_seconds >= 0);
+        let (p50, p90) = sampled.fold((0i64, 0i64), |(a, b), s| (a.saturating_add(s.p50_seconds), b.saturating_add(s.p90_seconds)));
+        if p50 > 0 {
+            let ratio = (i128::from(p90) * 100 / i128::from(p50)).clamp(100, 1000);
+            d.tail_percent = ratio as u32;
+        }
+    }
+    Ok(d)
+}
+
+fn operator(op: RequirementOperator) -> Operator {
+    match op {
+        RequirementOperator::In => Operator::In,
+        RequirementOperator::NotIn => Operator::NotIn,
+        RequirementOperator::Exists => Operator::Exists,
+        RequirementOperator::DoesNotExist => Operator::DoesNotExist,
+        RequirementOperator::Gt => Operator::Gt,
+        RequirementOperator::Lt => Operator::Lt,
+    }
+}
+
+fn requirement(r: &NodeRequirement, path: &str) -> Result<Requirement> {
+    let op = operator(r.operator);
+    let values = &r.values;
+    let bad = |message: &str| Err(ConvertError::invalid(format!("{path}.values"), message.to_string()));
+    match op {
+        Operator::In | Operator::NotIn if values.is_empty() => return bad("In and NotIn need at least one value"),
+        Operator::Exists | Operator::DoesNotExist if !values.is_empty() => return bad("Exists and DoesNotExist take no values"),
+        Operator::Gt | Operator::Lt if values.len() != 1 || values[0].parse::<i64>().is_err() => {
+            return bad("Gt and Lt take exactly one integer value");
+        }
+        _ => {}
+    }
+    Ok(Requirement { key: r.key.clone(), operator: op, values: values.clone() })
+}
+
+fn taints(list: &[NodeTaint]) -> Vec<ironclaim_core::Taint> {
+    list.iter()
+        .map(|t| ironclaim_core::Taint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: match t.effect {
+                TaintEffect::NoSchedule => ironclaim_core::TaintEffect::NoSchedule,
+                TaintEffect::PreferNoSchedule => ironclaim_core::TaintEffect::PreferNoSchedule,
+                TaintEffect::NoExecute => ironclaim_core::TaintEffect::NoExecute,
+            },
+        })
+        .collect()
+}
+
+/// Converts a NodePool: requirements, template, limits, weight and default
+/// deadline. Readiness gates, warm spares and disruption settings have no
+/// counterpart in the core's model yet and are not carried.
+///
+/// # Errors
+/// The first field that cannot be read, with its path.
+pub fn nodepool_to_core(pool: &NodePool) -> Result<core::NodePool> {
+    let name = name_of(&pool.metadata)?;
+    let spec = &pool.spec;
+    let requirements = spec
+        .requirements
+        .iter()
+        .enumerate()
+        .map(|(i, r)| requirement(r, &format!("spec.requirements[{i}]")))
+        .collect::<Result<_>>()?;
+    let template = spec.template.clone().unwrap_or_default();
+    let limits = match &spec.limits {
+        None => core::Limits::default(),
+        Some(l) => {
+            let non_negative = |v: Option<i64>, at: &str| match v {
+                Some(v) if v < 0 => Err(ConvertError::invalid(format!("spec.limits.{at}"), format!("must not be negative, found {v}"))),
+                other => Ok(other),
+            };
+            core::Limits {
+                cpu_milli: l.cpu.as_ref().map(|q| quantity(q, 1000, || "spec.limits.cpu".into())).transpose()?,
+                memory_bytes: l.memory.as_ref().map(|q| quantity(q, 1, || "spec.limits.memory".into())).transpose()?,
+                gpus: non_negative(l.gpus, "gpus")?,
+                servers: non_negative(l.servers, "servers")?,
+                watts: non_negative(l.watts, "watts")?.map(|w| w as f64),
+            }
+        }
+    };
+    let deadline_s = spec.default_deadline.as_ref().map(|d| duration(d, || "spec.defaultDeadline".into())).transpose()?;
+    Ok(core::NodePool {
+        name,
+        weight: spec.weight,
+        requirements,
+        labels: template.labels.clone(),
+        taints: taints(&template.taints),
+        startup_taints: taints(&template.startup_taints),
+        limits,
+        deadline_s,
+    })
+}
+
+/// The claim as the core sees it while the server is on its way to Ready:
+/// `None` once it is Ready or further along, or failed.
+///
+/// # Guarantees
+/// The stage started when the last stage record began, else when the
+/// claim was created (zero when neither is known).
+///
+/// # Errors
+/// A claim without a name.
+pub fn nodeclaim_in_flight(claim: &NodeClaim) -> Result<Option<core::ClaimInFlight>> {
+    let name = name_of(&claim.metadata)?;
+    let status = claim.status.clone().unwrap_or_default();
+    if status.failure_reason.is_some() {
+        return Ok(None);
+    }
+    let stage = match status.stage.unwrap_or(Stage::Selected) {
+        Stage::Selected => core::Stage::Selected,
+        Stage::PoweringOn => core::Stage::PoweringOn,
+        Stage::Booting => core::Stage::Booting,
+        Stage::Joined => core::Stage::Joined,
+        Stage::Ready | Stage::Serving | Stage::Draining | Stage::PoweringOff | Stage::Off => return Ok(None),
+    };
+    let started = status
+        .stages
+        .last()
+        .map(|r| &r.start_time)
+        .or(claim.metadata.creation_timestamp.as_ref())
+        .map_or(0, |t| t.0.as_second().max(0) as Seconds);
+    Ok(Some(core::ClaimInFlight {
+        name,
+        server: claim.spec.server.clone(),
+        pool: claim.spec.pool.clone(),
+        stage,
+        stage_started_s: started,
+    }))
+}

@@ -1,0 +1,25 @@
+//! The Kubernetes adapter of ironclaim.
+//!
+//! - [`api`]: the `ironclaim.dev/v1alpha1` resources (`Server`, `NodePool`,
+//!   `NodeClaim`), their CRDs, and [`convert`] into the core's model.
+//! - [`pod`], [`node`]: Pods, pod templates, Nodes and
+//!   PodDisruptionBudgets as the core sees them; the controller reuses these.
+//! - [`load`]: manifests (`ironclaim plan -f`) into a core `Snapshot`.
+#![forbid(unsafe_code)]
+#![deny(warnings)]
+
+pub mod api;
+pub mod convert;
+pub mod duration;
+pub mod error;
+pub mod load;
+pub mod node;
+pub mod pod;
+pub mod resources;
+mod selector;
+
+pub use convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
+pub use error::ConvertError;
+pub use load::{LoadError, Loader, Location, Manifests, Warning, load_files, load_str};
+pub use node::{node_from_k8s, pdb_from_k8s};
+pub use pod::{effective_requests, pod_from_k8s, pod_from_template};

@@ -1,0 +1,139 @@
+//! Nodes and PodDisruptionBudgets as the core sees them.
+
+use crate::error::{ConvertError, Result};
+use crate::resources::Amounts;
+use crate::selector::{label_selector, taint};
+use ironclaim_core::labels::HOSTNAME;
+use ironclaim_core::model::PodPhase;
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// The label that names the inventory Server behind a node, set by the
+/// machine's bootstrap.
+pub const SERVER_LABEL: &str = "ironclaim.dev/server";
+
+/// Converts a Node.
+///
+/// # Guarantees
+/// - `allocatable` is `status.allocatable`, or `status.capacity` when the
+///   node reports no allocatable.
+/// - `ready` follows the Ready condition; a node that reports no conditions
+///   at all (a hand-written manifest) counts as ready.
+/// - The node carries `kubernetes.io/hostname` (its name when unset) and
+///   its `server` is the `ironclaim.dev/server` label.
+///
+/// # Errors
+/// The first field that cannot be read, with its path.
+pub fn node_from_k8s(node: &k8s::Node) -> Result<ironclaim_core::Node> {
+    let name = node.metadata.name.clone().ok_or(ConvertError::Missing { path: "metadata.name".into() })?;
+    let mut labels = node.metadata.labels.clone().unwrap_or_default();
+    labels.entry(HOSTNAME.to_string()).or_insert_with(|| name.clone());
+    let spec = node.spec.as_ref();
+    let taints = spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| taint(t, &format!("spec.taints[{i}]")))
+        .collect::<Result<_>>()?;
+    let status = node.status.as_ref();
+    let allocatable = match (status.and_then(|s| s.allocatable.as_ref()), status.and_then(|s| s.capacity.as_ref())) {
+        (Some(list), _) => Amounts::parse(Some(list), "status.allocatable")?,
+        (None, Some(list)) => Amounts::parse(Some(list), "status.capacity")?,
+        (None, None) => Amounts::default(),
+    };
+    let ready = match status.and_then(|s| s.conditions.as_ref()) {
+        None => true,
+        Some(conditions) => conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
+    };
+    Ok(ironclaim_core::Node {
+        server: labels.get(SERVER_LABEL).cloned(),
+        name,
+        labels,
+        taints,
+        allocatable: allocatable.to_resources(true),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        ready,
+    })
+}
+
+/// Whether a pod counts as healthy for a PodDisruptionBudget: running, not
+/// terminating, and Ready (or reporting no conditions).
+pub fn pod_is_healthy(pod: &k8s::Pod) -> bool {
+    let status = pod.status.as_ref();
+    pod.metadata.deletion_timestamp.is_none()
+        && status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_none_or(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Converts a PodDisruptionBudget. `pods` are the pods it may select, with
+/// whether each is healthy; they are read only when the budget has no
+/// status to take `disruptionsAllowed` from.
+///
+/// # Guarantees
+/// - A budget without a selector selects no pods (policy/v1) and gives
+///   `None`: it constrains nothing.
+/// - Without a status, `disruptionsAllowed` is computed as the disruption
+///   controller does: the expected count is the number of matching pods
+///   not finished, percentages round up, and the result is the healthy
+///   matching pods above the desired floor, never negative.
+///
+/// # Errors
+/// An unreadable selector, or an unreadable `minAvailable`/`maxUnavailable`.
+pub fn pdb_from_k8s(
+    pdb: &policy::PodDisruptionBudget,
+    pods: &[(&ironclaim_core::Pod, bool)],
+) -> Result<Option<ironclaim_core::PodDisruptionBudget>> {
+    let name = pdb.metadata.name.clone().ok_or(ConvertError::Missing { path: "metadata.name".into() })?;
+    let namespace = pdb.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
+    let Some(spec) = pdb.spec.as_ref() else {
+        return Ok(None);
+    };
+    let Some(selector) = spec.selector.as_ref() else {
+        return Ok(None);
+    };
+    let selector = label_selector(selector, "spec.selector")?;
+    let disruptions_allowed = match pdb.status.as_ref().and_then(|s| s.disruptions_allowed) {
+        Some(allowed) => i64::from(allowed.max(0)),
+        None => {
+            let matching: Vec<bool> = pods
+                .iter()
+                .filter(|(p, _)| {
+                    p.namespace == namespace
+                        && !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed)
+                        && selector.matches(&p.labels)
+                })
+                .map(|(_, healthy)| *healthy)
+                .collect();
+            let expected = matching.len() as i64;
+            let healthy = matching.iter().filter(|h| **h).count() as i64;
+            let desired_healthy = match (&spec.max_unavailable, &spec.min_available) {
+                (Some(max), _) => expected - scaled(max, expected, "spec.maxUnavailable")?,
+                (None, Some(min)) => scaled(min, expected, "spec.minAvailable")?,
+                (None, None) => 0,
+            };
+            (healthy - desired_healthy).max(0)
+        }
+    };
+    Ok(Some(ironclaim_core::PodDisruptionBudget { namespace, name, selector, disruptions_allowed }))
+}
+
+/// An integer, or a percentage of `total` rounded up, as the disruption
+/// controller reads `minAvailable` and `maxUnavailable`.
+fn scaled(value: &IntOrString, total: i64, path: &str) -> Result<i64> {
+    match value {
+        IntOrString::Int(n) if *n >= 0 => Ok(i64::from(*n)),
+        IntOrString::Int(n) => Err(ConvertError::invalid(path.to_string(), format!("must not be negative, found {n}"))),
+        IntOrString::String(s) => {
+            let percent = s
+                .strip_suffix('%')
+                .and_then(|p| p.parse::<i64>().ok())
+                .filter(|p| (0..=100).contains(p))
+                .ok_or_else(|| ConvertError::invalid(path.to_string(), format!("expected an integer or a percentage like \"50%\", found {s:?}")))?;
+            Ok((percent * total + 99) / 100)
+        }
+    }
+}
