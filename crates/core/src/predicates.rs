@@ -47,6 +47,24 @@ impl fmt::Display for NodeMismatch {
     }
 }
 
+/// The NodeAffinity filter as a yes or no, without building a reason: the
+/// scheduler's hot path.
+pub fn node_affinity_matches(pod: &Pod, labels: &Labels, node_name: &str) -> bool {
+    pod.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        && (pod.node_affinity.is_empty() || pod.node_affinity.iter().any(|t| t.matches(labels, node_name)))
+}
+
+/// The TaintToleration and NodeUnschedulable filters as a yes or no.
+pub fn taints_tolerated(pod: &Pod, taints: &[Taint], cordoned: bool) -> bool {
+    if untolerated_taint(taints, &pod.tolerations).is_some() {
+        return false;
+    }
+    !cordoned || {
+        let t = Taint::new(UNSCHEDULABLE_TAINT, "", TaintEffect::NoSchedule);
+        pod.tolerations.iter().any(|tol| tol.tolerates(&t))
+    }
+}
+
 /// nodeSelector and required node affinity (NodeAffinity filter).
 pub fn check_node_affinity(pod: &Pod, labels: &Labels, node_name: &str) -> Result<(), NodeMismatch> {
     for (key, want) in &pod.node_selector {
@@ -109,6 +127,23 @@ mod tests {
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn fast_and_explaining_filters_agree() {
+        let mut pod = Pod::new("ns", "p", Resources::default()).with_node_selector(&[("a", "1")]);
+        pod.tolerations.push(Toleration::exists("t"));
+        let cases = [
+            (labels(&[("a", "1")]), vec![], false),
+            (labels(&[("a", "2")]), vec![], false),
+            (labels(&[("a", "1")]), vec![Taint::new("t", "", TaintEffect::NoSchedule)], false),
+            (labels(&[("a", "1")]), vec![Taint::new("u", "", TaintEffect::NoSchedule)], false),
+            (labels(&[("a", "1")]), vec![], true),
+        ];
+        for (node, taints, cordoned) in cases {
+            assert_eq!(node_affinity_matches(&pod, &node, "n"), check_node_affinity(&pod, &node, "n").is_ok());
+            assert_eq!(taints_tolerated(&pod, &taints, cordoned), check_taints(&pod, &taints, cordoned).is_ok());
+        }
     }
 
     #[test]

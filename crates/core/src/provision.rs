@@ -26,10 +26,11 @@
 use crate::labels::{Labels, Taint, HOSTNAME};
 use crate::model::*;
 use crate::outcome::*;
-use crate::predicates::{check_host_ports, check_node_affinity, check_taints, NodeMismatch};
+use crate::predicates::{check_node_affinity, check_taints, node_affinity_matches, taints_tolerated, NodeMismatch};
 use crate::resources::Resources;
 use crate::topology::{DomainId, PodTerms, TopologyIndex, TopologyMismatch};
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 /// The label ironclaim puts on every node it creates, naming its NodePool.
 pub const NODEPOOL_LABEL: &str = "ironclaim.dev/nodepool";
@@ -120,8 +121,9 @@ struct Group {
     /// a fresh host is on offer, valid while `inventory_epoch` is unchanged.
     offered_domains: Vec<Option<(u64, Vec<DomainId>, bool)>>,
     /// Per offering: does the pod fit an empty server of it, by resources,
-    /// node affinity and taints.
-    static_ok: Vec<bool>,
+    /// node affinity and taints. Shared by groups that differ only in labels
+    /// or inter-pod terms.
+    static_ok: Rc<Vec<bool>>,
     eligible_existing_domains: Vec<Vec<DomainId>>,
     blocked: Option<Unschedulable>,
 }
@@ -156,6 +158,18 @@ struct Scheduler<'s> {
     inventory_epoch: u64,
     /// Per topology key: the domains of claims (in flight and new).
     claim_domains: Vec<std::collections::BTreeSet<DomainId>>,
+    /// `Group::static_ok` by what it depends on.
+    static_cache: HashMap<StaticKey<'s>, Rc<Vec<bool>>>,
+}
+
+/// What decides whether a pod fits an empty server: requests, node
+/// selection and tolerations.
+#[derive(PartialEq, Eq, Hash)]
+struct StaticKey<'p> {
+    requests: &'p Resources,
+    node_selector: &'p Labels,
+    node_affinity: &'p [crate::labels::NodeSelectorTerm],
+    tolerations: &'p [crate::labels::Toleration],
 }
 
 fn class_key(s: &Server) -> String {
@@ -180,7 +194,7 @@ fn daemonset_overhead(snap: &Snapshot, labels: &Labels, taints: &[Taint], name: 
     let mut overhead = Resources::default();
     for ds in &snap.daemonsets {
         let t = &ds.template;
-        if check_node_affinity(t, labels, name).is_ok() && check_taints(t, taints, false).is_ok() {
+        if node_affinity_matches(t, labels, name) && taints_tolerated(t, taints, false) {
             overhead.add(&Resources { pods: 1, ..t.requests.clone() });
         }
     }
@@ -237,6 +251,7 @@ impl<'s> Scheduler<'s> {
             placement: vec![None; snap.pods.len()],
             inventory_epoch: 0,
             claim_domains: Vec::new(),
+            static_cache: HashMap::new(),
         };
         s.build_inventory();
         s.build_slots();
@@ -451,7 +466,7 @@ impl<'s> Scheduler<'s> {
                     claims_seen: 0,
                     live_epoch: 0,
                     offered_domains: Vec::new(),
-                    static_ok: Vec::new(),
+                    static_ok: Rc::default(),
                     eligible_existing_domains: Vec::new(),
                     blocked: None,
                 });
@@ -484,18 +499,33 @@ impl<'s> Scheduler<'s> {
     }
 
     fn prepare_group(&mut self, group: &mut Group) {
-        let pod = &self.snap.pods[group.pods[0]];
+        let snap = self.snap;
+        let pod = &snap.pods[group.pods[0]];
         group.live_existing = self.existing.clone();
         group.offered_domains = vec![None; group.terms.spread.len()];
+        let key = StaticKey {
+            requests: &pod.requests,
+            node_selector: &pod.node_selector,
+            node_affinity: &pod.node_affinity,
+            tolerations: &pod.tolerations,
+        };
+        let offerings = &self.offerings;
         group.static_ok = self
-            .offerings
-            .iter()
-            .map(|o| {
-                pod.requests.fits(&o.alloc)
-                    && check_node_affinity(pod, &o.labels, "").is_ok()
-                    && check_taints(pod, &o.taints, false).is_ok()
+            .static_cache
+            .entry(key)
+            .or_insert_with(|| {
+                Rc::new(
+                    offerings
+                        .iter()
+                        .map(|o| {
+                            pod.requests.fits(&o.alloc)
+                                && node_affinity_matches(pod, &o.labels, "")
+                                && taints_tolerated(pod, &o.taints, false)
+                        })
+                        .collect(),
+                )
             })
-            .collect();
+            .clone();
         group.eligible_existing_domains = group
             .terms
             .spread
@@ -506,7 +536,7 @@ impl<'s> Scheduler<'s> {
                     .existing
                     .iter()
                     .map(|&i| &self.slots[i])
-                    .filter(|slot| check_node_affinity(pod, &slot.labels, &slot.name).is_ok())
+                    .filter(|slot| node_affinity_matches(pod, &slot.labels, &slot.name))
                     .filter_map(|slot| slot.domains[key])
                     .collect();
                 ds.sort_unstable();
@@ -566,11 +596,11 @@ impl<'s> Scheduler<'s> {
             let mut domains = existing.clone();
             domains.extend(offered);
             if unconstrained {
-                domains.extend(self.claim_domains[key].iter().copied());
+                domains.extend(self.claim_domains.get(key).into_iter().flatten().copied());
             } else {
                 for &c in &self.claims {
                     let slot = &self.slots[c];
-                    if check_node_affinity(pod, &slot.labels, &slot.name).is_ok()
+                    if node_affinity_matches(pod, &slot.labels, &slot.name)
                         && let Some(d) = slot.domains[key]
                     {
                         domains.push(d);
@@ -677,9 +707,9 @@ impl<'s> Scheduler<'s> {
                 }
             }
         }
-        if check_host_ports(pod, &s.ports).is_err()
-            || check_node_affinity(pod, &s.labels, &s.name).is_err()
-            || check_taints(pod, &s.taints, s.cordoned).is_err()
+        if pod.host_ports.iter().any(|want| s.ports.iter().any(|used| used.conflicts(want)))
+            || !node_affinity_matches(pod, &s.labels, &s.name)
+            || !taints_tolerated(pod, &s.taints, s.cordoned)
         {
             return Err(true);
         }
@@ -899,8 +929,8 @@ impl<'s> Scheduler<'s> {
                 n.candidates.retain(|&c| {
                     let o = &offerings[c];
                     requested.fits(&o.alloc)
-                        && check_node_affinity(pod, &o.labels, "").is_ok()
-                        && check_taints(pod, &o.taints, false).is_ok()
+                        && node_affinity_matches(pod, &o.labels, "")
+                        && taints_tolerated(pod, &o.taints, false)
                 });
                 if let Some(d) = deadline {
                     n.deadline_s = Some(n.deadline_s.map_or(d, |cur| cur.min(d)));
