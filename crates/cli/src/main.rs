@@ -9,6 +9,7 @@ mod bmc;
 mod exit;
 mod plan;
 mod render;
+mod simulate;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,8 @@ enum Command {
     Bench(bench::Args),
     /// Talk to servers' BMCs over Redfish: status, power-on, power-off, watts.
     Bmc(bmc::Args),
+    /// Replay a day on an embedded rack, or a trace, against every power policy.
+    Simulate(simulate::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +38,7 @@ fn main() -> std::process::ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Bmc(args) => bmc::run(args),
+        Command::Simulate(args) => simulate::run(args),
     };
     exit::report(result)
 }

@@ -1,0 +1,260 @@
+//! `ironclaim simulate`: replays a day on an embedded rack, the openb
+//! production trace, or your own trace against every power policy, and
+//! prints the comparison (table or JSON) and an HTML report.
+
+use crate::exit::Failure;
+use anyhow::{anyhow, Context};
+use clap::ValueEnum;
+use ironclaim_sim::compare::compare;
+use ironclaim_sim::sample::{peak_demand, sample_size_for_peak, stratified_sample};
+use ironclaim_sim::trace::{read_pods, read_servers, workload_from_rows};
+use ironclaim_sim::{embedded, Faults, PolicyKind, Scoring, SimConfig, Workload};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ScoringArg {
+    LeastAllocated,
+    MostAllocated,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Pods to replay: an openb_pod_list_*.csv, or the user CSV or YAML
+    /// format (docs/simulate.md). Without it: the embedded day.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Servers: an openb_node_list_*.csv, or the user CSV or YAML format.
+    #[arg(long)]
+    servers: Option<PathBuf>,
+    /// Replay on a seeded stratified sample of N servers that keeps the
+    /// hardware mix; `auto` picks the smallest sample whose capacity covers
+    /// the trace's peak.
+    #[arg(long, value_name = "N|auto")]
+    servers_sample: Option<String>,
+    /// The seed that drives the whole run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Policies to compare, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "always-on,reactive,warm-spares,ironclaim")]
+    policies: Vec<String>,
+    #[arg(long, value_enum, default_value = "table")]
+    output: Output,
+    /// Write a self-contained HTML report with plots to this file.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// How kube-scheduler scores nodes (the other one is run too for the
+    /// ironclaim policy, to show the difference).
+    #[arg(long, value_enum, default_value = "least-allocated")]
+    scoring: ScoringArg,
+    /// Simulated time, e.g. `6h`, `2d`, `90m`, `3600` (seconds). Default:
+    /// the whole trace.
+    #[arg(long)]
+    duration: Option<String>,
+    /// Probability that a BMC refuses or drops a power-on.
+    #[arg(long, default_value_t = Faults::default().bmc_error_probability)]
+    bmc_error_probability: f64,
+    /// Probability that a boot fails.
+    #[arg(long, default_value_t = Faults::default().boot_failure_probability)]
+    boot_failure_probability: f64,
+    /// Probability that a booted server never joins.
+    #[arg(long, default_value_t = Faults::default().never_joins_probability)]
+    never_joins_probability: f64,
+    /// Probability that a GPU server fails its driver gate.
+    #[arg(long, default_value_t = Faults::default().gpu_gate_failure_probability)]
+    gpu_gate_failure_probability: f64,
+    /// Probability that a boot lands in the slow tail.
+    #[arg(long, default_value_t = Faults::default().slow_boot_probability)]
+    slow_boot_probability: f64,
+    /// How much slower a slow boot is.
+    #[arg(long, default_value_t = Faults::default().slow_boot_factor)]
+    slow_boot_factor: f64,
+    /// Turn every fault off.
+    #[arg(long)]
+    no_faults: bool,
+    /// Seconds between reconciles.
+    #[arg(long, default_value_t = 10)]
+    reconcile_interval: u64,
+    /// Idle timeout of the reactive and warm-spares policies (e.g. `10m`).
+    #[arg(long, default_value = "10m")]
+    idle_timeout: String,
+    /// Idle servers the warm-spares policy keeps on.
+    #[arg(long, default_value_t = 2)]
+    warm_spares: u32,
+}
+
+/// Parses `90`, `90s`, `15m`, `6h`, `2d`.
+fn parse_duration(text: &str) -> anyhow::Result<u64> {
+    let t = text.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = digits.parse().map_err(|_| anyhow!("`{text}` is not a duration (try 90s, 15m, 6h, 2d)"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(anyhow!("`{text}`: unknown unit `{unit}` (use s, m, h or d)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| anyhow!("`{text}` is too long"))
+}
+
+fn probability(name: &str, p: f64) -> anyhow::Result<f64> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(anyhow!("--{name} must be between 0 and 1, got {p}"))
+    }
+}
+
+fn config(args: &Args) -> anyhow::Result<SimConfig> {
+    let mut cfg = SimConfig { seed: args.seed, ..Default::default() };
+    cfg.scoring = match args.scoring {
+        ScoringArg::LeastAllocated => Scoring::LeastAllocated,
+        ScoringArg::MostAllocated => Scoring::MostAllocated,
+    };
+    cfg.faults = if args.no_faults {
+        Faults::none()
+    } else {
+        Faults {
+            bmc_error_probability: probability("bmc-error-probability", args.bmc_error_probability)?,
+            boot_failure_probability: probability("boot-failure-probability", args.boot_failure_probability)?,
+            never_joins_probability: probability("never-joins-probability", args.never_joins_probability)?,
+            gpu_gate_failure_probability: probability("gpu-gate-failure-probability", args.gpu_gate_failure_probability)?,
+            slow_boot_probability: probability("slow-boot-probability", args.slow_boot_probability)?,
+            slow_boot_factor: if args.slow_boot_factor >= 1.0 && args.slow_boot_factor <= 100.0 {
+                args.slow_boot_factor
+            } else {
+                return Err(anyhow!("--slow-boot-factor must be between 1 and 100"));
+            },
+            faults_until_s: None,
+        }
+    };
+    if args.reconcile_interval == 0 {
+        return Err(anyhow!("--reconcile-interval must be at least 1 second"));
+    }
+    cfg.reconcile_interval_s = args.reconcile_interval;
+    cfg.duration_s = args.duration.as_deref().map(parse_duration).transpose()?;
+    cfg.policy.idle_timeout_s = parse_duration(&args.idle_timeout)?;
+    cfg.policy.warm_spares = args.warm_spares;
+    Ok(cfg)
+}
+
+fn policies(args: &Args) -> anyhow::Result<Vec<PolicyKind>> {
+    let mut out = Vec::new();
+    for p in &args.policies {
+        let kind = PolicyKind::parse(p).ok_or_else(|| {
+            anyhow!("unknown policy `{p}` (choose from always-on, reactive, warm-spares, ironclaim)")
+        })?;
+        if !out.contains(&kind) {
+            out.push(kind);
+        }
+    }
+    if out.is_empty() {
+        return Err(anyhow!("--policies names no policy"));
+    }
+    Ok(out)
+}
+
+fn workload(args: &Args) -> anyhow::Result<Workload> {
+    let mut w = match (&args.trace, &args.servers) {
+        (None, None) => embedded::default_day(args.seed),
+        (Some(trace), servers) => {
+            let pods = read_pods(trace)?;
+            let server_path = servers.as_ref().unwrap_or(trace);
+            let servers = read_servers(server_path).with_context(|| {
+                if args.servers.is_none() {
+                    "--trace without --servers needs a YAML trace that lists servers".to_string()
+                } else {
+                    format!("reading servers from {}", server_path.display())
+                }
+            })?;
+            let name = trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            workload_from_rows(&name, &servers, &pods)
+        }
+        (None, Some(_)) => return Err(anyhow!("--servers needs --trace (the pods to replay)")),
+    };
+    if let Some(n) = &args.servers_sample {
+        let size = if n == "auto" {
+            sample_size_for_peak(&w.servers, peak_demand(&w.pods), 1.0, args.seed)
+        } else {
+            n.parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?
+        };
+        w.servers = stratified_sample(&w.servers, size, args.seed);
+        w.name = format!("{} on {} sampled servers", w.name, w.servers.len());
+    }
+    Ok(w)
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    let cfg = config(&args).map_err(Failure::bad_input)?;
+    let kinds = policies(&args).map_err(Failure::bad_input)?;
+    let w = workload(&args).map_err(Failure::bad_input)?;
+    eprintln!(
+        "simulating {} ({} servers, {} pods): seed={} scoring={} reconcile_interval_s={} batch_idle_s={} batch_max_s={}",
+        w.name,
+        w.servers.len(),
+        w.pods.len(),
+        cfg.seed,
+        cfg.scoring,
+        cfg.reconcile_interval_s,
+        cfg.batch_idle_s,
+        cfg.batch_max_s
+    );
+    eprintln!("faults: {} quarantine_after_failures={}", cfg.faults, cfg.quarantine_after_failures);
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(1000);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{prefix:>24} [{bar:40}] {percent:>3}% {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar
+    });
+    let mut last_label = String::new();
+    let report = compare(&w, &cfg, &kinds, &mut |label, fraction| {
+        if let Some(bar) = &bar {
+            if label != last_label {
+                last_label = label.to_string();
+                bar.set_prefix(last_label.clone());
+            }
+            bar.set_position((fraction * 1000.0) as u64);
+        }
+    });
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    if let Some(path) = &args.report {
+        std::fs::write(path, ironclaim_sim::html::render(&report))
+            .with_context(|| format!("cannot write the report to {}", path.display()))
+            .map_err(Failure::world)?;
+        eprintln!("report written to {}", path.display());
+    }
+    match args.output {
+        Output::Table => print!("{}", report.to_table()),
+        Output::Json => println!("{}", report.to_json()),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(parse_duration("90").unwrap(), 90);
+        assert_eq!(parse_duration("15m").unwrap(), 900);
+        assert_eq!(parse_duration("2d").unwrap(), 172_800);
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5w").is_err());
+    }
+}

@@ -1,0 +1,180 @@
+//! Settings of one simulation run: the clock, the fault model, the
+//! scheduler's scoring and the policies' knobs. Every fault probability is
+//! a named field, printed at the start of a run, so that seed + settings
+//! replay a run exactly.
+
+use ironclaim_core::Seconds;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How kube-scheduler scores the nodes that pass its filters
+/// (`NodeResourcesFit` scoring strategy, on cpu and memory).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scoring {
+    /// The Kubernetes default: prefer the emptiest node (spreads).
+    #[default]
+    LeastAllocated,
+    /// Prefer the fullest node that fits (packs).
+    MostAllocated,
+}
+
+impl Scoring {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scoring::LeastAllocated => "least-allocated",
+            Scoring::MostAllocated => "most-allocated",
+        }
+    }
+    pub fn other(self) -> Scoring {
+        match self {
+            Scoring::LeastAllocated => Scoring::MostAllocated,
+            Scoring::MostAllocated => Scoring::LeastAllocated,
+        }
+    }
+}
+
+impl fmt::Display for Scoring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The injected faults. Probabilities are per claim attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Faults {
+    /// The BMC refuses or drops the power-on request.
+    pub bmc_error_probability: f64,
+    /// The boot (PXE or local) fails.
+    pub boot_failure_probability: f64,
+    /// The server boots but its kubelet never registers a node.
+    pub never_joins_probability: f64,
+    /// A GPU server's driver validation gate fails (GPU servers only).
+    pub gpu_gate_failure_probability: f64,
+    /// A boot lands in the slow tail: it takes `slow_boot_factor` times
+    /// its drawn duration.
+    pub slow_boot_probability: f64,
+    pub slow_boot_factor: f64,
+    /// Faults stop at this time (liveness checks start then); None: never.
+    pub faults_until_s: Option<Seconds>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            bmc_error_probability: 0.01,
+            boot_failure_probability: 0.01,
+            never_joins_probability: 0.005,
+            gpu_gate_failure_probability: 0.02,
+            slow_boot_probability: 0.02,
+            slow_boot_factor: 3.0,
+            faults_until_s: None,
+        }
+    }
+}
+
+impl Faults {
+    pub fn none() -> Self {
+        Faults {
+            bmc_error_probability: 0.0,
+            boot_failure_probability: 0.0,
+            never_joins_probability: 0.0,
+            gpu_gate_failure_probability: 0.0,
+            slow_boot_probability: 0.0,
+            slow_boot_factor: 1.0,
+            faults_until_s: None,
+        }
+    }
+
+    pub fn active_at(&self, now_s: Seconds) -> bool {
+        self.faults_until_s.is_none_or(|until| now_s < until)
+    }
+}
+
+impl fmt::Display for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bmc_error_probability={} boot_failure_probability={} never_joins_probability={} \
+             gpu_gate_failure_probability={} slow_boot_probability={} slow_boot_factor={}",
+            self.bmc_error_probability,
+            self.boot_failure_probability,
+            self.never_joins_probability,
+            self.gpu_gate_failure_probability,
+            self.slow_boot_probability,
+            self.slow_boot_factor
+        )?;
+        if let Some(until) = self.faults_until_s {
+            write!(f, " faults_until_s={until}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Knobs of the power policies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicySettings {
+    /// Reactive and fixed-spares policies power a server off after it has
+    /// been idle this long (cluster-autoscaler's scale-down-unneeded-time).
+    pub idle_timeout_s: Seconds,
+    /// Idle servers the fixed warm-spares policy keeps on.
+    pub warm_spares: u32,
+    /// The window over which ironclaim measures the recent arrival rate.
+    pub rate_window_s: Seconds,
+    /// How many standard deviations of headroom the ironclaim floor keeps
+    /// above the expected demand during one cold boot.
+    pub floor_z: f64,
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        PolicySettings { idle_timeout_s: 600, warm_spares: 2, rate_window_s: 4 * 3600, floor_z: 1.0 }
+    }
+}
+
+/// Everything that shapes a run besides the workload and the policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    pub seed: u64,
+    /// How often the autoscaler reconciles (power-off decisions, retries).
+    pub reconcile_interval_s: Seconds,
+    /// A scale-up batch closes once no pod has arrived for this long...
+    pub batch_idle_s: Seconds,
+    /// ...or once it has been open this long (Karpenter: 1 s and 10 s).
+    pub batch_max_s: Seconds,
+    pub scoring: Scoring,
+    pub faults: Faults,
+    /// Consecutive failures after which a server is quarantined.
+    pub quarantine_after_failures: u32,
+    /// First backoff after a failed attempt; doubles on each failure.
+    pub failure_backoff_s: Seconds,
+    /// Time from power-off command to off.
+    pub power_off_s: Seconds,
+    /// A stage longer than this many times its median is stuck.
+    pub stuck_factor: f64,
+    /// End of the run; None: the workload's own end.
+    pub duration_s: Option<Seconds>,
+    pub policy: PolicySettings,
+    /// Samples kept per time series for plots.
+    pub timeline_points: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            reconcile_interval_s: 10,
+            batch_idle_s: 1,
+            batch_max_s: 10,
+            scoring: Scoring::LeastAllocated,
+            faults: Faults::default(),
+            quarantine_after_failures: 3,
+            failure_backoff_s: 300,
+            power_off_s: 30,
+            stuck_factor: 4.0,
+            duration_s: None,
+            policy: PolicySettings::default(),
+            timeline_points: 480,
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! A deterministic discrete-event simulator for ironclaim.
+//!
+//! It runs the same decision core as the controller
+//! ([`ironclaim_core::provision`]) against a simulated rack on a virtual
+//! clock: servers boot through stages with drawn durations and injected
+//! faults, a model of kube-scheduler binds pods, and power policies decide
+//! what stays on. One `u64` seed drives a whole run; the same seed gives the
+//! same report, byte for byte.
+//!
+//! Entry points: [`compare::compare`] runs every policy on one workload and
+//! returns a [`report::Report`]; [`embedded::default_day`] and
+//! [`trace`] build workloads.
+#![forbid(unsafe_code)]
+
+pub mod check;
+pub mod compare;
+pub mod config;
+pub mod embedded;
+pub mod engine;
+pub mod html;
+pub mod oracle;
+pub mod policy;
+pub mod report;
+pub mod rng;
+pub mod sample;
+pub mod trace;
+pub mod workload;
+
+pub use config::{Faults, PolicySettings, Scoring, SimConfig};
+pub use engine::{run_policy, FailureReason, Prepared, RunStats};
+pub use policy::{PolicyKind, PowerPolicy};
+pub use workload::{SimServer, TracePod, Workload};

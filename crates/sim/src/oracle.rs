@@ -1,0 +1,483 @@
+//! The offline oracle: a lower bound on the energy any policy needs to
+//! serve the trace, computed with full knowledge of the future.
+//!
+//! # How it is computed
+//! Every pod runs from its arrival to its departure with no wait. Between
+//! two consecutive arrivals or departures the set of running pods is fixed,
+//! and the oracle asks: which powered-on servers, at least, could host it?
+//! That is bin packing; the oracle relaxes it to *aggregate capacity* so
+//! that its answer is a true lower bound:
+//!
+//! - each pod may only use server classes it fits on (resources once the
+//!   DaemonSets are counted, node affinity, taints: its *fit set*);
+//! - for every fit set `F` among the running pods, the servers powered in
+//!   `F` must together offer the cpu, memory, milli-GPUs and pod slots of
+//!   all pods whose fit set lies inside `F`, and at least one whole-GPU
+//!   slot of size `k` per pod asking for `k` whole GPUs;
+//! - servers are whole (an integer count per class, at most the class size).
+//!
+//! The cheapest such choice (idle minus off watts per server, found by
+//! branch and bound) plus the off watts of the whole inventory plus each
+//! pod's smallest possible dynamic draw (idle-to-peak by its share of the
+//! server, on the most frugal class it fits) is the oracle's power at that
+//! instant. Boot energy, boot time and fragmentation are ignored, so no
+//! policy can do better; a ratio near 1 is out of reach when pods are short
+//! compared with a boot.
+//!
+//! A search that exceeds its node budget falls back to the per-constraint
+//! fractional bound, which is still a lower bound; the report counts how
+//! often that happened.
+
+use crate::engine::Prepared;
+use crate::workload::{gpu_milli_of, Workload};
+use ironclaim_core::labels::HOSTNAME;
+use ironclaim_core::predicates::{check_node_affinity, check_taints};
+use ironclaim_core::provision::NODEPOOL_LABEL;
+use ironclaim_core::{Resources, Seconds};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// The oracle's answer for a whole run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OracleBound {
+    pub energy_kwh: f64,
+    /// Mean servers the bound keeps on.
+    pub servers_mean: f64,
+    /// Segments (stretches of constant demand) solved, and those where the
+    /// search fell back to the fractional bound.
+    pub segments: u64,
+    pub fallbacks: u64,
+    /// Servers on at each timeline sample, for plots.
+    #[serde(skip)]
+    pub servers_at: Vec<u32>,
+}
+
+struct ClassInfo {
+    /// Capacity once DaemonSets are counted.
+    alloc: Resources,
+    gpus: i64,
+    on_watts: f64,
+    cpu_dyn_per_milli: f64,
+    gpu_dyn_per_milli: f64,
+    available: i64,
+}
+
+const NODE_BUDGET: u64 = 50_000;
+
+/// Computes the oracle bound for the prepared workload, sampling the
+/// number of servers at `sample_at` times.
+pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> OracleBound {
+    let end = prep.end_s;
+    let classes: Vec<ClassInfo> = prep
+        .classes
+        .iter()
+        .map(|c| {
+            let s = &w.servers[c.members[0]];
+            let cap = &s.server.capacity;
+            let pool = prep.pool_of[c.members[0]].map(|p| &w.pools[p]);
+            let mut alloc = cap.clone();
+            if alloc.pods == 0 {
+                alloc.pods = 110;
+            }
+            if let Some(pool) = pool {
+                let labels = node_labels(&s.server.labels, pool);
+                for ds in &w.daemonsets {
+                    let t = &ds.template;
+                    if check_node_affinity(t, &labels, &s.server.name).is_ok()
+                        && check_taints(t, &pool.taints, false).is_ok()
+                    {
+                        alloc.sub(&Resources { pods: 1, ..t.requests.clone() });
+                    }
+                }
+            }
+            let p = &s.server.power;
+            let range = (p.peak_watts - p.idle_watts).max(0.0);
+            let g = s.gpu_dynamic_share;
+            ClassInfo {
+                gpus: cap.gpus(),
+                on_watts: (p.idle_watts - p.off_watts).max(0.0),
+                cpu_dyn_per_milli: if cap.cpu_milli > 0 { range * (1.0 - g) / cap.cpu_milli as f64 } else { 0.0 },
+                gpu_dyn_per_milli: {
+                    let gm = gpu_milli_of(cap);
+                    if gm > 0 { range * g / gm as f64 } else { 0.0 }
+                },
+                alloc,
+                available: if pool.is_some() { c.members.len() as i64 } else { 0 },
+            }
+        })
+        .collect();
+    let off_total: f64 = w.servers.iter().map(|s| s.server.power.off_watts).sum();
+
+    // Fit set and smallest dynamic draw of each pod.
+    let mut fit_ids: BTreeMap<Vec<bool>, usize> = BTreeMap::new();
+    let mut fit_sets: Vec<Vec<bool>> = Vec::new();
+    let mut pod_fit = vec![usize::MAX; prep.pods.len()];
+    let mut pod_dyn = vec![0.0; prep.pods.len()];
+    let mut shape_cache: HashMap<String, (usize, f64)> = HashMap::new();
+    for (i, pod) in prep.pods.iter().enumerate() {
+        if prep.unplaceable[i].is_some() {
+            continue;
+        }
+        let key = format!("{:?}|{:?}|{:?}|{:?}", pod.requests, pod.node_selector, pod.node_affinity, pod.tolerations);
+        if let Some(&(f, d)) = shape_cache.get(&key) {
+            pod_fit[i] = f;
+            pod_dyn[i] = d;
+            continue;
+        }
+        let mut set = vec![false; classes.len()];
+        let mut dyn_min = f64::INFINITY;
+        for (c, info) in classes.iter().enumerate() {
+            let sample = &w.servers[prep.classes[c].members[0]].server;
+            let Some(pool) = prep.pool_of[prep.classes[c].members[0]].map(|p| &w.pools[p]) else { continue };
+            let labels = node_labels(&sample.labels, pool);
+            if info.available > 0
+                && pod.requests.fits(&info.alloc)
+                && check_node_affinity(pod, &labels, &sample.name).is_ok()
+                && check_taints(pod, &pool.taints, false).is_ok()
+            {
+                set[c] = true;
+                let d = info.cpu_dyn_per_milli * pod.requests.cpu_milli as f64
+                    + info.gpu_dyn_per_milli * gpu_milli_of(&pod.requests) as f64;
+                dyn_min = dyn_min.min(d);
+            }
+        }
+        if !set.iter().any(|&b| b) {
+            continue;
+        }
+        let next = fit_sets.len();
+        let f = *fit_ids.entry(set.clone()).or_insert(next);
+        if f == next {
+            fit_sets.push(set);
+        }
+        shape_cache.insert(key, (f, dyn_min));
+        pod_fit[i] = f;
+        pod_dyn[i] = dyn_min;
+    }
+    // Fit sets as subsets of one another.
+    let subset = |a: &[bool], b: &[bool]| a.iter().zip(b).all(|(&x, &y)| !x || y);
+    let inside: Vec<Vec<usize>> = (0..fit_sets.len())
+        .map(|u| (0..fit_sets.len()).filter(|&g| subset(&fit_sets[g], &fit_sets[u])).collect())
+        .collect();
+    let mut gpu_sizes: Vec<i64> = prep
+        .pods
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| pod_fit[i] != usize::MAX)
+        .map(|(_, p)| p.requests.gpus())
+        .filter(|&k| k > 1)
+        .collect();
+    gpu_sizes.sort_unstable();
+    gpu_sizes.dedup();
+
+    let mut events: Vec<(Seconds, bool, usize)> = Vec::new();
+    for (i, tp) in w.pods.iter().enumerate() {
+        if pod_fit[i] == usize::MAX || tp.arrival_s >= end {
+            continue;
+        }
+        let leave = tp.departure_s.unwrap_or(end).min(end);
+        if leave <= tp.arrival_s {
+            continue;
+        }
+        events.push((tp.arrival_s, true, i));
+        events.push((leave, false, i));
+    }
+    events.sort_by_key(|&(t, arrive, i)| (t, arrive, i));
+
+    // Running demand per fit set: cpu, memory, milli-GPU, pods, k-GPU pods.
+    let dims = 4 + gpu_sizes.len();
+    let mut demand = vec![vec![0i64; dims]; fit_sets.len()];
+    let mut dyn_watts = 0.0f64;
+    let mut out = OracleBound::default();
+    let mut memo: HashMap<Vec<i64>, (f64, u32, bool)> = HashMap::new();
+    let mut energy_j = 0.0;
+    let mut servers_area = 0.0;
+    let mut last = 0;
+    let mut k = 0;
+    let mut current = (0.0f64, 0u32);
+    let mut sample_idx = 0;
+    let mut record_samples = |upto: Seconds, servers: u32, out: &mut OracleBound| {
+        while sample_idx < sample_at.len() && sample_at[sample_idx] < upto {
+            out.servers_at.push(servers);
+            sample_idx += 1;
+        }
+    };
+    while k <= events.len() {
+        let t = if k < events.len() { events[k].0 } else { end };
+        if t > last {
+            let dt = (t - last) as f64;
+            energy_j += dt * (off_total + current.0 + dyn_watts);
+            servers_area += dt * f64::from(current.1);
+            record_samples(t, current.1, &mut out);
+            last = t;
+        }
+        if k == events.len() {
+            break;
+        }
+        while k < events.len() && events[k].0 == t {
+            let (_, arrive, i) = events[k];
+            let sign = if arrive { 1 } else { -1 };
+            let r = &prep.pods[i].requests;
+            let d = &mut demand[pod_fit[i]];
+            d[0] += sign * r.cpu_milli;
+            d[1] += sign * r.memory_bytes;
+            d[2] += sign * gpu_milli_of(r);
+            d[3] += sign * r.pods.max(1);
+            for (j, &size) in gpu_sizes.iter().enumerate() {
+                if r.gpus() >= size {
+                    d[4 + j] += sign;
+                }
+            }
+            dyn_watts += sign as f64 * pod_dyn[i];
+            k += 1;
+        }
+        if dyn_watts.abs() < 1e-9 {
+            dyn_watts = 0.0;
+        }
+        let key: Vec<i64> = demand.iter().flatten().copied().collect();
+        let (watts, servers, fell_back) = match memo.get(&key) {
+            Some(&v) => v,
+            None => {
+                let v = min_on_watts(&classes, &fit_sets, &inside, &demand, &gpu_sizes);
+                memo.insert(key, v);
+                v
+            }
+        };
+        out.segments += 1;
+        if fell_back {
+            out.fallbacks += 1;
+        }
+        current = (watts, servers);
+    }
+    record_samples(Seconds::MAX, current.1, &mut out);
+    out.servers_at.truncate(sample_at.len());
+    out.energy_kwh = energy_j / 3.6e6;
+    out.servers_mean = if end > 0 { servers_area / end as f64 } else { 0.0 };
+    out
+}
+
+fn node_labels(labels: &ironclaim_core::Labels, pool: &ironclaim_core::NodePool) -> ironclaim_core::Labels {
+    let mut l = labels.clone();
+    l.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    l.insert(NODEPOOL_LABEL.to_string(), pool.name.clone());
+    l.remove(HOSTNAME);
+    l
+}
+
+struct Problem {
+    /// Per constraint: coefficient per class, and what must be covered.
+    coef: Vec<Vec<f64>>,
+    rhs: Vec<f64>,
+    weight: Vec<f64>,
+    available: Vec<i64>,
+    order: Vec<usize>,
+}
+
+/// The cheapest integer choice of servers per class covering every
+/// constraint: (on watts, servers, fell back to the fractional bound).
+fn min_on_watts(
+    classes: &[ClassInfo],
+    fit_sets: &[Vec<bool>],
+    inside: &[Vec<usize>],
+    demand: &[Vec<i64>],
+    gpu_sizes: &[i64],
+) -> (f64, u32, bool) {
+    let mut coef = Vec::new();
+    let mut rhs = Vec::new();
+    for (u, set) in fit_sets.iter().enumerate() {
+        if demand[u].iter().all(|&d| d <= 0) {
+            continue;
+        }
+        let mut total = vec![0i64; demand[u].len()];
+        for &g in &inside[u] {
+            for (t, d) in total.iter_mut().zip(&demand[g]) {
+                *t += d;
+            }
+        }
+        for (dim, &need) in total.iter().enumerate() {
+            if need <= 0 {
+                continue;
+            }
+            let row: Vec<f64> = classes
+                .iter()
+                .enumerate()
+                .map(|(c, info)| {
+                    if !set[c] {
+                        return 0.0;
+                    }
+                    match dim {
+                        0 => info.alloc.cpu_milli as f64,
+                        1 => info.alloc.memory_bytes as f64,
+                        2 => gpu_milli_of(&info.alloc) as f64,
+                        3 => info.alloc.pods as f64,
+                        _ => (info.gpus / gpu_sizes[dim - 4]) as f64,
+                    }
+                })
+                .collect();
+            coef.push(row);
+            rhs.push(need as f64);
+        }
+    }
+    if rhs.is_empty() {
+        return (0.0, 0, false);
+    }
+    let weight: Vec<f64> = classes.iter().map(|c| c.on_watts).collect();
+    let available: Vec<i64> = classes.iter().map(|c| c.available).collect();
+    let mut order: Vec<usize> = (0..classes.len()).filter(|&c| available[c] > 0).collect();
+    // Cheapest per unit of the first constraint first: good incumbents early.
+    order.sort_by(|&a, &b| {
+        let ra = weight[a] / coef[0][a].max(1e-9);
+        let rb = weight[b] / coef[0][b].max(1e-9);
+        ra.total_cmp(&rb).then(a.cmp(&b))
+    });
+    let p = Problem { coef, rhs, weight, available, order };
+    let root = fractional_bound(&p, 0, &p.rhs);
+    let mut best = (f64::INFINITY, 0u32);
+    let mut counts = vec![0i64; classes.len()];
+    let mut nodes = 0u64;
+    let deficit = p.rhs.clone();
+    search(&p, 0, &deficit, 0.0, &mut counts, &mut best, &mut nodes);
+    if nodes > NODE_BUDGET || !best.0.is_finite() {
+        let servers_guess = 0;
+        return (root.max(0.0), servers_guess, true);
+    }
+    (best.0, best.1, false)
+}
+
+/// For each unmet constraint, the cheapest fractional cover by the classes
+/// still to decide; the largest of these bounds the remaining cost.
+fn fractional_bound(p: &Problem, from: usize, deficit: &[f64]) -> f64 {
+    let mut bound: f64 = 0.0;
+    for (j, &d) in deficit.iter().enumerate() {
+        if d <= 0.0 {
+            continue;
+        }
+        // Fill by cost per unit, respecting availability.
+        let mut opts: Vec<(f64, f64)> = p.order[from..]
+            .iter()
+            .filter(|&&c| p.coef[j][c] > 0.0)
+            .map(|&c| (p.weight[c] / p.coef[j][c], p.coef[j][c] * p.available[c] as f64))
+            .collect();
+        opts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut left = d;
+        let mut cost = 0.0;
+        for (unit, cap) in opts {
+            let take = left.min(cap);
+            cost += take * unit;
+            left -= take;
+            if left <= 0.0 {
+                break;
+            }
+        }
+        if left > 1e-9 {
+            return f64::INFINITY;
+        }
+        bound = bound.max(cost);
+    }
+    bound
+}
+
+fn search(
+    p: &Problem,
+    i: usize,
+    deficit: &[f64],
+    cost: f64,
+    counts: &mut [i64],
+    best: &mut (f64, u32),
+    nodes: &mut u64,
+) {
+    *nodes += 1;
+    if *nodes > NODE_BUDGET {
+        return;
+    }
+    if deficit.iter().all(|&d| d <= 0.0) {
+        if cost < best.0 {
+            *best = (cost, counts.iter().sum::<i64>() as u32);
+        }
+        return;
+    }
+    if i == p.order.len() {
+        return;
+    }
+    if cost + fractional_bound(p, i, deficit) >= best.0 - 1e-9 {
+        return;
+    }
+    let c = p.order[i];
+    let useful = deficit
+        .iter()
+        .enumerate()
+        .filter(|&(j, &d)| d > 0.0 && p.coef[j][c] > 0.0)
+        .map(|(j, &d)| (d / p.coef[j][c]).ceil() as i64)
+        .max()
+        .unwrap_or(0)
+        .min(p.available[c]);
+    let mut next = deficit.to_vec();
+    for n in (0..=useful).rev() {
+        for (j, d) in next.iter_mut().enumerate() {
+            *d = deficit[j] - n as f64 * p.coef[j][c];
+        }
+        counts[c] = n;
+        search(p, i + 1, &next, cost + n as f64 * p.weight[c], counts, best, nodes);
+        if *nodes > NODE_BUDGET {
+            break;
+        }
+    }
+    counts[c] = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{hardware_server, pod_requests, TracePod};
+    use ironclaim_core::{NodePool, Pod};
+
+    fn workload(pods: Vec<TracePod>) -> Workload {
+        let mut servers = Vec::new();
+        for i in 0..4 {
+            servers.push(hardware_server(&format!("c{i}"), 32_000, 131_072, 0, ""));
+        }
+        for i in 0..2 {
+            servers.push(hardware_server(&format!("g{i}"), 96_000, 393_216, 8, "G2"));
+        }
+        Workload { name: "t".into(), servers, pools: vec![NodePool::new("default")], daemonsets: vec![], pods, end_s: 1000 }
+    }
+
+    fn pod(name: &str, cpu: i64, gpus: i64, from: Seconds, to: Seconds) -> TracePod {
+        TracePod {
+            pod: Pod::new("t", name, pod_requests(cpu, 1024, gpus, if gpus > 0 { 1000 } else { 0 })),
+            arrival_s: from,
+            departure_s: Some(to),
+        }
+    }
+
+    #[test]
+    fn an_empty_trace_costs_only_the_off_watts() {
+        let w = workload(vec![]);
+        let prep = Prepared::new(&w, None);
+        let b = oracle_bound(&w, &prep, &[]);
+        let off: f64 = w.servers.iter().map(|s| s.server.power.off_watts).sum();
+        assert!((b.energy_kwh - off * 1000.0 / 3.6e6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn one_small_cpu_pod_keeps_the_cheapest_fitting_server_on() {
+        let w = workload(vec![pod("a", 1000, 0, 0, 1000)]);
+        let prep = Prepared::new(&w, None);
+        let b = oracle_bound(&w, &prep, &[0, 500]);
+        assert_eq!(b.servers_at, vec![1, 1]);
+        let cpu = &w.servers[0].server.power;
+        let off: f64 = w.servers.iter().map(|s| s.server.power.off_watts).sum();
+        let on = cpu.idle_watts - cpu.off_watts;
+        let dynamic = (cpu.peak_watts - cpu.idle_watts) * 1000.0 / 32_000.0;
+        let expect = (off + on + dynamic) * 1000.0 / 3.6e6;
+        assert!((b.energy_kwh - expect).abs() < 1e-9, "{} vs {expect}", b.energy_kwh);
+    }
+
+    #[test]
+    fn two_eight_gpu_pods_need_two_gpu_servers_even_if_cpu_would_fit_one() {
+        let w = workload(vec![pod("a", 1000, 8, 0, 1000), pod("b", 1000, 8, 0, 1000)]);
+        let prep = Prepared::new(&w, None);
+        let b = oracle_bound(&w, &prep, &[10]);
+        assert_eq!(b.servers_at, vec![2]);
+        assert_eq!(b.fallbacks, 0);
+    }
+}

@@ -1,0 +1,356 @@
+//! When to power servers off, and how many idle servers to keep on.
+//!
+//! The decision core plans scale-up; this module holds the power policies
+//! the simulator compares, behind one trait, so that the default can move
+//! into the core unchanged: it reads a [`FleetView`] and a time and returns
+//! a [`PowerPlan`], with no IO and no clock of its own.
+
+use crate::config::PolicySettings;
+use crate::workload::{HardwareClass, SimServer};
+use ironclaim_core::Seconds;
+use serde::Serialize;
+use std::collections::VecDeque;
+
+/// Where a server stands, as a power policy needs to know it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerStatus {
+    /// Powered off and free to be claimed.
+    Off,
+    /// Powered off and not claimable: failed (backing off) or quarantined.
+    Unavailable,
+    /// A claim is in flight; `spare` when the policy started it.
+    Starting { spare: bool },
+    /// A Ready node. `idle_since` is set when no non-DaemonSet pod runs on it.
+    Ready { idle_since: Option<Seconds> },
+    /// Being powered off.
+    Stopping,
+}
+
+/// A read-only view of the fleet for a policy.
+pub struct FleetView<'a> {
+    pub now_s: Seconds,
+    pub servers: &'a [SimServer],
+    pub classes: &'a [HardwareClass],
+    pub class_of: &'a [usize],
+    pub status: &'a [ServerStatus],
+    pub power_on_cycles: &'a [u32],
+    /// Servers not Off, in index order.
+    pub powered: &'a [usize],
+}
+
+impl FleetView<'_> {
+    /// Off, claimable servers of a class, least-cycled first (wear levelling).
+    pub fn off_in_class(&self, class: usize) -> Vec<usize> {
+        let mut v: Vec<usize> = self.classes[class]
+            .members
+            .iter()
+            .copied()
+            .filter(|&s| self.status[s] == ServerStatus::Off)
+            .collect();
+        v.sort_by_key(|&s| (self.power_on_cycles[s], s));
+        v
+    }
+
+    /// Idle Ready servers, as (server, idle since).
+    pub fn idle(&self) -> Vec<(usize, Seconds)> {
+        self.powered
+            .iter()
+            .filter_map(|&s| match self.status[s] {
+                ServerStatus::Ready { idle_since: Some(t) } => Some((s, t)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn starting_spares(&self) -> Vec<usize> {
+        self.powered
+            .iter()
+            .copied()
+            .filter(|&s| self.status[s] == ServerStatus::Starting { spare: true })
+            .collect()
+    }
+}
+
+/// A demand signal: a server that had no workload pod received one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FirstPod {
+    pub at_s: Seconds,
+    pub class: usize,
+    /// The pod's deadline, from its creation.
+    pub deadline_s: Option<Seconds>,
+}
+
+/// At least `count` idle Ready servers (of `class`, or of any class) stay
+/// on. Checkers hold the policy to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Floor {
+    pub class: Option<usize>,
+    pub count: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PowerPlan {
+    /// Idle Ready servers to power off now.
+    pub power_off: Vec<usize>,
+    /// Off servers to power on as warm spares.
+    pub power_on: Vec<usize>,
+    pub floors: Vec<Floor>,
+    /// Call again at this time even if nothing else happens.
+    pub wake_at_s: Option<Seconds>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    AlwaysOn,
+    Reactive,
+    WarmSpares,
+    Ironclaim,
+}
+
+impl PolicyKind {
+    pub const ALL: [PolicyKind; 4] =
+        [PolicyKind::AlwaysOn, PolicyKind::Reactive, PolicyKind::WarmSpares, PolicyKind::Ironclaim];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::AlwaysOn => "always-on",
+            PolicyKind::Reactive => "reactive",
+            PolicyKind::WarmSpares => "warm-spares",
+            PolicyKind::Ironclaim => "ironclaim",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PolicyKind> {
+        PolicyKind::ALL.into_iter().find(|k| k.name() == s.trim())
+    }
+
+    pub fn build(self, settings: &PolicySettings) -> Box<dyn PowerPolicy> {
+        match self {
+            PolicyKind::AlwaysOn => Box::new(AlwaysOn),
+            PolicyKind::Reactive => Box::new(Reactive { idle_timeout_s: settings.idle_timeout_s }),
+            PolicyKind::WarmSpares => {
+                Box::new(WarmSpares { spares: settings.warm_spares, idle_timeout_s: settings.idle_timeout_s })
+            }
+            PolicyKind::Ironclaim => Box::new(Ironclaim::new(settings)),
+        }
+    }
+}
+
+/// A power policy: which servers start on, which to power off, which to
+/// keep or bring on as warm spares.
+pub trait PowerPolicy {
+    fn kind(&self) -> PolicyKind;
+    /// Servers that are Ready nodes when the run starts.
+    fn initially_on(&self, view: &FleetView<'_>) -> Vec<usize>;
+    /// A server got its first workload pod.
+    fn observe(&mut self, _signal: FirstPod) {}
+    /// Called at every reconcile.
+    fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan;
+}
+
+/// Every server on, all the time: the energy baseline.
+pub struct AlwaysOn;
+
+impl PowerPolicy for AlwaysOn {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::AlwaysOn
+    }
+    fn initially_on(&self, view: &FleetView<'_>) -> Vec<usize> {
+        (0..view.servers.len()).collect()
+    }
+    fn decide(&mut self, _view: &FleetView<'_>) -> PowerPlan {
+        PowerPlan::default()
+    }
+}
+
+/// Power on only for pending pods (the core's claims), power off after a
+/// fixed idle time, no spares.
+pub struct Reactive {
+    pub idle_timeout_s: Seconds,
+}
+
+impl PowerPolicy for Reactive {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Reactive
+    }
+    fn initially_on(&self, _view: &FleetView<'_>) -> Vec<usize> {
+        Vec::new()
+    }
+    fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
+        let mut plan = PowerPlan::default();
+        for (s, since) in view.idle() {
+            let due = since + self.idle_timeout_s;
+            if due <= view.now_s {
+                plan.power_off.push(s);
+            } else {
+                plan.wake_at_s = Some(plan.wake_at_s.map_or(due, |w| w.min(due)));
+            }
+        }
+        plan
+    }
+}
+
+/// The most numerous hardware class: where a fixed spare policy draws from.
+fn most_numerous_class(classes: &[HardwareClass]) -> Option<usize> {
+    (0..classes.len()).max_by(|&a, &b| classes[a].members.len().cmp(&classes[b].members.len()).then(b.cmp(&a)))
+}
+
+/// Keeps a fixed number of idle servers on (of any class; new spares come
+/// from the most numerous class), powers the rest off after a fixed idle
+/// time.
+pub struct WarmSpares {
+    pub spares: u32,
+    pub idle_timeout_s: Seconds,
+}
+
+impl PowerPolicy for WarmSpares {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::WarmSpares
+    }
+    fn initially_on(&self, view: &FleetView<'_>) -> Vec<usize> {
+        let Some(c) = most_numerous_class(view.classes) else { return Vec::new() };
+        view.classes[c].members.iter().copied().take(self.spares as usize).collect()
+    }
+    fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
+        let mut plan = PowerPlan { floors: vec![Floor { class: None, count: self.spares }], ..Default::default() };
+        let mut idle = view.idle();
+        // Keep the most recently idle servers as the spares.
+        idle.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let keep = self.spares as usize;
+        for &(s, since) in idle.iter().skip(keep) {
+            let due = since + self.idle_timeout_s;
+            if due <= view.now_s {
+                plan.power_off.push(s);
+            } else {
+                plan.wake_at_s = Some(plan.wake_at_s.map_or(due, |w| w.min(due)));
+            }
+        }
+        let have = idle.len() + view.starting_spares().len();
+        if have < keep
+            && let Some(c) = most_numerous_class(view.classes)
+        {
+            let mut candidates = view.off_in_class(c);
+            if candidates.is_empty() {
+                candidates = (0..view.classes.len()).flat_map(|k| view.off_in_class(k)).collect();
+            }
+            plan.power_on.extend(candidates.into_iter().take(keep - have));
+        }
+        plan
+    }
+}
+
+/// ironclaim's default.
+///
+/// # Power-off
+/// An idle server is powered off once it has been idle for its break-even
+/// time: the energy of one boot (boot watts over its measured cold path)
+/// divided by what staying on costs (idle minus off watts). Idling shorter
+/// than that costs less than a power cycle; longer, the cycle pays.
+///
+/// # Warm-spare floor
+/// Per hardware class, the policy counts the servers that received a first
+/// workload pod whose deadline is shorter than the class's cold path, over
+/// a sliding window. With that rate `r` and the cold path `t`, a burst of
+/// `m = r * t` fresh servers is expected while a cold one boots; the floor
+/// is `ceil(m + z * sqrt(m))` idle servers of the class (0 with no recent
+/// demand), taken from the most recently idle servers.
+pub struct Ironclaim {
+    window_s: Seconds,
+    z: f64,
+    events: Vec<VecDeque<FirstPod>>,
+    started_s: Option<Seconds>,
+}
+
+impl Ironclaim {
+    pub fn new(settings: &PolicySettings) -> Self {
+        Ironclaim { window_s: settings.rate_window_s.max(60), z: settings.floor_z, events: Vec::new(), started_s: None }
+    }
+
+    /// Idle seconds after which powering off saves energy.
+    pub fn break_even_s(server: &SimServer) -> Seconds {
+        let p = &server.server.power;
+        let cold = server.server.durations.cold_s() as f64;
+        let saving = (p.idle_watts - p.off_watts).max(1.0);
+        ((p.boot_watts * cold) / saving).round().max(60.0) as Seconds
+    }
+
+    /// The floor of a class from the demand seen in the window.
+    fn floor_of(&self, class: usize, view: &FleetView<'_>) -> u32 {
+        let Some(events) = self.events.get(class) else { return 0 };
+        let Some(&first) = view.classes[class].members.first() else { return 0 };
+        let cold = view.servers[first].server.durations.cold_s();
+        let urgent = events.iter().filter(|e| e.deadline_s.is_none_or(|d| d < cold)).count();
+        if urgent == 0 {
+            return 0;
+        }
+        let since = self.started_s.unwrap_or(0);
+        let span = view.now_s.saturating_sub(since).clamp(3600, self.window_s) as f64;
+        let m = urgent as f64 * cold as f64 / span;
+        let floor = (m + self.z * m.sqrt()).ceil() as u32;
+        floor.min(view.classes[class].members.len() as u32)
+    }
+}
+
+impl PowerPolicy for Ironclaim {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Ironclaim
+    }
+
+    fn initially_on(&self, _view: &FleetView<'_>) -> Vec<usize> {
+        Vec::new()
+    }
+
+    fn observe(&mut self, signal: FirstPod) {
+        if self.events.len() <= signal.class {
+            self.events.resize_with(signal.class + 1, VecDeque::new);
+        }
+        self.events[signal.class].push_back(signal);
+    }
+
+    fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
+        let now = view.now_s;
+        self.started_s.get_or_insert(now);
+        let horizon = now.saturating_sub(self.window_s);
+        let mut wake: Option<Seconds> = None;
+        let mut soonest = |t: Seconds| wake = Some(wake.map_or(t, |w: Seconds| w.min(t)));
+        for q in &mut self.events {
+            while q.front().is_some_and(|e| e.at_s < horizon) {
+                q.pop_front();
+            }
+            if let Some(e) = q.front() {
+                soonest(e.at_s + self.window_s + 1);
+            }
+        }
+        let mut plan = PowerPlan::default();
+        let mut idle_by_class: Vec<Vec<(usize, Seconds)>> = vec![Vec::new(); view.classes.len()];
+        for (s, since) in view.idle() {
+            idle_by_class[view.class_of[s]].push((s, since));
+        }
+        let mut spares_by_class = vec![0usize; view.classes.len()];
+        for s in view.starting_spares() {
+            spares_by_class[view.class_of[s]] += 1;
+        }
+        for (c, idle) in idle_by_class.iter_mut().enumerate() {
+            let floor = self.floor_of(c, view);
+            if floor > 0 {
+                plan.floors.push(Floor { class: Some(c), count: floor });
+            }
+            idle.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for &(s, since) in idle.iter().skip(floor as usize) {
+                let due = since + Self::break_even_s(&view.servers[s]);
+                if due <= now {
+                    plan.power_off.push(s);
+                } else {
+                    soonest(due);
+                }
+            }
+            let have = idle.len() + spares_by_class[c];
+            if have < floor as usize {
+                plan.power_on.extend(view.off_in_class(c).into_iter().take(floor as usize - have));
+            }
+        }
+        plan.wake_at_s = wake;
+        plan
+    }
+}

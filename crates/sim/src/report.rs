@@ -1,0 +1,340 @@
+//! The comparison report: per-policy figures, the oracle bound, the pods no
+//! server can host, and the series behind the plots. Serialises to the
+//! documented JSON and renders as a terminal table.
+
+use crate::config::{Scoring, SimConfig};
+use crate::engine::{FailureCount, RunStats};
+use crate::oracle::OracleBound;
+use crate::sample::PeakDemand;
+use ironclaim_core::Seconds;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub workload: WorkloadSummary,
+    pub settings: SimConfig,
+    pub oracle: OracleSummary,
+    pub policies: Vec<PolicyReport>,
+    /// The ironclaim policy under both scheduler scoring strategies.
+    pub scoring: Option<ScoringComparison>,
+    pub unplaceable: Vec<UnplaceableGroup>,
+    pub timeline: TimelineReport,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadSummary {
+    pub name: String,
+    pub servers: usize,
+    pub hardware_classes: usize,
+    pub pods: usize,
+    pub pods_unplaceable: usize,
+    pub duration_s: Seconds,
+    pub peak: PeakDemand,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OracleSummary {
+    pub energy_kwh: f64,
+    pub servers_mean: f64,
+    pub segments: u64,
+    pub fallbacks: u64,
+}
+
+impl From<&OracleBound> for OracleSummary {
+    fn from(o: &OracleBound) -> Self {
+        OracleSummary { energy_kwh: o.energy_kwh, servers_mean: o.servers_mean, segments: o.segments, fallbacks: o.fallbacks }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: Seconds,
+    pub p95: Seconds,
+    pub p99: Seconds,
+    pub max: Seconds,
+    pub mean: f64,
+}
+
+/// Nearest-rank percentiles.
+pub fn percentiles(values: &[Seconds]) -> Percentiles {
+    if values.is_empty() {
+        return Percentiles::default();
+    }
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Percentiles {
+        p50: rank(0.50),
+        p95: rank(0.95),
+        p99: rank(0.99),
+        max: v[v.len() - 1],
+        mean: v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64,
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct MeanPeak {
+    pub mean: f64,
+    pub peak: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Claims {
+    pub for_pods: u64,
+    pub spares: u64,
+    pub ready: u64,
+    pub failed: u64,
+    pub in_flight_at_end: u64,
+    pub failures: Vec<FailureCount>,
+    /// Time from claim to Ready of the claims that got there.
+    pub to_ready_s: Percentiles,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Waiting {
+    pub reason: String,
+    pub pods: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyReport {
+    pub policy: &'static str,
+    pub scoring: Scoring,
+    pub energy_kwh: f64,
+    /// Share of always-on's energy saved (0.45 = 45 % less); None when
+    /// always-on was not run.
+    pub saved_vs_always_on: Option<f64>,
+    pub oracle_energy_kwh: f64,
+    pub oracle_ratio: f64,
+    pub powered_servers: MeanPeak,
+    /// Pending time of placeable pods (see docs/simulate.md).
+    pub pending_s: Percentiles,
+    pub pods_placed: u64,
+    pub pods_unplaceable: u64,
+    pub pods_withdrawn: u64,
+    pub pods_pending_at_end: u64,
+    pub deadline_misses: u64,
+    pub power_on_cycles: u64,
+    pub power_on_cycles_per_server: MeanPeak,
+    pub claims: Claims,
+    pub stale_accounting: u64,
+    pub provision_calls: u64,
+    pub quarantined_servers: u64,
+    pub waiting_at_end: Vec<Waiting>,
+    pub violations: Vec<crate::check::Violation>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ScoringComparison {
+    pub policy: &'static str,
+    pub least_allocated_kwh: f64,
+    pub most_allocated_kwh: f64,
+    pub least_allocated_powered_mean: f64,
+    pub most_allocated_powered_mean: f64,
+    /// Energy MostAllocated saves against LeastAllocated (fraction).
+    pub most_allocated_saves: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct UnplaceableGroup {
+    pub reason: String,
+    pub pods: usize,
+    pub examples: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PolicySeries {
+    pub policy: &'static str,
+    pub powered: Vec<u32>,
+    pub watts: Vec<f64>,
+    pub pending: Vec<u32>,
+    /// Pending-time distribution: (upper bound in seconds, share of pods
+    /// pending at most that long).
+    pub pending_cdf: Vec<(Seconds, f64)>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TimelineReport {
+    pub at_s: Vec<Seconds>,
+    /// Servers the oracle needs at each sample.
+    pub demand_servers: Vec<u32>,
+    pub policies: Vec<PolicySeries>,
+}
+
+/// Bucket bounds of the pending-time distribution.
+pub const CDF_BOUNDS_S: [Seconds; 14] = [0, 1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 86_400];
+
+pub fn pending_cdf(values: &[Seconds]) -> Vec<(Seconds, f64)> {
+    let n = values.len().max(1) as f64;
+    CDF_BOUNDS_S.iter().map(|&b| (b, values.iter().filter(|&&v| v <= b).count() as f64 / n)).collect()
+}
+
+impl PolicyReport {
+    pub fn from_stats(s: &RunStats, oracle_kwh: f64, unplaceable: u64) -> Self {
+        let cycles: u64 = s.power_on_cycles.iter().map(|&c| u64::from(c)).sum();
+        let servers = s.power_on_cycles.len().max(1) as f64;
+        let failed: u64 = s.failures.iter().map(|f| f.count).sum();
+        PolicyReport {
+            policy: s.policy.name(),
+            scoring: s.scoring,
+            energy_kwh: s.energy_kwh,
+            saved_vs_always_on: None,
+            oracle_energy_kwh: oracle_kwh,
+            oracle_ratio: if oracle_kwh > 0.0 { s.energy_kwh / oracle_kwh } else { 0.0 },
+            powered_servers: MeanPeak { mean: s.powered_mean, peak: s.powered_peak as f64 },
+            pending_s: percentiles(&s.pending_s),
+            pods_placed: s.pods_placed,
+            pods_unplaceable: unplaceable,
+            pods_withdrawn: s.pods_withdrawn,
+            pods_pending_at_end: s.pods_pending_at_end,
+            deadline_misses: s.deadline_misses,
+            power_on_cycles: cycles,
+            power_on_cycles_per_server: MeanPeak {
+                mean: cycles as f64 / servers,
+                peak: f64::from(s.power_on_cycles.iter().copied().max().unwrap_or(0)),
+            },
+            claims: Claims {
+                for_pods: s.claims_for_pods,
+                spares: s.claims_spare,
+                ready: s.claims_ready,
+                failed,
+                in_flight_at_end: s.claims_in_flight_at_end,
+                failures: s.failures.clone(),
+                to_ready_s: percentiles(&s.cold_to_ready_s),
+            },
+            stale_accounting: s.stale_accounting,
+            provision_calls: s.provision_calls,
+            quarantined_servers: s.quarantined,
+            waiting_at_end: s.waiting_reasons.iter().map(|(r, n)| Waiting { reason: r.clone(), pods: *n }).collect(),
+            violations: s.violations.clone(),
+        }
+    }
+}
+
+/// `1h 05m`, `12m 30s`, `45s`.
+pub fn human_s(s: Seconds) -> String {
+    if s >= 86_400 {
+        format!("{}d {:02}h", s / 86_400, (s % 86_400) / 3600)
+    } else if s >= 3600 {
+        format!("{}h {:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m {:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+impl Report {
+    pub fn to_json(&self) -> String {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// The settings line printed at the start of a run.
+    pub fn settings_line(&self) -> String {
+        let s = &self.settings;
+        format!(
+            "seed={} reconcile_interval_s={} batch_idle_s={} batch_max_s={} scoring={} {} quarantine_after_failures={}",
+            s.seed, s.reconcile_interval_s, s.batch_idle_s, s.batch_max_s, s.scoring, s.faults, s.quarantine_after_failures
+        )
+    }
+
+    pub fn to_table(&self) -> String {
+        use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
+        let mut out = String::new();
+        let w = &self.workload;
+        out.push_str(&format!(
+            "workload {}: {} servers in {} hardware classes, {} pods ({} no server can host), {} simulated\n",
+            w.name,
+            w.servers,
+            w.hardware_classes,
+            w.pods,
+            w.pods_unplaceable,
+            human_s(w.duration_s)
+        ));
+        out.push_str(&format!(
+            "oracle lower bound: {:.1} kWh, {:.1} servers on average\n",
+            self.oracle.energy_kwh, self.oracle.servers_mean
+        ));
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header(vec![
+            "policy", "energy kWh", "saved", "x oracle", "powered mean/peak", "pending p50", "p95", "p99", "max",
+            "deadline misses", "power-ons", "claims ok/failed",
+        ]);
+        for p in &self.policies {
+            t.add_row(vec![
+                p.policy.to_string(),
+                format!("{:.1}", p.energy_kwh),
+                p.saved_vs_always_on.map(|s| format!("{:.1} %", s * 100.0)).unwrap_or_else(|| "-".into()),
+                format!("{:.2}", p.oracle_ratio),
+                format!("{:.1} / {:.0}", p.powered_servers.mean, p.powered_servers.peak),
+                human_s(p.pending_s.p50),
+                human_s(p.pending_s.p95),
+                human_s(p.pending_s.p99),
+                human_s(p.pending_s.max),
+                p.deadline_misses.to_string(),
+                format!("{} ({:.1}/server)", p.power_on_cycles, p.power_on_cycles_per_server.mean),
+                format!("{}/{}", p.claims.ready, p.claims.failed),
+            ]);
+        }
+        for i in 1..12 {
+            if let Some(col) = t.column_mut(i) {
+                col.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        out.push_str(&t.to_string());
+        out.push('\n');
+        for p in &self.policies {
+            if !p.claims.failures.is_empty() {
+                let parts: Vec<String> =
+                    p.claims.failures.iter().map(|f| format!("{} at {}: {}", f.reason, f.stage, f.count)).collect();
+                out.push_str(&format!("{} claim failures: {}\n", p.policy, parts.join(", ")));
+            }
+            if !p.violations.is_empty() {
+                out.push_str(&format!("{} CHECKER VIOLATIONS: {}\n", p.policy, p.violations.len()));
+                for v in p.violations.iter().take(5) {
+                    out.push_str(&format!("  at {}s [{}] {}\n", v.at_s, v.checker, v.message));
+                }
+            }
+        }
+        if let Some(s) = &self.scoring {
+            out.push_str(&format!(
+                "scheduler scoring ({}): least-allocated {:.1} kWh, most-allocated {:.1} kWh: packing saves {:.1} %\n",
+                s.policy,
+                s.least_allocated_kwh,
+                s.most_allocated_kwh,
+                s.most_allocated_saves * 100.0
+            ));
+        }
+        if !self.unplaceable.is_empty() {
+            out.push_str("pods no server can host:\n");
+            for g in &self.unplaceable {
+                out.push_str(&format!("  {} pods: {} (e.g. {})\n", g.pods, g.reason, g.examples.join(", ")));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<Seconds> = (1..=100).collect();
+        let p = percentiles(&v);
+        assert_eq!((p.p50, p.p95, p.p99, p.max), (50, 95, 99, 100));
+        assert_eq!(percentiles(&[7]).p99, 7);
+        assert_eq!(percentiles(&[]).max, 0);
+    }
+
+    #[test]
+    fn durations_read_like_a_person_wrote_them() {
+        assert_eq!(human_s(45), "45s");
+        assert_eq!(human_s(750), "12m 30s");
+        assert_eq!(human_s(3900), "1h 05m");
+    }
+}

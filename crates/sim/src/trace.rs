@@ -1,0 +1,523 @@
+//! Trace readers: the openb production trace (Alibaba
+//! cluster-trace-gpu-v2023) and the user format, which is the same CSV with
+//! optional extra columns, or the same rows in one YAML document.
+//!
+//! # Pods
+//! Columns, by header name (aliases after `|`):
+//! `name`, `cpu_milli`, `memory_mib`, `num_gpu`, `gpu_milli`, `gpu_spec`
+//! (allowed GPU models, `|`-separated), `qos`, `creation_time|arrival_s`,
+//! `deletion_time|departure_s` (empty: runs to the end), `deadline_s`.
+//! Other columns (`pod_phase`, `scheduled_time`) are ignored.
+//!
+//! # Servers
+//! `sn|name`, `cpu_milli`, `memory_mib`, `gpu`, `model`, and optionally
+//! `idle_watts`, `peak_watts`, `boot_watts`, `off_watts`, `power_on_s`,
+//! `boot_s`, `join_s`, `ready_s`, `tail_percent`; what is missing is
+//! estimated from the hardware (see [`crate::workload::estimated_power`]).
+
+use crate::workload::{hardware_server, pod_requests, SimServer, TracePod, Workload, GPU_MODEL_LABEL};
+use ironclaim_core::{NodePool, NodeSelectorTerm, Operator, Pod, Requirement, Seconds};
+use serde::Deserialize;
+use std::path::Path;
+
+pub type Result<T, E = TraceError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot read {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    BadField { path: String, line: u64, column: usize, message: String },
+    #[error("{path}:{line}: {message}")]
+    BadRow { path: String, line: u64, message: String },
+    #[error("{path}: missing column `{column}` (header: {header})")]
+    MissingColumn { path: String, column: String, header: String },
+    #[error("{path}: {message}")]
+    BadDocument { path: String, message: String },
+    #[error("{path}: no {what} in the file")]
+    Empty { path: String, what: String },
+}
+
+impl TraceError {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            TraceError::Read { .. } => "read",
+            TraceError::BadField { .. } => "bad_field",
+            TraceError::BadRow { .. } => "bad_row",
+            TraceError::MissingColumn { .. } => "missing_column",
+            TraceError::BadDocument { .. } => "bad_document",
+            TraceError::Empty { .. } => "empty",
+        }
+    }
+}
+
+/// One pod row, as in the CSV and the YAML document.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PodRow {
+    pub name: String,
+    /// Expands the row into this many pods (`name-0`, `name-1`, ...).
+    #[serde(default)]
+    pub count: Option<u32>,
+    pub cpu_milli: i64,
+    pub memory_mib: i64,
+    #[serde(default)]
+    pub num_gpu: i64,
+    #[serde(default)]
+    pub gpu_milli: Option<i64>,
+    #[serde(default)]
+    pub gpu_spec: String,
+    #[serde(default)]
+    pub qos: String,
+    pub arrival_s: Seconds,
+    #[serde(default)]
+    pub departure_s: Option<Seconds>,
+    #[serde(default)]
+    pub deadline_s: Option<Seconds>,
+}
+
+/// One server row, as in the CSV and the YAML document.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerRow {
+    pub name: String,
+    #[serde(default)]
+    pub count: Option<u32>,
+    pub cpu_milli: i64,
+    pub memory_mib: i64,
+    #[serde(default)]
+    pub gpu: i64,
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub idle_watts: Option<f64>,
+    #[serde(default)]
+    pub peak_watts: Option<f64>,
+    #[serde(default)]
+    pub boot_watts: Option<f64>,
+    #[serde(default)]
+    pub off_watts: Option<f64>,
+    #[serde(default)]
+    pub power_on_s: Option<Seconds>,
+    #[serde(default)]
+    pub boot_s: Option<Seconds>,
+    #[serde(default)]
+    pub join_s: Option<Seconds>,
+    #[serde(default)]
+    pub ready_s: Option<Seconds>,
+    #[serde(default)]
+    pub tail_percent: Option<u32>,
+}
+
+/// The YAML user format: servers and pods in one document.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserDocument {
+    #[serde(default)]
+    pub servers: Vec<ServerRow>,
+    #[serde(default)]
+    pub pods: Vec<PodRow>,
+}
+
+/// Deadline by quality-of-service class when a row states none:
+/// latency-sensitive pods 5 minutes, best-effort 30, others 10.
+pub fn deadline_for_qos(qos: &str) -> Seconds {
+    match qos {
+        "LS" | "Guaranteed" | "Burstable" => 300,
+        "BE" => 1800,
+        _ => 600,
+    }
+}
+
+struct Columns {
+    header: Vec<String>,
+}
+
+impl Columns {
+    fn find(&self, names: &[&str]) -> Option<usize> {
+        names.iter().find_map(|n| self.header.iter().position(|h| h.trim().eq_ignore_ascii_case(n)))
+    }
+    fn require(&self, path: &str, names: &[&str]) -> Result<usize> {
+        self.find(names).ok_or_else(|| TraceError::MissingColumn {
+            path: path.to_string(),
+            column: names.join("|"),
+            header: self.header.join(","),
+        })
+    }
+}
+
+struct Row<'a> {
+    path: &'a str,
+    line: u64,
+    record: &'a csv::StringRecord,
+}
+
+impl Row<'_> {
+    fn text(&self, col: Option<usize>) -> &str {
+        col.and_then(|c| self.record.get(c)).map(str::trim).unwrap_or("")
+    }
+    fn bad(&self, col: usize, message: String) -> TraceError {
+        TraceError::BadField { path: self.path.to_string(), line: self.line, column: col + 1, message }
+    }
+    fn int(&self, col: usize, what: &str) -> Result<i64> {
+        let t = self.text(Some(col));
+        let v: i64 = t.parse().map_err(|_| self.bad(col, format!("{what}: `{t}` is not an integer")))?;
+        if v < 0 {
+            return Err(self.bad(col, format!("{what}: {v} is negative")));
+        }
+        Ok(v)
+    }
+    fn opt_int(&self, col: Option<usize>, what: &str) -> Result<Option<i64>> {
+        match col {
+            Some(c) if !self.text(Some(c)).is_empty() => self.int(c, what).map(Some),
+            _ => Ok(None),
+        }
+    }
+    fn opt_float(&self, col: Option<usize>, what: &str) -> Result<Option<f64>> {
+        let Some(c) = col else { return Ok(None) };
+        let t = self.text(Some(c));
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let v: f64 = t.parse().map_err(|_| self.bad(c, format!("{what}: `{t}` is not a number")))?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(self.bad(c, format!("{what}: {t} is not a non-negative number")));
+        }
+        Ok(Some(v))
+    }
+}
+
+fn open_csv<'d>(path: &Path, data: &'d str) -> Result<(csv::Reader<&'d [u8]>, Columns)> {
+    let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(data.as_bytes());
+    let header = reader
+        .headers()
+        .map_err(|e| TraceError::BadDocument { path: path.display().to_string(), message: e.to_string() })?
+        .iter()
+        .map(|h| h.trim_start_matches('\u{feff}').to_string())
+        .collect();
+    Ok((reader, Columns { header }))
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| TraceError::Read { path: path.display().to_string(), source })
+}
+
+/// Reads pod rows from CSV text (openb or the user format).
+pub fn parse_pods_csv(path: &Path, data: &str) -> Result<Vec<PodRow>> {
+    let p = path.display().to_string();
+    let (mut reader, cols) = open_csv(path, data)?;
+    let name = cols.find(&["name"]);
+    let count = cols.find(&["count"]);
+    let cpu = cols.require(&p, &["cpu_milli"])?;
+    let mem = cols.require(&p, &["memory_mib"])?;
+    let num_gpu = cols.find(&["num_gpu", "gpu"]);
+    let gpu_milli = cols.find(&["gpu_milli"]);
+    let gpu_spec = cols.find(&["gpu_spec"]);
+    let qos = cols.find(&["qos"]);
+    let arrival = cols.require(&p, &["creation_time", "arrival_s"])?;
+    let departure = cols.find(&["deletion_time", "departure_s"]);
+    let deadline = cols.find(&["deadline_s"]);
+    let mut rows = Vec::new();
+    let mut record = csv::StringRecord::new();
+    loop {
+        match reader.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                let line = e.position().map(|pos| pos.line()).unwrap_or(0);
+                return Err(TraceError::BadRow { path: p.clone(), line, message: e.to_string() });
+            }
+        }
+        let line = record.position().map(|pos| pos.line()).unwrap_or(0);
+        if record.iter().all(|f| f.trim().is_empty()) {
+            continue;
+        }
+        let row = Row { path: &p, line, record: &record };
+        let arrival_s = row.int(arrival, "arrival time")? as Seconds;
+        let departure_s = row.opt_int(departure, "departure time")?.map(|d| d as Seconds);
+        if let (Some(d), Some(col)) = (departure_s, departure)
+            && d < arrival_s
+        {
+            return Err(row.bad(col, format!("departure time {d} is before the arrival time {arrival_s}")));
+        }
+        let num = row.opt_int(num_gpu, "num_gpu")?.unwrap_or(0);
+        let milli = row.opt_int(gpu_milli, "gpu_milli")?;
+        if let (Some(m), Some(col)) = (milli, gpu_milli)
+            && m > 1000
+        {
+            return Err(row.bad(col, format!("gpu_milli {m} is more than one GPU (1000)")));
+        }
+        let cpu_milli = row.int(cpu, "cpu_milli")?;
+        let memory_mib = row.int(mem, "memory_mib")?;
+        let n = row.opt_int(count, "count")?.unwrap_or(1);
+        if n > 1_000_000 {
+            return Err(row.bad(count.unwrap_or(0), format!("count {n} is more than 1000000")));
+        }
+        rows.push(PodRow {
+            name: {
+                let t = row.text(name);
+                if t.is_empty() { format!("pod-{line}") } else { t.to_string() }
+            },
+            count: if count.is_some() { Some(n as u32) } else { None },
+            cpu_milli,
+            memory_mib,
+            num_gpu: num,
+            gpu_milli: milli,
+            gpu_spec: row.text(gpu_spec).to_string(),
+            qos: row.text(qos).to_string(),
+            arrival_s,
+            departure_s,
+            deadline_s: row.opt_int(deadline, "deadline_s")?.map(|d| d as Seconds),
+        });
+    }
+    if rows.is_empty() {
+        return Err(TraceError::Empty { path: p, what: "pods".into() });
+    }
+    Ok(rows)
+}
+
+/// Reads server rows from CSV text (openb or the user format).
+pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
+    let p = path.display().to_string();
+    let (mut reader, cols) = open_csv(path, data)?;
+    let name = cols.require(&p, &["sn", "name"])?;
+    let count = cols.find(&["count"]);
+    let cpu = cols.require(&p, &["cpu_milli"])?;
+    let mem = cols.require(&p, &["memory_mib"])?;
+    let gpu = cols.find(&["gpu", "num_gpu"]);
+    let model = cols.find(&["model", "gpu_model"]);
+    let f = |n: &str| cols.find(&[n]);
+    let (idle, peak, boot_w, off) = (f("idle_watts"), f("peak_watts"), f("boot_watts"), f("off_watts"));
+    let (pon, boot, join, ready, tail) = (f("power_on_s"), f("boot_s"), f("join_s"), f("ready_s"), f("tail_percent"));
+    let mut rows = Vec::new();
+    let mut record = csv::StringRecord::new();
+    loop {
+        match reader.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                let line = e.position().map(|pos| pos.line()).unwrap_or(0);
+                return Err(TraceError::BadRow { path: p.clone(), line, message: e.to_string() });
+            }
+        }
+        let line = record.position().map(|pos| pos.line()).unwrap_or(0);
+        if record.iter().all(|f| f.trim().is_empty()) {
+            continue;
+        }
+        let row = Row { path: &p, line, record: &record };
+        let server_name = row.text(Some(name));
+        if server_name.is_empty() {
+            return Err(row.bad(name, "empty server name".into()));
+        }
+        let cpu_milli = row.int(cpu, "cpu_milli")?;
+        if cpu_milli == 0 {
+            return Err(row.bad(cpu, "a server needs some cpu_milli".into()));
+        }
+        let u = |c: Option<usize>, what: &str| row.opt_int(c, what).map(|v| v.map(|v| v as Seconds));
+        rows.push(ServerRow {
+            name: server_name.to_string(),
+            count: row.opt_int(count, "count")?.map(|c| c.min(100_000) as u32),
+            cpu_milli,
+            memory_mib: row.int(mem, "memory_mib")?,
+            gpu: row.opt_int(gpu, "gpu")?.unwrap_or(0),
+            model: row.text(model).to_string(),
+            idle_watts: row.opt_float(idle, "idle_watts")?,
+            peak_watts: row.opt_float(peak, "peak_watts")?,
+            boot_watts: row.opt_float(boot_w, "boot_watts")?,
+            off_watts: row.opt_float(off, "off_watts")?,
+            power_on_s: u(pon, "power_on_s")?,
+            boot_s: u(boot, "boot_s")?,
+            join_s: u(join, "join_s")?,
+            ready_s: u(ready, "ready_s")?,
+            tail_percent: row.opt_int(tail, "tail_percent")?.map(|t| t.min(10_000) as u32),
+        });
+    }
+    if rows.is_empty() {
+        return Err(TraceError::Empty { path: p, what: "servers".into() });
+    }
+    Ok(rows)
+}
+
+/// Parses the YAML user document.
+pub fn parse_user_yaml(path: &Path, data: &str) -> Result<UserDocument> {
+    serde_saphyr::from_str::<UserDocument>(data)
+        .map_err(|e| TraceError::BadDocument { path: path.display().to_string(), message: e.to_string() })
+}
+
+fn is_yaml(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml") | Some("yml"))
+}
+
+/// Reads pods from a CSV or YAML file.
+pub fn read_pods(path: &Path) -> Result<Vec<PodRow>> {
+    let text = read_text(path)?;
+    if is_yaml(path) {
+        let doc = parse_user_yaml(path, &text)?;
+        if doc.pods.is_empty() {
+            return Err(TraceError::Empty { path: path.display().to_string(), what: "pods".into() });
+        }
+        return Ok(doc.pods);
+    }
+    parse_pods_csv(path, &text)
+}
+
+/// Reads servers from a CSV or YAML file.
+pub fn read_servers(path: &Path) -> Result<Vec<ServerRow>> {
+    let text = read_text(path)?;
+    if is_yaml(path) {
+        let doc = parse_user_yaml(path, &text)?;
+        if doc.servers.is_empty() {
+            return Err(TraceError::Empty { path: path.display().to_string(), what: "servers".into() });
+        }
+        return Ok(doc.servers);
+    }
+    parse_servers_csv(path, &text)
+}
+
+/// Turns server rows into inventory servers, expanding counts.
+pub fn servers_from_rows(rows: &[ServerRow]) -> Vec<SimServer> {
+    let mut out = Vec::new();
+    for r in rows {
+        let n = r.count.unwrap_or(1);
+        for k in 0..n {
+            let name = if r.count.is_some() { format!("{}-{k}", r.name) } else { r.name.clone() };
+            let mut s = hardware_server(&name, r.cpu_milli, r.memory_mib, r.gpu, &r.model);
+            let p = &mut s.server.power;
+            if let Some(w) = r.idle_watts {
+                p.idle_watts = w;
+            }
+            if let Some(w) = r.peak_watts {
+                p.peak_watts = w.max(p.idle_watts);
+            }
+            if let Some(w) = r.boot_watts {
+                p.boot_watts = w;
+            }
+            if let Some(w) = r.off_watts {
+                p.off_watts = w;
+            }
+            let d = &mut s.server.durations;
+            d.power_on_s = r.power_on_s.unwrap_or(d.power_on_s);
+            d.boot_s = r.boot_s.unwrap_or(d.boot_s);
+            d.join_s = r.join_s.unwrap_or(d.join_s);
+            d.ready_s = r.ready_s.unwrap_or(d.ready_s);
+            d.tail_percent = r.tail_percent.unwrap_or(d.tail_percent);
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// Turns pod rows into trace pods, expanding counts. A gpu_spec becomes
+/// required node affinity on the GPU model label.
+pub fn pods_from_rows(rows: &[PodRow]) -> Vec<TracePod> {
+    let mut out = Vec::new();
+    for r in rows {
+        let n = r.count.unwrap_or(1);
+        for k in 0..n {
+            let name = if r.count.is_some() { format!("{}-{k}", r.name) } else { r.name.clone() };
+            let milli = r.gpu_milli.unwrap_or(if r.num_gpu > 0 { 1000 } else { 0 });
+            let mut pod = Pod::new("trace", &name, pod_requests(r.cpu_milli, r.memory_mib, r.num_gpu, milli));
+            let models: Vec<&str> = r.gpu_spec.split('|').map(str::trim).filter(|m| !m.is_empty()).collect();
+            if !models.is_empty() {
+                pod.node_affinity.push(NodeSelectorTerm {
+                    match_expressions: vec![Requirement::new(GPU_MODEL_LABEL, Operator::In, &models)],
+                    match_fields: Vec::new(),
+                });
+            }
+            pod.deadline_s = Some(r.deadline_s.unwrap_or_else(|| deadline_for_qos(&r.qos)));
+            pod.created_s = r.arrival_s;
+            pod.workload = Some(if r.qos.is_empty() { "trace".to_string() } else { r.qos.clone() });
+            out.push(TracePod { pod, arrival_s: r.arrival_s, departure_s: r.departure_s });
+        }
+    }
+    out
+}
+
+/// A workload from server and pod rows, with one NodePool for every server.
+pub fn workload_from_rows(name: &str, servers: &[ServerRow], pods: &[PodRow]) -> Workload {
+    let mut w = Workload {
+        name: name.to_string(),
+        servers: servers_from_rows(servers),
+        pools: vec![NodePool::new("default")],
+        daemonsets: Vec::new(),
+        pods: pods_from_rows(pods),
+        end_s: 0,
+    };
+    w.end_s = w.last_event_s();
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPENB_PODS: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
+        openb-pod-0000,12000,16384,1,1000,,LS,Running,0,12537496,0\n\
+        openb-pod-0001,6000,12288,1,460,V100M16|V100M32,BE,Running,427061,12902960,427061\n\
+        openb-pod-0002,88000,327680,0,0,,LS,Pending,5,,\n";
+
+    #[test]
+    fn openb_pod_rows_parse_with_shares_specs_and_open_ends() {
+        let rows = parse_pods_csv(Path::new("pods.csv"), OPENB_PODS).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[1].gpu_milli, Some(460));
+        assert_eq!(rows[2].departure_s, None);
+        let pods = pods_from_rows(&rows);
+        assert_eq!(pods[1].pod.node_affinity[0].match_expressions[0].values, vec!["V100M16", "V100M32"]);
+        assert_eq!(pods[0].pod.deadline_s, Some(300));
+        assert_eq!(pods[1].pod.deadline_s, Some(1800));
+    }
+
+    #[test]
+    fn a_bad_field_names_file_line_and_column() {
+        let bad = "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\nbad,lots,1024,5\n";
+        let err = parse_pods_csv(Path::new("p.csv"), bad).unwrap_err();
+        assert_eq!(err.to_string(), "p.csv:3:2: cpu_milli: `lots` is not an integer");
+    }
+
+    #[test]
+    fn a_departure_before_arrival_is_refused() {
+        let bad = "name,cpu_milli,memory_mib,creation_time,deletion_time\nx,1000,1024,50,10\n";
+        let err = parse_pods_csv(Path::new("p.csv"), bad).unwrap_err();
+        assert!(matches!(err, TraceError::BadField { line: 2, column: 5, .. }), "{err}");
+    }
+
+    #[test]
+    fn a_missing_column_is_named() {
+        let err = parse_pods_csv(Path::new("p.csv"), "name,cpu_milli\nx,1\n").unwrap_err();
+        assert!(err.to_string().contains("memory_mib"), "{err}");
+    }
+
+    #[test]
+    fn openb_server_rows_parse_and_gpu_servers_offer_milli_gpus() {
+        let text = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,0,\nn1,96000,393216,8,G2\n";
+        let rows = parse_servers_csv(Path::new("n.csv"), text).unwrap();
+        let servers = servers_from_rows(&rows);
+        assert_eq!(servers[1].server.capacity.extended(crate::workload::GPU_MILLI), 8000);
+        assert_eq!(servers[1].server.labels.get(GPU_MODEL_LABEL).map(String::as_str), Some("G2"));
+        assert!(servers[0].server.capacity.extended.is_empty());
+    }
+
+    #[test]
+    fn the_yaml_user_format_expands_counts_and_keeps_stated_watts() {
+        let doc = "servers:\n  - name: rack1\n    count: 3\n    cpu_milli: 32000\n    memory_mib: 131072\n    idle_watts: 150\n\
+                   pods:\n  - name: web\n    count: 2\n    cpu_milli: 1000\n    memory_mib: 2048\n    arrival_s: 10\n    departure_s: 70\n";
+        let d = parse_user_yaml(Path::new("u.yaml"), doc).unwrap();
+        let w = workload_from_rows("u", &d.servers, &d.pods);
+        assert_eq!(w.servers.len(), 3);
+        assert_eq!(w.servers[2].server.name, "rack1-2");
+        assert_eq!(w.servers[0].server.power.idle_watts, 150.0);
+        assert_eq!(w.pods.len(), 2);
+        assert_eq!(w.end_s, 70);
+    }
+
+    #[test]
+    fn an_unknown_yaml_field_is_refused() {
+        let doc = "pods:\n  - name: web\n    cpu: 1\n";
+        assert!(parse_user_yaml(Path::new("u.yaml"), doc).is_err());
+    }
+}

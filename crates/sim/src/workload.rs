@@ -1,0 +1,250 @@
+//! What a simulation replays: an inventory of servers, NodePools,
+//! DaemonSets, and pods that arrive and leave at given times.
+
+use ironclaim_core::resources::GPU;
+use ironclaim_core::{DaemonSet, NodePool, Pod, PowerProfile, Resources, Seconds, Server, StageDurations};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The extended resource a shared GPU is accounted in: every GPU offers
+/// 1000, a pod asking for a share of one GPU requests its share, a pod
+/// asking for whole GPUs requests 1000 per GPU on top of `nvidia.com/gpu`.
+pub const GPU_MILLI: &str = "ironclaim.dev/gpu-milli";
+/// The GPU model of a server, for pods that accept only some models.
+pub const GPU_MODEL_LABEL: &str = "ironclaim.dev/gpu-model";
+/// The hardware class of a server (same shape, power and durations).
+pub const HARDWARE_LABEL: &str = "ironclaim.dev/hardware";
+
+const MIB: i64 = 1 << 20;
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// A server of the inventory, with what the simulator needs besides the
+/// core's view: how its dynamic power splits between CPUs and GPUs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimServer {
+    pub server: Server,
+    /// Share of the idle-to-peak range drawn by GPUs at full GPU use.
+    pub gpu_dynamic_share: f64,
+}
+
+/// A pod of the trace: its spec, when it is created, when it is deleted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracePod {
+    pub pod: Pod,
+    pub arrival_s: Seconds,
+    /// None: it runs until the end of the run.
+    pub departure_s: Option<Seconds>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub name: String,
+    pub servers: Vec<SimServer>,
+    pub pools: Vec<NodePool>,
+    pub daemonsets: Vec<DaemonSet>,
+    pub pods: Vec<TracePod>,
+    /// Where the run ends unless the settings say otherwise.
+    pub end_s: Seconds,
+}
+
+/// Servers that are interchangeable: same hardware, labels but the
+/// hostname, power and durations.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HardwareClass {
+    pub name: String,
+    pub members: Vec<usize>,
+}
+
+impl Workload {
+    /// Groups servers into hardware classes, in order of first appearance.
+    pub fn hardware_classes(&self) -> (Vec<HardwareClass>, Vec<usize>) {
+        let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+        let mut classes: Vec<HardwareClass> = Vec::new();
+        let mut class_of = Vec::with_capacity(self.servers.len());
+        for (i, s) in self.servers.iter().enumerate() {
+            let key = hardware_key(&s.server);
+            let next = classes.len();
+            let c = *by_key.entry(key).or_insert(next);
+            if c == next {
+                let name = s
+                    .server
+                    .labels
+                    .get(HARDWARE_LABEL)
+                    .cloned()
+                    .unwrap_or_else(|| describe_capacity(&s.server.capacity, s.server.labels.get(GPU_MODEL_LABEL)));
+                classes.push(HardwareClass { name, members: Vec::new() });
+            }
+            classes[c].members.push(i);
+            class_of.push(c);
+        }
+        (classes, class_of)
+    }
+
+    /// The last arrival or departure in the trace.
+    pub fn last_event_s(&self) -> Seconds {
+        self.pods.iter().map(|p| p.departure_s.unwrap_or(p.arrival_s).max(p.arrival_s)).max().unwrap_or(0)
+    }
+}
+
+fn hardware_key(s: &Server) -> String {
+    let mut labels = s.labels.clone();
+    labels.remove(ironclaim_core::labels::HOSTNAME);
+    format!(
+        "{:?}|{:?}|{}|{}|{}|{}|{:?}",
+        s.capacity,
+        labels,
+        s.power.idle_watts.to_bits(),
+        s.power.peak_watts.to_bits(),
+        s.power.boot_watts.to_bits(),
+        s.power.off_watts.to_bits(),
+        s.durations
+    )
+}
+
+/// A short name for a hardware shape: `cpu96-mem384g-8xG2`.
+pub fn describe_capacity(c: &Resources, model: Option<&String>) -> String {
+    let mut name = format!("cpu{}-mem{}g", c.cpu_milli / 1000, (c.memory_bytes as f64 / GIB).round() as i64);
+    if c.gpus() > 0 {
+        name.push_str(&format!("-{}x{}", c.gpus(), model.map(String::as_str).unwrap_or("gpu")));
+    }
+    name
+}
+
+/// Idle and peak watts of one GPU, by model. The trace's G2 and G3 are
+/// anonymised models; they are taken as a 300 W and a 400 W class part.
+pub fn gpu_watts(model: &str) -> (f64, f64) {
+    match model {
+        "T4" => (10.0, 70.0),
+        "P100" => (30.0, 250.0),
+        "V100M16" | "V100M32" | "V100" => (35.0, 300.0),
+        "A10" => (20.0, 150.0),
+        "G2" => (35.0, 300.0),
+        "G3" | "A100" => (50.0, 400.0),
+        "H100" => (70.0, 700.0),
+        _ => (35.0, 300.0),
+    }
+}
+
+/// Estimates a server's power profile from its hardware when the inventory
+/// does not state it: a platform part from vCPUs and memory, plus each
+/// GPU's idle and peak draw. See docs/simulate.md for the figures.
+pub fn estimated_power(cpu_milli: i64, memory_bytes: i64, gpus: i64, model: &str) -> (PowerProfile, f64) {
+    let vcpu = cpu_milli as f64 / 1000.0;
+    let gib = memory_bytes as f64 / GIB;
+    let platform_idle = 40.0 + 1.25 * vcpu + 0.05 * gib;
+    let platform_peak = 60.0 + 4.4 * vcpu + 0.1 * gib;
+    let (gi, gp) = if gpus > 0 { gpu_watts(model) } else { (0.0, 0.0) };
+    let n = gpus as f64;
+    let idle = platform_idle + n * gi;
+    let peak = platform_peak + n * gp;
+    let boot = 1.5 * platform_idle + n * gi;
+    let off = 10.0 + 1.0 * n;
+    let gpu_share = if peak > idle { n * (gp - gi) / (peak - idle) } else { 0.0 };
+    (PowerProfile { idle_watts: idle, peak_watts: peak, boot_watts: boot, off_watts: off }, gpu_share)
+}
+
+/// Stage durations assumed for a server whose inventory states none: a
+/// local boot of a large server; GPU servers add driver validation.
+pub fn estimated_durations(gpus: i64) -> StageDurations {
+    if gpus > 0 {
+        StageDurations { power_on_s: 30, boot_s: 300, join_s: 45, ready_s: 150, tail_percent: 150 }
+    } else {
+        StageDurations { power_on_s: 30, boot_s: 240, join_s: 45, ready_s: 30, tail_percent: 150 }
+    }
+}
+
+/// A server from its hardware, with estimated power and durations.
+pub fn hardware_server(name: &str, cpu_milli: i64, memory_mib: i64, gpus: i64, model: &str) -> SimServer {
+    let memory_bytes = memory_mib.saturating_mul(MIB);
+    let mut capacity = Resources::new(cpu_milli, memory_bytes).with_pods(110);
+    let mut server = Server::new(name, capacity.clone());
+    if gpus > 0 {
+        capacity.set_extended(GPU, gpus);
+        capacity.set_extended(GPU_MILLI, gpus * 1000);
+        server.capacity = capacity;
+        let model = if model.is_empty() { "gpu" } else { model };
+        server.labels.insert(GPU_MODEL_LABEL.to_string(), model.to_string());
+        server.labels.insert("nvidia.com/gpu.product".to_string(), model.to_string());
+    }
+    let (power, gpu_dynamic_share) = estimated_power(cpu_milli, memory_bytes, gpus, model);
+    server.power = power;
+    server.durations = estimated_durations(gpus);
+    let class = describe_capacity(&server.capacity, server.labels.get(GPU_MODEL_LABEL));
+    server.labels.insert(HARDWARE_LABEL.to_string(), class);
+    server.labels.insert(ironclaim_core::labels::HOSTNAME.to_string(), name.to_string());
+    SimServer { server, gpu_dynamic_share }
+}
+
+/// Requests of a pod asking for `num_gpu` GPUs, or for `gpu_milli`
+/// thousandths of one GPU when `num_gpu` is 1 and `gpu_milli` < 1000.
+pub fn pod_requests(cpu_milli: i64, memory_mib: i64, num_gpu: i64, gpu_milli: i64) -> Resources {
+    let mut r = Resources::new(cpu_milli, memory_mib.saturating_mul(MIB)).with_pods(1);
+    if num_gpu == 1 && gpu_milli > 0 && gpu_milli < 1000 {
+        r.set_extended(GPU_MILLI, gpu_milli);
+    } else if num_gpu > 0 {
+        r.set_extended(GPU, num_gpu);
+        r.set_extended(GPU_MILLI, num_gpu * 1000);
+    }
+    r
+}
+
+/// The GPU demand of a request in thousandths of a GPU.
+pub fn gpu_milli_of(r: &Resources) -> i64 {
+    r.extended(GPU_MILLI).max(r.gpus() * 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_share_requests_only_milli_gpus_and_a_whole_gpu_requests_both() {
+        let share = pod_requests(4000, 1024, 1, 460);
+        assert_eq!(share.gpus(), 0);
+        assert_eq!(share.extended(GPU_MILLI), 460);
+        let whole = pod_requests(4000, 1024, 2, 1000);
+        assert_eq!(whole.gpus(), 2);
+        assert_eq!(whole.extended(GPU_MILLI), 2000);
+        let none = pod_requests(4000, 1024, 0, 0);
+        assert!(none.extended.is_empty());
+    }
+
+    #[test]
+    fn a_share_does_not_fit_a_gpu_held_by_a_whole_gpu_pod() {
+        let server = hardware_server("s", 32_000, 65_536, 1, "T4");
+        let mut free = server.server.capacity.clone();
+        free.sub(&pod_requests(1000, 1024, 1, 1000));
+        assert!(!pod_requests(1000, 1024, 1, 300).fits(&free));
+    }
+
+    #[test]
+    fn estimated_power_grows_with_gpus_and_keeps_idle_below_peak() {
+        let (cpu, s0) = estimated_power(96_000, 384 << 30, 0, "");
+        let (gpu, s8) = estimated_power(96_000, 384 << 30, 8, "G2");
+        assert!(cpu.idle_watts < cpu.peak_watts && gpu.idle_watts < gpu.peak_watts);
+        assert!(gpu.idle_watts > cpu.idle_watts + 200.0);
+        assert_eq!(s0, 0.0);
+        assert!(s8 > 0.7 && s8 < 1.0);
+        assert!(cpu.off_watts < cpu.idle_watts);
+    }
+
+    #[test]
+    fn hardware_classes_group_identical_servers() {
+        let w = Workload {
+            name: "t".into(),
+            servers: vec![
+                hardware_server("a", 32_000, 1024, 0, ""),
+                hardware_server("b", 64_000, 1024, 0, ""),
+                hardware_server("c", 32_000, 1024, 0, ""),
+            ],
+            pools: vec![],
+            daemonsets: vec![],
+            pods: vec![],
+            end_s: 0,
+        };
+        let (classes, of) = w.hardware_classes();
+        assert_eq!(classes.len(), 2);
+        assert_eq!(of, vec![0, 1, 0]);
+        assert_eq!(classes[0].members, vec![0, 2]);
+    }
+}
