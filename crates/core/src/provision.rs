@@ -102,21 +102,29 @@ struct Slot {
     pods: Vec<usize>,
 }
 
+/// Ready nodes and claims still worth trying, in first-fit order. A slot
+/// leaves a list once it fails for a reason adding pods cannot undo
+/// (resources, node affinity, taints, ports, anti-affinity), so each pod only
+/// looks at slots that might still take it. Pods without inter-pod terms or
+/// host ports fail only for reasons their shape decides, so groups of the
+/// same shape share one list.
+#[derive(Default)]
+struct Live {
+    existing: Vec<usize>,
+    claims: Vec<usize>,
+    /// How many of `Scheduler::claims` were already added to `claims`.
+    claims_seen: usize,
+    /// The inventory epoch `claims` was built in: what counts as permanent
+    /// for spread depends on the inventory, so it is rebuilt when that changes.
+    epoch: u64,
+}
+
 struct Group {
     pods: Vec<usize>,
     terms: PodTerms,
-    /// Ready nodes and claims still worth trying, in first-fit order. A slot
-    /// leaves its list once it fails for a reason adding pods cannot undo
-    /// (resources, node affinity, taints, ports, anti-affinity), so each pod
-    /// of a large group only looks at slots that might still take it.
-    live_existing: Vec<usize>,
-    live_claims: Vec<usize>,
-    /// How many of `Scheduler::claims` were already added to `live_claims`.
-    claims_seen: usize,
-    /// The inventory epoch the live lists were built in: what counts as
-    /// permanent for spread depends on the inventory, so they are rebuilt
-    /// when it changes.
-    live_epoch: u64,
+    /// Index into `Scheduler::lives`: its own for pods with inter-pod terms
+    /// or host ports, shared by pod shape otherwise.
+    live: usize,
     /// Per spread term: the domains that free inventory offers, and whether
     /// a fresh host is on offer, valid while `inventory_epoch` is unchanged.
     offered_domains: Vec<Option<(u64, Vec<DomainId>, bool)>>,
@@ -160,11 +168,13 @@ struct Scheduler<'s> {
     claim_domains: Vec<std::collections::BTreeSet<DomainId>>,
     /// `Group::static_ok` by what it depends on.
     static_cache: HashMap<StaticKey<'s>, Rc<Vec<bool>>>,
+    lives: Vec<Live>,
+    shared_lives: HashMap<StaticKey<'s>, usize>,
 }
 
 /// What decides whether a pod fits an empty server: requests, node
 /// selection and tolerations.
-#[derive(PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct StaticKey<'p> {
     requests: &'p Resources,
     node_selector: &'p Labels,
@@ -252,6 +262,8 @@ impl<'s> Scheduler<'s> {
             inventory_epoch: 0,
             claim_domains: Vec::new(),
             static_cache: HashMap::new(),
+            lives: Vec::new(),
+            shared_lives: HashMap::new(),
         };
         s.build_inventory();
         s.build_slots();
@@ -461,10 +473,7 @@ impl<'s> Scheduler<'s> {
                 groups.push(Group {
                     pods: Vec::new(),
                     terms,
-                    live_existing: Vec::new(),
-                    live_claims: Vec::new(),
-                    claims_seen: 0,
-                    live_epoch: 0,
+                    live: usize::MAX,
                     offered_domains: Vec::new(),
                     static_ok: Rc::default(),
                     eligible_existing_domains: Vec::new(),
@@ -501,13 +510,28 @@ impl<'s> Scheduler<'s> {
     fn prepare_group(&mut self, group: &mut Group) {
         let snap = self.snap;
         let pod = &snap.pods[group.pods[0]];
-        group.live_existing = self.existing.clone();
         group.offered_domains = vec![None; group.terms.spread.len()];
         let key = StaticKey {
             requests: &pod.requests,
             node_selector: &pod.node_selector,
             node_affinity: &pod.node_affinity,
             tolerations: &pod.tolerations,
+        };
+        let independent = group.terms.affinity.is_empty()
+            && group.terms.anti_affinity.is_empty()
+            && group.terms.spread.is_empty()
+            && group.terms.repelled_by.is_empty()
+            && pod.host_ports.is_empty();
+        let fresh = Live { existing: self.existing.clone(), ..Default::default() };
+        group.live = if independent {
+            let lives = &mut self.lives;
+            *self.shared_lives.entry(key).or_insert_with(|| {
+                lives.push(fresh);
+                lives.len() - 1
+            })
+        } else {
+            self.lives.push(fresh);
+            self.lives.len() - 1
         };
         let offerings = &self.offerings;
         group.static_ok = self
@@ -621,21 +645,22 @@ impl<'s> Scheduler<'s> {
         } else {
             self.spread_minimums(group)
         };
-        if group.live_epoch != self.inventory_epoch {
-            group.live_epoch = self.inventory_epoch;
-            group.live_claims = self.claims.clone();
-            group.claims_seen = self.claims.len();
+        let mut live = std::mem::take(&mut self.lives[group.live]);
+        if live.epoch != self.inventory_epoch {
+            live.epoch = self.inventory_epoch;
+            live.claims = self.claims.clone();
+            live.claims_seen = self.claims.len();
         }
-
         // 1. Ready nodes.
-        if let Some(slot) = self.first_fit(pod, &group.terms, &mut group.live_existing, &min_now, &[]) {
-            self.commit(pod_index, &group.terms, slot);
-            return;
-        }
+        let mut found = self.first_fit(pod, &group.terms, &mut live.existing, &min_now, &[]);
         // 2. Claims in flight, then claims this plan opened.
-        group.live_claims.extend_from_slice(&self.claims[group.claims_seen..]);
-        group.claims_seen = self.claims.len();
-        if let Some(slot) = self.first_fit(pod, &group.terms, &mut group.live_claims, &min_planned, &pinned) {
+        if found.is_none() {
+            live.claims.extend_from_slice(&self.claims[live.claims_seen..]);
+            live.claims_seen = self.claims.len();
+            found = self.first_fit(pod, &group.terms, &mut live.claims, &min_planned, &pinned);
+        }
+        self.lives[group.live] = live;
+        if let Some(slot) = found {
             self.commit(pod_index, &group.terms, slot);
             return;
         }
@@ -689,8 +714,7 @@ impl<'s> Scheduler<'s> {
         let s = &self.slots[slot];
         match &s.kind {
             SlotKind::New(n) => {
-                let total = n.requested.plus(&pod.requests);
-                if !total.fits(&self.offerings[n.offering].alloc) {
+                if !n.requested.fits_with(&pod.requests, &self.offerings[n.offering].alloc) {
                     return Err(true);
                 }
                 if let Some(d) = self.deadline_of(pod, n.pool) {
