@@ -63,9 +63,10 @@ impl fmt::Display for ObjectName {
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: document {}", self.file, self.document)?;
-        if let Some(line) = self.line {
-            write!(f, " (line {line})")?;
+        // `file:line:` first, as editors and terminals link it.
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: document {}", self.file, self.document)?,
+            None => write!(f, "{}: document {}", self.file, self.document)?,
         }
         if let Some(item) = self.item {
             write!(f, ", items[{item}]")?;
@@ -104,7 +105,9 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{file}: line {line}, column {column}: invalid {format}: {message}")]
+    /// Not YAML, JSON or UTF-8 text; `line` and `column` count from 1, 0
+    /// when unknown.
+    #[error("{}: invalid {format}: {message}", position(file, *line, *column))]
     Syntax { file: String, format: &'static str, line: u64, column: u64, message: String },
     #[error("{at}: {message}")]
     NotAnObject { at: Location, message: String },
@@ -252,6 +255,10 @@ fn yaml_options() -> serde_saphyr::Options {
             max_depth: 64,
             max_total_scalar_bytes: 512 * 1024 * 1024,
         },
+        // YAML 1.2 booleans only: `n`, `no`, `on`, `off` are strings (a
+        // namespace `n`, a power state `On`), and `0755` stays text.
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
     }
 }
 
@@ -635,6 +642,14 @@ impl Loader {
     }
 }
 
+fn position(file: &str, line: u64, column: u64) -> String {
+    match (line, column) {
+        (0, _) => file.to_string(),
+        (l, 0) => format!("{file}:{l}"),
+        (l, c) => format!("{file}:{l}:{c}"),
+    }
+}
+
 fn typed<T: DeserializeOwned>(at: &Location, value: Value) -> Result<T, LoadError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
@@ -713,8 +728,10 @@ fn yaml_error(file: &str, e: &serde_saphyr::Error) -> LoadError {
     let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
     let options = serde_saphyr::render_options! { snippets: serde_saphyr::SnippetMode::Off };
     let mut message = e.render_with_options(options);
-    if let Some(i) = message.rfind(" at line ") {
-        message.truncate(i);
+    for suffix in [" at line ", ", set DuplicateKeyPolicy"] {
+        if let Some(i) = message.rfind(suffix) {
+            message.truncate(i);
+        }
     }
     LoadError::Syntax { file: file.to_string(), format: "YAML", line, column, message }
 }

@@ -1,0 +1,607 @@
+//! Manifests to snapshots: formats, controllers, budgets, inventory, and
+//! where errors point.
+
+use ironclaim_core::model::{Owner, PodPhase, Stage};
+use ironclaim_core::{LabelSelector, Resources, Snapshot, TaintEffect};
+use ironclaim_k8s::{LoadError, Loader, load_files, load_str};
+use std::collections::BTreeMap;
+
+const GI: i64 = 1 << 30;
+
+fn load(yaml: &str) -> Snapshot {
+    match load_str("test.yaml", yaml) {
+        Ok(m) => {
+            assert!(m.warnings.is_empty(), "unexpected warnings: {:?}", m.warnings);
+            m.snapshot
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn error(file: &str, text: &str) -> String {
+    match load_str(file, text) {
+        Ok(m) => panic!("loaded, expected an error: {:?}", m.snapshot),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn names(snapshot: &Snapshot) -> Vec<String> {
+    snapshot.pods.iter().map(|p| p.key()).collect()
+}
+
+const WEB_TEMPLATE: &str = "  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, resources: {requests: {cpu: 500m, memory: 1Gi}}}]
+";
+
+fn deployment(name: &str, replicas: Option<i32>) -> String {
+    let replicas = replicas.map(|r| format!("  replicas: {r}\n")).unwrap_or_default();
+    format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: shop}}\nspec:\n{replicas}  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}")
+}
+
+#[test]
+fn controllers_expand_to_their_replicas() {
+    let cases: &[(&str, String, Vec<&str>)] = &[
+        ("a Deployment's replicas", deployment("web", Some(3)), vec!["shop/web-0", "shop/web-1", "shop/web-2"]),
+        ("replicas default to 1", deployment("web", None), vec!["shop/web-0"]),
+        ("zero replicas, no pods", deployment("web", Some(0)), vec![]),
+        (
+            "a ReplicaSet",
+            format!("apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {{name: rs, namespace: shop}}\nspec:\n  replicas: 2\n  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}"),
+            vec!["shop/rs-0", "shop/rs-1"],
+        ),
+        (
+            "a StatefulSet",
+            format!("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: db, namespace: shop}}\nspec:\n  replicas: 2\n  serviceName: db\n  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}"),
+            vec!["shop/db-0", "shop/db-1"],
+        ),
+        (
+            "a Job runs its parallelism",
+            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 3\n{WEB_TEMPLATE}"),
+            vec!["shop/j-0", "shop/j-1", "shop/j-2"],
+        ),
+        (
+            "a Job runs no more than the completions to go",
+            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 5\n  completions: 4\n{WEB_TEMPLATE}status: {{succeeded: 2}}\n"),
+            vec!["shop/j-0", "shop/j-1"],
+        ),
+        (
+            "a Job without parallelism runs one pod",
+            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  completions: 10\n{WEB_TEMPLATE}"),
+            vec!["shop/j-0"],
+        ),
+        (
+            "a suspended Job runs none",
+            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 2\n  suspend: true\n{WEB_TEMPLATE}"),
+            vec![],
+        ),
+        (
+            "a finished Job runs none",
+            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 2\n{WEB_TEMPLATE}status:\n  conditions: [{{type: Complete, status: 'True'}}]\n"),
+            vec![],
+        ),
+    ];
+    for (what, yaml, want) in cases {
+        assert_eq!(names(&load(yaml)), *want, "{what}");
+    }
+}
+
+#[test]
+fn expanded_pods_carry_the_template_owner_and_workload() {
+    let snap = load(&deployment("web", Some(2)));
+    let pod = &snap.pods[0];
+    assert_eq!(pod.requests, Resources::new(500, GI).with_pods(1));
+    assert_eq!(pod.labels.get("app").map(String::as_str), Some("web"));
+    assert_eq!(pod.owner, Some(Owner { kind: "Deployment".into(), name: "web".into() }));
+    assert_eq!(pod.workload.as_deref(), Some("web"));
+    assert_eq!((pod.phase, pod.node_name.as_deref()), (PodPhase::Pending, None));
+    assert!(pod.is_pending_demand());
+}
+
+/// What `kubectl get deploy,rs,pods -o yaml` gives for a Deployment of three
+/// replicas with two pods running and one not yet created.
+const DEPLOYMENT_RS_AND_PODS: &str = "apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web, namespace: shop}
+  spec:
+    replicas: 3
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec: {containers: [{name: web}]}
+- apiVersion: apps/v1
+  kind: ReplicaSet
+  metadata:
+    name: web-5d4f8c
+    namespace: shop
+    ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: web, uid: d1, controller: true}]
+  spec:
+    replicas: 3
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web, pod-template-hash: 5d4f8c}}
+      spec: {containers: [{name: web}]}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: web-5d4f8c-aaaaa
+    namespace: shop
+    labels: {app: web, pod-template-hash: 5d4f8c}
+    ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d4f8c, uid: r1, controller: true}]
+  spec: {nodeName: n1, containers: [{name: web}]}
+  status: {phase: Running}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: web-5d4f8c-bbbbb
+    namespace: shop
+    labels: {app: web, pod-template-hash: 5d4f8c}
+    ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d4f8c, uid: r1, controller: true}]
+  spec: {nodeName: n1, containers: [{name: web}]}
+  status: {phase: Running}
+";
+
+#[test]
+fn controllers_add_only_the_pods_the_input_does_not_hold() {
+    let snap = load(DEPLOYMENT_RS_AND_PODS);
+    assert_eq!(names(&snap), vec!["shop/web-5d4f8c-0", "shop/web-5d4f8c-aaaaa", "shop/web-5d4f8c-bbbbb"]);
+    assert!(snap.pods.iter().all(|p| p.workload.as_deref() == Some("web")), "{:?}", snap.pods);
+    assert_eq!(snap.pods.iter().filter(|p| p.is_pending_demand()).count(), 1);
+}
+
+#[test]
+fn a_deployment_and_its_pods_without_the_replicaset_are_not_counted_twice() {
+    let without_rs: String = DEPLOYMENT_RS_AND_PODS
+        .split("\n- ")
+        .filter(|item| !item.contains("kind: ReplicaSet\n"))
+        .collect::<Vec<_>>()
+        .join("\n- ");
+    let snap = load(&without_rs);
+    assert_eq!(names(&snap), vec!["shop/web-0", "shop/web-5d4f8c-aaaaa", "shop/web-5d4f8c-bbbbb"]);
+}
+
+#[test]
+fn finished_and_terminating_pods_do_not_count_toward_replicas() {
+    let yaml = format!(
+        "{}---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web-old\n  namespace: shop\n  deletionTimestamp: '2026-01-01T00:00:00Z'\n  ownerReferences: [{{apiVersion: apps/v1, kind: Deployment, name: web, uid: d1, controller: true}}]\nspec: {{containers: [{{name: web}}]}}\n",
+        deployment("web", Some(1))
+    );
+    let snap = load(&yaml);
+    assert_eq!(names(&snap), vec!["shop/web-0", "shop/web-old"]);
+}
+
+#[test]
+fn daemonsets_become_overhead_not_pods() {
+    let snap = load(
+        "apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: node-exporter, namespace: monitoring}
+spec:
+  selector: {matchLabels: {app: ne}}
+  template:
+    metadata: {labels: {app: ne}}
+    spec:
+      tolerations: [{operator: Exists}]
+      containers: [{name: ne, resources: {requests: {cpu: 100m, memory: 64Mi}}}]
+",
+    );
+    assert!(snap.pods.is_empty());
+    assert_eq!(snap.daemonsets.len(), 1);
+    let ds = &snap.daemonsets[0];
+    assert_eq!((ds.namespace.as_str(), ds.name.as_str()), ("monitoring", "node-exporter"));
+    assert_eq!(ds.template.requests, Resources::new(100, 64 << 20).with_pods(1));
+    assert!(ds.template.is_daemonset_pod());
+}
+
+#[test]
+fn nodes_keep_allocatable_taints_cordon_and_readiness() {
+    let snap = load(
+        "apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {zone: a, ironclaim.dev/server: r1-u10}}
+spec:
+  unschedulable: true
+  taints: [{key: gpu, value: 'true', effect: NoSchedule}]
+status:
+  capacity: {cpu: '32', memory: 128Gi, pods: '110'}
+  allocatable: {cpu: 31500m, memory: 120Gi, pods: '110', nvidia.com/gpu: '4'}
+  conditions: [{type: Ready, status: 'False'}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+status:
+  capacity: {cpu: '8', memory: 16Gi, pods: '50'}
+  conditions: [{type: MemoryPressure, status: 'False'}, {type: Ready, status: 'True'}]
+",
+    );
+    let n1 = &snap.nodes[0];
+    assert_eq!(n1.allocatable, Resources::new(31_500, 120 * GI).with_pods(110).with_extended("nvidia.com/gpu", 4));
+    assert_eq!(n1.taints, vec![ironclaim_core::Taint::new("gpu", "true", TaintEffect::NoSchedule)]);
+    assert!(n1.unschedulable);
+    assert!(!n1.ready);
+    assert_eq!(n1.server.as_deref(), Some("r1-u10"));
+    assert_eq!(n1.labels.get("kubernetes.io/hostname").map(String::as_str), Some("n1"));
+    let n2 = &snap.nodes[1];
+    assert_eq!(n2.allocatable, Resources::new(8000, 16 * GI).with_pods(50), "capacity when no allocatable");
+    assert!(n2.ready);
+}
+
+fn pdb_allowed(pdb_spec: &str, pdb_status: &str, pods: usize, running: usize) -> i64 {
+    let mut yaml = format!(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: b, namespace: shop}}\nspec:\n  selector: {{matchLabels: {{app: web}}}}\n{pdb_spec}{pdb_status}"
+    );
+    for i in 0..pods {
+        let status = if i < running { "status: {phase: Running}\n" } else { "" };
+        yaml.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: w{i}, namespace: shop, labels: {{app: web}}}}\nspec: {{nodeName: n1, containers: [{{name: c}}]}}\n{status}"
+        ));
+    }
+    // A pod of another namespace and one of another app are never selected.
+    yaml.push_str("---\napiVersion: v1\nkind: Pod\nmetadata: {name: x, namespace: other, labels: {app: web}}\nspec: {containers: [{name: c}]}\nstatus: {phase: Running}\n");
+    yaml.push_str("---\napiVersion: v1\nkind: Pod\nmetadata: {name: y, namespace: shop, labels: {app: db}}\nspec: {containers: [{name: c}]}\nstatus: {phase: Running}\n");
+    let snap = load(&yaml);
+    assert_eq!(snap.pdbs.len(), 1);
+    assert_eq!(snap.pdbs[0].selector, LabelSelector::matching(&[("app", "web")]));
+    snap.pdbs[0].disruptions_allowed
+}
+
+#[test]
+fn pdb_disruptions_allowed_from_status_or_computed_as_kubernetes_does() {
+    let cases: &[(&str, &str, &str, usize, usize, i64)] = &[
+        ("the status is taken as it is", "  minAvailable: 1\n", "status: {disruptionsAllowed: 7, currentHealthy: 0, desiredHealthy: 0, expectedPods: 0}\n", 3, 3, 7),
+        ("minAvailable as a count", "  minAvailable: 2\n", "", 3, 3, 1),
+        ("minAvailable above the healthy pods", "  minAvailable: 2\n", "", 3, 1, 0),
+        ("minAvailable as a percentage rounds up", "  minAvailable: '50%'\n", "", 3, 3, 1),
+        ("maxUnavailable as a count", "  maxUnavailable: 1\n", "", 4, 4, 1),
+        ("maxUnavailable as a percentage rounds up", "  maxUnavailable: '30%'\n", "", 4, 4, 2),
+        ("maxUnavailable counts pods not yet running", "  maxUnavailable: 1\n", "", 4, 3, 0),
+        ("neither: every healthy pod", "", "", 3, 2, 2),
+    ];
+    for (what, spec, status, pods, running, want) in cases {
+        assert_eq!(pdb_allowed(spec, status, *pods, *running), *want, "{what}");
+    }
+}
+
+#[test]
+fn a_pdb_without_selector_selects_nothing_and_is_dropped() {
+    let snap = load("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: b}\nspec: {minAvailable: 1}\n");
+    assert!(snap.pdbs.is_empty());
+}
+
+const SERVER: &str = "apiVersion: ironclaim.dev/v1alpha1
+kind: Server
+metadata: {name: r1-u10}
+spec:
+  bmc:
+    address: redfish+https://10.0.1.10/redfish/v1/Systems/1
+    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}
+  hardware:
+    cpu: 64
+    memory: 512Gi
+    ephemeralStorage: 2Ti
+    gpus: [{model: H100, count: 8}, {model: X1, count: 2, resourceName: example.com/fpga}]
+    extendedResources: {example.com/nic: '2'}
+  labels: {zone: a}
+  stageDurations: {powerOn: 30s, boot: 5m, tailPercent: 200}
+";
+
+#[test]
+fn servers_become_inventory_with_hardware_labels_and_durations() {
+    let snap = load(SERVER);
+    let s = &snap.servers[0];
+    assert_eq!(
+        s.capacity,
+        Resources { ephemeral_bytes: 2 << 40, ..Resources::new(64_000, 512 * GI).with_pods(110) }
+            .with_extended("nvidia.com/gpu", 8)
+            .with_extended("example.com/fpga", 2)
+            .with_extended("example.com/nic", 2)
+    );
+    assert_eq!(s.labels.get("nvidia.com/gpu.product").map(String::as_str), Some("H100"));
+    assert_eq!(s.labels.get("zone").map(String::as_str), Some("a"));
+    let defaults = ironclaim_core::model::StageDurations::default();
+    assert_eq!((s.durations.power_on_s, s.durations.boot_s), (30, 300));
+    assert_eq!((s.durations.join_s, s.durations.ready_s), (defaults.join_s, defaults.ready_s));
+    assert_eq!(s.durations.tail_percent, 200);
+    assert_eq!(s.power, ironclaim_core::model::PowerProfile::default());
+    assert_eq!(s.health, ironclaim_core::model::Health::Healthy);
+    assert!(!s.is_warm());
+}
+
+#[test]
+fn server_status_measurements_health_and_links() {
+    let yaml = format!(
+        "{SERVER}  maintenance: false
+status:
+  powerState: PoweringOn
+  node: n7
+  failures: 2
+  quarantined: true
+  measuredDurations:
+    powerOn: {{p50Seconds: 20, p90Seconds: 40, samples: 5}}
+    boot: {{p50Seconds: 180, p90Seconds: 360, samples: 5}}
+---
+apiVersion: v1
+kind: Node
+metadata: {{name: n7}}
+status: {{allocatable: {{cpu: '64', memory: 512Gi, pods: '110'}}}}
+"
+    );
+    let snap = load(&yaml);
+    let s = &snap.servers[0];
+    assert!(s.is_warm());
+    assert_eq!((s.failures, s.health), (2, ironclaim_core::model::Health::Quarantined));
+    assert_eq!((s.durations.power_on_s, s.durations.boot_s), (20, 180), "measured medians win over the spec");
+    assert_eq!(s.durations.tail_percent, 200, "p90 over p50 of the measured path");
+    assert_eq!(s.node.as_deref(), Some("n7"));
+    assert_eq!(snap.nodes[0].server.as_deref(), Some("r1-u10"));
+
+    let in_maintenance = load(&SERVER.replace("  labels: {zone: a}\n", "  labels: {zone: a}\n  maintenance: true\n"));
+    assert_eq!(in_maintenance.servers[0].health, ironclaim_core::model::Health::Maintenance);
+}
+
+#[test]
+fn nodepools_and_claims_in_flight() {
+    let snap = load(&format!(
+        "apiVersion: ironclaim.dev/v1alpha1
+kind: NodePool
+metadata: {{name: gpu}}
+spec:
+  weight: 10
+  requirements:
+  - {{key: accelerator, operator: Exists}}
+  - {{key: cores, operator: Gt, values: ['16']}}
+  template:
+    labels: {{pool: gpu}}
+    taints: [{{key: gpu, value: 'true', effect: NoSchedule}}]
+    startupTaints: [{{key: node.example/setup, effect: NoExecute}}]
+  limits: {{cpu: '512', memory: 4Ti, gpus: 16, servers: 4, watts: 12000}}
+  defaultDeadline: 45m
+---
+apiVersion: ironclaim.dev/v1alpha1
+kind: NodeClaim
+metadata: {{name: claim-1, creationTimestamp: '2026-01-01T00:00:00Z'}}
+spec: {{server: r1-u10, pool: gpu}}
+status:
+  stage: Booting
+  stages:
+  - {{stage: Selected, startTime: '2026-01-01T00:00:00Z', durationSeconds: 1, outcome: Succeeded}}
+  - {{stage: Booting, startTime: '2026-01-01T00:01:00Z', outcome: InProgress}}
+---
+apiVersion: ironclaim.dev/v1alpha1
+kind: NodeClaim
+metadata: {{name: claim-done}}
+spec: {{server: r9, pool: gpu}}
+status: {{stage: Serving}}
+---
+apiVersion: ironclaim.dev/v1alpha1
+kind: NodeClaim
+metadata: {{name: claim-failed}}
+spec: {{server: r8, pool: gpu}}
+status: {{stage: Booting, failureReason: RegistrationTimedOut}}
+---
+{SERVER}"
+    ));
+    let pool = &snap.pools[0];
+    assert_eq!(pool.weight, 10);
+    assert_eq!(pool.requirements.len(), 2);
+    assert_eq!(pool.labels.get("pool").map(String::as_str), Some("gpu"));
+    assert_eq!(pool.taints.len(), 1);
+    assert_eq!(pool.startup_taints[0].effect, TaintEffect::NoExecute);
+    assert_eq!(pool.limits.cpu_milli, Some(512_000));
+    assert_eq!(pool.limits.memory_bytes, Some(4 << 40));
+    assert_eq!((pool.limits.gpus, pool.limits.servers, pool.limits.watts), (Some(16), Some(4), Some(12000.0)));
+    assert_eq!(pool.deadline_s, Some(2700));
+    assert_eq!(snap.claims.len(), 1, "only claims on their way to Ready are in flight");
+    let claim = &snap.claims[0];
+    assert_eq!((claim.name.as_str(), claim.server.as_str(), claim.pool.as_str()), ("claim-1", "r1-u10", "gpu"));
+    assert_eq!(claim.stage, Stage::Booting);
+    assert_eq!(claim.stage_started_s, 1_767_225_660);
+    assert_eq!(snap.servers[0].claim.as_deref(), Some("claim-1"), "the claimed server is not free");
+}
+
+#[test]
+fn json_as_kubectl_writes_it() {
+    let json = r#"{
+  "apiVersion": "v1",
+  "kind": "List",
+  "items": [
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+     "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}},
+    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "shop"},
+     "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "api"}},
+              "template": {"metadata": {"labels": {"app": "api"}},
+                           "spec": {"containers": [{"name": "api", "resources": {"requests": {"cpu": "250m"}}}]}}}}
+  ]
+}"#;
+    for file in ["cluster.json", "cluster.txt"] {
+        let snap = load_str(file, json).unwrap_or_else(|e| panic!("{e}")).snapshot;
+        assert_eq!(snap.nodes.len(), 1, "{file}");
+        assert_eq!(names(&snap), vec!["shop/api-0", "shop/api-1"], "{file}");
+    }
+    let two_objects = "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"a\"}}\n{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"b\"}}";
+    assert_eq!(load_str("x.json", two_objects).unwrap().snapshot.nodes.len(), 2);
+}
+
+#[test]
+fn typed_lists_and_empty_documents() {
+    let snap = load(
+        "---\n---\napiVersion: v1\nkind: NodeList\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a}}\n- {apiVersion: v1, kind: Node, metadata: {name: b}}\n---\n# only a comment\n",
+    );
+    assert_eq!(snap.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
+}
+
+#[test]
+fn yaml_1_1_booleans_are_strings() {
+    let snap = load("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: n, labels: {enabled: yes, legacy: off}}\nspec: {containers: [{name: c}]}\n");
+    assert_eq!(snap.pods[0].namespace, "n");
+    assert_eq!(snap.pods[0].labels.get("enabled").map(String::as_str), Some("yes"));
+}
+
+#[test]
+fn kinds_plan_does_not_read_are_skipped_with_a_warning() {
+    let m = load_str(
+        "all.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n---\napiVersion: metal3.io/v1alpha1\nkind: Server\nmetadata: {name: other}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\n",
+    )
+    .unwrap();
+    assert_eq!(m.snapshot.nodes.len(), 1);
+    assert!(m.snapshot.servers.is_empty(), "a Server of another group is not ironclaim's");
+    let warnings: Vec<String> = m.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warnings,
+        vec![
+            "all.yaml:1: document 1 (Service shop/web): skipped: plan does not read Service (v1)",
+            "all.yaml:5: document 2 (Server other): skipped: plan does not read Server (metal3.io/v1alpha1)",
+        ]
+    );
+}
+
+#[test]
+fn errors_name_the_file_document_object_and_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "workloads.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  selector: {}\n  template:\n    spec:\n      containers:\n      - name: web\n        resources: {requests: {cpu: 1x}}\n",
+            "workloads.yaml:9: document 3 (Deployment shop/web): spec.template.spec.containers[0].resources.requests.cpu: invalid quantity \"1x\"",
+        ),
+        (
+            "bad.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n   oops: 1\n",
+            "bad.yaml:5:8: invalid YAML: mapping values are not allowed in this context",
+        ),
+        ("bad.yaml", "apiVersion: v1\nkind: [Pod\n", "bad.yaml:2:7: invalid YAML:"),
+        ("bad.json", "{\"kind\": \"Pod\",\n \"metadata\": }", "bad.json:2:14: invalid JSON: expected value"),
+        (
+            "types.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  replicas: three\n  selector: {}\n  template: {spec: {containers: []}}\n",
+            "types.yaml:1: document 1 (Deployment shop/web): spec.replicas: invalid type: string \"three\", expected i32",
+        ),
+        (
+            "types.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {version: 1.10}}\nspec: {containers: []}\n",
+            "types.yaml:1: document 1 (Pod p): metadata.labels.version: invalid type: floating point `1.1`, expected a string",
+        ),
+        (
+            "list.yaml",
+            "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a}}\n- {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: n}, spec: {containers: [{name: c, ports: [{containerPort: x}]}]}}\n",
+            "list.yaml:1: document 1, items[1] (Pod n/p): spec.containers[0].ports[0].containerPort: invalid type: string \"x\", expected i32",
+        ),
+        ("a.yaml", "apiVersion: v1\nmetadata: {name: p}\n", "a.yaml:1: document 1: no kind: not a Kubernetes object"),
+        ("a.yaml", "kind: Pod\nmetadata: {name: p}\n", "a.yaml:1: document 1 (Pod p): no apiVersion: not a Kubernetes object"),
+        ("a.yaml", "- just\n- a list\n", "a.yaml:1: document 1: expected a Kubernetes object, found a list"),
+        ("a.yaml", "hello\n", "a.yaml:1: document 1: expected a Kubernetes object, found a string"),
+        (
+            "a.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: Rack\nmetadata: {name: r1}\n",
+            "a.yaml:1: document 1 (Rack r1): unknown kind \"Rack\" in \"ironclaim.dev/v1alpha1\"",
+        ),
+        (
+            "a.yaml",
+            "apiVersion: ironclaim.dev/v9\nkind: Server\nmetadata: {name: r1}\n",
+            "a.yaml:1: document 1 (Server r1): unknown kind \"Server\" in \"ironclaim.dev/v9\"",
+        ),
+        (
+            "a.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\n",
+            "a.yaml:5: document 2 (Node n1): Node n1 is also defined at a.yaml:1: document 1 (Node n1)",
+        ),
+        (
+            "a.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 2000000\n  selector: {}\n  template: {spec: {containers: []}}\n",
+            "a.yaml:1: document 1 (Deployment web): more than 500000 pods in all",
+        ),
+        (
+            "a.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: -1\n  selector: {}\n  template: {spec: {containers: []}}\n",
+            "a.yaml:1: document 1 (Deployment web): spec.replicas: must not be negative, found -1",
+        ),
+        (
+            "a.yaml",
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: b, namespace: n}\nspec: {selector: {}, minAvailable: 'half'}\n",
+            "a.yaml:1: document 1 (PodDisruptionBudget n/b): spec.minAvailable: expected an integer or a percentage",
+        ),
+        (
+            "inventory.yaml",
+            &format!("{SERVER}  power: {{idleWatts: 100, peakWatts: 300}}\n").replace("cpu: 64", "cpu: '-64'"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.hardware.cpu: invalid quantity \"-64\": negative",
+        ),
+        (
+            "inventory.yaml",
+            &SERVER.replace("boot: 5m", "boot: five minutes"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.stageDurations.boot: invalid duration \"five minutes\"",
+        ),
+        (
+            "pools.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  requirements: [{key: cores, operator: Gt, values: [many]}]\n",
+            "pools.yaml:1: document 1 (NodePool p): spec.requirements[0].values: Gt and Lt take exactly one integer value",
+        ),
+        (
+            "pools.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  requirements: [{key: cores, operator: Near}]\n",
+            "pools.yaml:1: document 1 (NodePool p): spec.requirements[0].operator: unknown variant `Near`",
+        ),
+    ];
+    for (file, text, want) in cases {
+        let got = error(file, text);
+        assert!(got.starts_with(want), "got:  {got}\nwant: {want}");
+    }
+}
+
+#[test]
+fn files_directories_and_what_cannot_be_read() {
+    let dir = std::env::temp_dir().join(format!("ironclaim-k8s-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a-nodes.yaml"), "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n").unwrap();
+    std::fs::write(dir.join("b-pods.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[]}}").unwrap();
+    std::fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
+    let m = load_files(std::slice::from_ref(&dir)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((m.snapshot.nodes.len(), m.snapshot.pods.len()), (1, 1));
+
+    let missing = dir.join("missing.yaml");
+    let err = load_files(std::slice::from_ref(&missing)).unwrap_err();
+    assert!(matches!(err, LoadError::Read { .. }), "{err:?}");
+    assert_eq!(err.to_string(), format!("cannot read {}", missing.display()));
+    assert!(std::error::Error::source(&err).is_some());
+
+    let binary = dir.join("binary.yaml");
+    std::fs::write(&binary, [b'k', b'i', 0xff, 0xfe]).unwrap();
+    let err = load_files(std::slice::from_ref(&binary)).unwrap_err().to_string();
+    assert_eq!(err, format!("{}: invalid text: not UTF-8 (at byte 2)", binary.display()));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn several_sources_resolve_together() {
+    let mut loader = Loader::new();
+    loader.add_str("deploy.yaml", &deployment("web", Some(2))).unwrap();
+    loader
+        .add_str(
+            "pods.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web-0, namespace: shop, ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: web, uid: u, controller: true}]}\nspec: {nodeName: n1, containers: [{name: c}]}\nstatus: {phase: Running}\n",
+        )
+        .unwrap();
+    let snap = loader.finish().unwrap().snapshot;
+    assert_eq!(names(&snap), vec!["shop/web-1", "shop/web-0"], "the expansion skips the name the input holds");
+}
+
+#[test]
+fn metric_labels_and_locations() {
+    let err = load_str("a.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: x}}}]}\n").unwrap_err();
+    assert_eq!(err.metric_label(), "invalid_quantity");
+    let at = err.location().expect("located");
+    assert_eq!((at.file.as_str(), at.document, at.line), ("a.yaml", 1, Some(1)));
+    let syntax = load_str("a.yaml", "a: [").unwrap_err();
+    assert_eq!(syntax.metric_label(), "syntax");
+    assert!(syntax.location().is_none());
+    let mut labels = BTreeMap::new();
+    for text in ["kind: X\n", "apiVersion: v1\nkind: Pod\nmetadata: {name: [x]}\n"] {
+        let e = load_str("a.yaml", text).unwrap_err();
+        labels.insert(e.metric_label(), e.to_string());
+    }
+    assert!(labels.contains_key("not_an_object") && labels.contains_key("field_type"), "{labels:?}");
+}
