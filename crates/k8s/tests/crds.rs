@@ -1,0 +1,164 @@
+//! The CRD manifests: their shape, structural schemas, printer columns and
+//! CEL rules, and the YAML `ironclaim crds` prints. (The API server's own
+//! verdict is in `crds_apiserver.rs`.)
+
+use ironclaim_k8s::api::{self, crds, crds_yaml};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::Value;
+
+fn schema(crd: &CustomResourceDefinition) -> Value {
+    let version = &crd.spec.versions[0];
+    serde_json::to_value(version.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).expect("a schema")).unwrap()
+}
+
+fn crd(kind: &str) -> CustomResourceDefinition {
+    crds().into_iter().find(|c| c.spec.names.kind == kind).unwrap_or_else(|| panic!("no CRD for {kind}"))
+}
+
+#[test]
+fn three_cluster_scoped_kinds_with_status_subresources() {
+    let all = crds();
+    let kinds: Vec<&str> = all.iter().map(|c| c.spec.names.kind.as_str()).collect();
+    assert_eq!(kinds, vec!["Server", "NodePool", "NodeClaim"]);
+    for crd in &all {
+        assert_eq!(crd.spec.group, api::GROUP);
+        assert_eq!(crd.spec.scope, "Cluster", "{}", crd.spec.names.kind);
+        assert_eq!(crd.metadata.name.as_deref(), Some(format!("{}.{}", crd.spec.names.plural, api::GROUP).as_str()));
+        let [version] = &crd.spec.versions[..] else { panic!("one version") };
+        assert_eq!(version.name, api::VERSION);
+        assert!(version.served && version.storage);
+        assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "{} has a status subresource", crd.spec.names.kind);
+        assert_eq!(crd.spec.names.categories.as_deref(), Some(&["ironclaim".to_string()][..]));
+    }
+}
+
+#[test]
+fn printer_columns_show_what_an_operator_looks_for() {
+    let columns = |kind: &str| -> Vec<(String, String)> {
+        crd(kind).spec.versions[0]
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| (c.name.clone(), c.json_path.clone()))
+            .collect()
+    };
+    let names = |kind: &str| columns(kind).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    assert_eq!(names("Server"), ["Power", "Claim", "Node", "CPU", "Memory", "Maintenance", "Failures", "Quarantined", "Age"]);
+    assert_eq!(names("NodePool"), ["Weight", "Servers", "CPU", "Watts", "Age"]);
+    assert_eq!(names("NodeClaim"), ["Server", "Pool", "Stage", "Node", "Reason", "Age"]);
+    // Every column points at a field the schema has.
+    for kind in ["Server", "NodePool", "NodeClaim"] {
+        let schema = schema(&crd(kind));
+        for (name, path) in columns(kind) {
+            if path.starts_with(".metadata.") {
+                continue;
+            }
+            let mut node = &schema;
+            for part in path.trim_start_matches('.').split('.') {
+                // A map's keys are any names: `.status.resources.cpu`.
+                node = node
+                    .get("properties")
+                    .and_then(|p| p.get(part))
+                    .or_else(|| node.get("additionalProperties"))
+                    .unwrap_or_else(|| panic!("{kind} column {name}: {path} is not in the schema"));
+            }
+        }
+    }
+}
+
+/// Kubernetes accepts only structural schemas: every node says its type
+/// (or is an int-or-string), objects list their properties or their
+/// additionalProperties, and no `$ref` or free-standing `anyOf` remains.
+fn check_structural(node: &Value, path: &str, problems: &mut Vec<String>) {
+    let Some(map) = node.as_object() else {
+        problems.push(format!("{path}: not an object"));
+        return;
+    };
+    let int_or_string = map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    if !int_or_string && !map.contains_key("type") {
+        problems.push(format!("{path}: no type"));
+    }
+    for forbidden in ["$ref", "allOf", "oneOf", "anyOf", "not", "definitions", "$defs"] {
+        if map.contains_key(forbidden) {
+            problems.push(format!("{path}: {forbidden}"));
+        }
+    }
+    if map.get("type") == Some(&Value::String("object".into())) && !map.contains_key("properties") && !map.contains_key("additionalProperties") {
+        problems.push(format!("{path}: an object with neither properties nor additionalProperties"));
+    }
+    if let Some(props) = map.get("properties").and_then(Value::as_object) {
+        for (name, child) in props {
+            check_structural(child, &format!("{path}.{name}"), problems);
+        }
+    }
+    if let Some(items) = map.get("items") {
+        check_structural(items, &format!("{path}[]"), problems);
+    }
+    if let Some(extra) = map.get("additionalProperties").filter(|v| v.is_object()) {
+        check_structural(extra, &format!("{path}{{}}"), problems);
+    }
+}
+
+#[test]
+fn schemas_are_structural() {
+    for crd in crds() {
+        let mut problems = Vec::new();
+        let schema = schema(&crd);
+        // The root's metadata, apiVersion and kind are the API server's.
+        for part in ["spec", "status"] {
+            check_structural(&schema["properties"][part], part, &mut problems);
+        }
+        assert!(problems.is_empty(), "{}: {problems:#?}", crd.spec.names.kind);
+    }
+}
+
+fn rules_at<'a>(schema: &'a Value, path: &[&str]) -> Vec<&'a str> {
+    let mut node = schema;
+    for part in path {
+        node = if *part == "[]" { &node["items"] } else { &node["properties"][part] };
+    }
+    node["x-kubernetes-validations"]
+        .as_array()
+        .map(|rules| rules.iter().filter_map(|r| r["message"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn cel_rules_sit_where_a_rule_spans_fields() {
+    let server = schema(&crd("Server"));
+    assert_eq!(rules_at(&server, &["spec", "bmc"]), ["caBundle and insecureSkipVerify are mutually exclusive"]);
+    assert_eq!(rules_at(&server, &["spec", "power"]), ["peakWatts must be at least idleWatts"]);
+    assert_eq!(rules_at(&server, &["status", "measuredDurations", "boot"]), ["p90Seconds must be at least p50Seconds"]);
+    let pool = schema(&crd("NodePool"));
+    assert_eq!(
+        rules_at(&pool, &["spec", "requirements", "[]"]),
+        ["In and NotIn need at least one value", "Exists and DoesNotExist take no values", "Gt and Lt take exactly one integer value"]
+    );
+    assert_eq!(rules_at(&pool, &["spec", "warmSpares"]), ["schedule and duration go together"]);
+    assert_eq!(rules_at(&pool, &["spec", "disruption", "budgets", "[]"]), ["schedule and duration go together"]);
+    let claim = schema(&crd("NodeClaim"));
+    assert_eq!(rules_at(&claim, &["spec"]), ["server is immutable", "pool is immutable"]);
+    assert_eq!(rules_at(&claim, &["status"]), ["failureMessage needs a failureReason"]);
+}
+
+#[test]
+fn quantities_and_counts_cannot_go_negative() {
+    let pool = schema(&crd("NodePool"));
+    let limits = &pool["properties"]["spec"]["properties"]["limits"]["properties"];
+    for field in ["cpu", "memory"] {
+        let pattern = limits[field]["pattern"].as_str().unwrap_or_else(|| panic!("limits.{field} has a pattern"));
+        assert!(pattern.starts_with("^(([0-9]"), "no sign allowed: {pattern}");
+        assert_eq!(limits[field]["x-kubernetes-int-or-string"], Value::Bool(true));
+    }
+    for field in ["gpus", "servers", "watts"] {
+        assert_eq!(limits[field]["minimum"].as_f64(), Some(0.0), "limits.{field}");
+    }
+}
+
+#[test]
+fn the_yaml_stream_reads_back_as_the_same_crds() {
+    let yaml = crds_yaml().expect("serializes");
+    assert_eq!(yaml.matches("\n---\n").count() + usize::from(yaml.starts_with("---\n")), 3);
+    let back: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&yaml).expect("reads back");
+    assert_eq!(back, crds());
+}

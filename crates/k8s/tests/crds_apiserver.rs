@@ -1,0 +1,276 @@
+//! The API server's verdict on the CRDs: it accepts them as `ironclaim crds`
+//! prints them, stores the worked example's inventory, enforces every
+//! validation rule with its message, and keeps status behind the status
+//! subresource. Runs on the real control plane of `hack/testenv`; fails
+//! (never skips) when its binaries are not built.
+
+use ironclaim_k8s::api::{self, NodeClaim, NodePool, Server, crds_yaml};
+use ironclaim_testenv::TestEnv;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+const MANAGER: &str = "ironclaim-k8s-tests";
+
+fn env() -> TestEnv {
+    TestEnv::shared().unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// Applies the CRDs once per test process and waits until they are served.
+async fn installed(env: &TestEnv) -> Client {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            let yaml = crds_yaml().expect("CRDs serialize");
+            env.kubectl_with_stdin(["apply", "--server-side", "--field-manager", MANAGER, "-f", "-"], &yaml)
+                .unwrap_or_else(|e| panic!("the API server refuses the CRDs: {e}"));
+            for plural in ["servers", "nodepools", "nodeclaims"] {
+                let crd = format!("crd/{plural}.{}", api::GROUP);
+                env.kubectl(["wait", "--for=condition=Established", "--timeout=90s", crd.as_str()])
+                    .unwrap_or_else(|e| panic!("{crd} not established: {e}"));
+            }
+        })
+        .await;
+    env.client().await.unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn unique(base: &str) -> String {
+    format!("{base}-{}", std::process::id())
+}
+
+fn dynamic<K: Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &ApiResource::erase::<K>(&()))
+}
+
+async fn apply(api: &Api<DynamicObject>, object: Value) -> Result<DynamicObject, kube::Error> {
+    let name = object["metadata"]["name"].as_str().expect("a name").to_string();
+    let object: DynamicObject = serde_json::from_value(object).expect("an object");
+    // The discovery cache of a fresh CRD can lag its Established condition
+    // by a moment: retry a 404 briefly, never anything else.
+    let mut tries = 0;
+    loop {
+        match api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&object)).await {
+            Err(kube::Error::Api(status)) if status.code == 404 && tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn server(name: &str, spec_changes: Value) -> Value {
+    let mut spec = json!({
+        "bmc": {
+            "address": "redfish+https://10.0.1.10/redfish/v1/Systems/1",
+            "credentialsSecretRef": {"name": "bmc", "namespace": "ironclaim-system"},
+        },
+        "hardware": {"cpu": 32, "memory": "120Gi"},
+    });
+    merge(&mut spec, spec_changes);
+    json!({"apiVersion": api::API_VERSION, "kind": "Server", "metadata": {"name": name}, "spec": spec})
+}
+
+fn nodepool(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": api::API_VERSION, "kind": "NodePool", "metadata": {"name": name}, "spec": spec})
+}
+
+fn nodeclaim(name: &str, server: &str, pool: &str) -> Value {
+    json!({"apiVersion": api::API_VERSION, "kind": "NodeClaim", "metadata": {"name": name}, "spec": {"server": server, "pool": pool}})
+}
+
+fn merge(into: &mut Value, changes: Value) {
+    match (into, changes) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worked_example_inventory_is_accepted_and_listed_with_its_columns() {
+    let env = env();
+    installed(&env).await;
+    let example = include_str!("../../../examples/worked-example.yaml");
+    let ironclaim_docs: Vec<&str> = example.split("\n---\n").filter(|d| d.contains("apiVersion: ironclaim.dev/")).collect();
+    assert_eq!(ironclaim_docs.len(), 7, "two pools and five servers");
+    // Distinct names, so the test also passes against a reused environment.
+    let suffix = format!("-{}", std::process::id());
+    let renamed: Vec<String> = ironclaim_docs
+        .iter()
+        .map(|d| {
+            let mut d = d.to_string();
+            for name in ["general", "gpu", "r1-u10", "r1-u11", "r1-u12", "r2-u20", "r2-u21"] {
+                d = d.replace(&format!("  name: {name}\n"), &format!("  name: {name}{suffix}\n"));
+            }
+            d
+        })
+        .collect();
+    env.kubectl_with_stdin(["apply", "-f", "-"], &renamed.join("\n---\n"))
+        .unwrap_or_else(|e| panic!("the worked example's inventory is refused: {e}"));
+
+    let table = env.kubectl(["get", "servers", &format!("r2-u20{suffix}")]).expect("kubectl get servers");
+    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "POWER", "CLAIM", "NODE", "CPU", "MEMORY", "MAINTENANCE", "AGE"], "{table}");
+    assert!(table.contains("500Gi"), "{table}");
+    let pools = env.kubectl(["get", "nodepools", &format!("gpu{suffix}")]).expect("kubectl get nodepools");
+    assert!(pools.lines().next().unwrap_or_default().split_whitespace().eq(["NAME", "WEIGHT", "SERVERS", "CPU", "WATTS", "AGE"]), "{pools}");
+
+    // What the API server stored reads back into the typed API and converts.
+    let client = env.client().await.expect("client");
+    let stored = Api::<Server>::all(client.clone()).get(&format!("r2-u20{suffix}")).await.expect("stored");
+    let core = ironclaim_k8s::server_to_core(&stored).expect("converts");
+    assert_eq!(core.capacity.gpus(), 4);
+    assert!(stored.status.is_none(), "status is not written through the main resource");
+    let pool = Api::<NodePool>::all(client).get(&format!("gpu{suffix}")).await.expect("stored");
+    assert_eq!(ironclaim_k8s::nodepool_to_core(&pool).expect("converts").limits.gpus, Some(8));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_objects_are_refused_with_the_rule_that_says_why() {
+    let env = env();
+    let client = installed(&env).await;
+    let servers = dynamic::<Server>(&client);
+    let pools = dynamic::<NodePool>(&client);
+    let n = |base: &str| unique(base);
+    let cases: Vec<(&Api<DynamicObject>, Value, &str)> = vec![
+        (
+            &servers,
+            server(&n("s-tls"), json!({"bmc": {"caBundle": "-----BEGIN CERTIFICATE-----", "insecureSkipVerify": true}})),
+            "caBundle and insecureSkipVerify are mutually exclusive",
+        ),
+        (&servers, server(&n("s-cpu"), json!({"hardware": {"cpu": "-4"}})), "spec.hardware.cpu"),
+        (&servers, server(&n("s-mem"), json!({"hardware": {"memory": "lots"}})), "spec.hardware.memory"),
+        (&servers, server(&n("s-gpu"), json!({"hardware": {"gpus": [{"model": "A100", "count": 0}]}})), "spec.hardware.gpus[0].count"),
+        (&servers, server(&n("s-model"), json!({"hardware": {"gpus": [{"model": "A100 80GB", "count": 1}]}})), "spec.hardware.gpus[0].model"),
+        (&servers, server(&n("s-bmc"), json!({"bmc": {"address": "ftp://10.0.0.1"}})), "spec.bmc.address"),
+        (&servers, server(&n("s-watts"), json!({"power": {"idleWatts": 500, "peakWatts": 100}})), "peakWatts must be at least idleWatts"),
+        (&servers, server(&n("s-dur"), json!({"stageDurations": {"boot": "ten minutes"}})), "spec.stageDurations.boot"),
+        (
+            &pools,
+            nodepool(&n("p-in"), json!({"requirements": [{"key": "zone", "operator": "In"}]})),
+            "In and NotIn need at least one value",
+        ),
+        (
+            &pools,
+            nodepool(&n("p-exists"), json!({"requirements": [{"key": "gpu", "operator": "Exists", "values": ["x"]}]})),
+            "Exists and DoesNotExist take no values",
+        ),
+        (
+            &pools,
+            nodepool(&n("p-gt"), json!({"requirements": [{"key": "cores", "operator": "Gt", "values": ["many"]}]})),
+            "Gt and Lt take exactly one integer value",
+        ),
+        (&pools, nodepool(&n("p-op"), json!({"requirements": [{"key": "zone", "operator": "Near"}]})), "spec.requirements[0].operator"),
+        (&pools, nodepool(&n("p-gpus"), json!({"limits": {"gpus": -1}})), "spec.limits.gpus"),
+        (&pools, nodepool(&n("p-mem"), json!({"limits": {"memory": "-1Gi"}})), "spec.limits.memory"),
+        (&pools, nodepool(&n("p-weight"), json!({"weight": 101})), "spec.weight"),
+        (&pools, nodepool(&n("p-deadline"), json!({"defaultDeadline": "soon"})), "spec.defaultDeadline"),
+        (
+            &pools,
+            nodepool(&n("p-warm"), json!({"warmSpares": {"floor": [{"class": "general-32", "count": 1}], "schedule": "0 8 * * 1-5"}})),
+            "schedule and duration go together",
+        ),
+        (&pools, nodepool(&n("p-budget"), json!({"disruption": {"budgets": [{"nodes": "150%"}]}})), "spec.disruption.budgets[0].nodes"),
+        (
+            &pools,
+            nodepool(&n("p-taint"), json!({"template": {"taints": [{"key": "gpu", "effect": "Sometimes"}]}})),
+            "spec.template.taints[0].effect",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (api, object, want) in cases {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        match apply(api, object).await {
+            Err(kube::Error::Api(status)) if status.code == 422 && status.message.contains(want) => {}
+            Err(kube::Error::Api(status)) => failures.push(format!("{name}: want 422 with {want:?}, got {}: {}", status.code, status.message)),
+            Err(other) => failures.push(format!("{name}: {other}")),
+            Ok(_) => failures.push(format!("{name}: accepted, want refused with {want:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+
+    // And the same shapes, valid, are stored.
+    apply(&servers, server(&n("s-ok"), json!({"bmc": {"caBundle": "-----BEGIN CERTIFICATE-----"}, "power": {"idleWatts": 100, "peakWatts": 100}})))
+        .await
+        .expect("a valid server");
+    apply(
+        &pools,
+        nodepool(
+            &n("p-ok"),
+            json!({
+                "weight": 100,
+                "requirements": [
+                    {"key": "zone", "operator": "NotIn", "values": ["c"]},
+                    {"key": "gpu", "operator": "DoesNotExist"},
+                    {"key": "cores", "operator": "Lt", "values": ["-1"]},
+                ],
+                "limits": {"cpu": 0, "memory": "0", "gpus": 0, "servers": 0, "watts": 0},
+                "defaultDeadline": "1h30m",
+                "warmSpares": {"floor": [{"class": "general-32", "count": 1}], "schedule": "@daily", "duration": "8h"},
+                "disruption": {"consolidateAfter": "Never", "budgets": [{"nodes": "10%", "reasons": ["Empty"]}, {"nodes": "0", "schedule": "0 9 * * 1-5", "duration": "8h"}], "drainTimeout": "15m"},
+                "readiness": {"extendedResources": ["nvidia.com/gpu"], "nodeConditions": ["GpuHealthy"]},
+            }),
+        ),
+    )
+    .await
+    .expect("a valid pool");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_goes_through_the_status_subresource_and_claims_keep_their_server() {
+    let env = env();
+    let client = installed(&env).await;
+    let servers = dynamic::<Server>(&client);
+    let name = unique("s-status");
+    apply(&servers, server(&name, json!({}))).await.expect("created");
+    let status = json!({"status": {
+        "powerState": "On",
+        "failures": 1,
+        "measuredDurations": {"boot": {"p50Seconds": 300, "p90Seconds": 450, "samples": 12}},
+        "conditions": [{"type": "Reachable", "status": "True", "reason": "BmcAnswered", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    }});
+    servers.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("status written");
+    let typed = Api::<Server>::all(client.clone()).get(&name).await.expect("read back");
+    let core = ironclaim_k8s::server_to_core(&typed).expect("converts");
+    assert!(core.is_warm());
+    assert_eq!((core.failures, core.durations.boot_s, core.durations.tail_percent), (1, 300, 150));
+
+    let bad_status = json!({"status": {"measuredDurations": {"boot": {"p50Seconds": 300, "p90Seconds": 100, "samples": 1}}}});
+    match servers.patch_status(&name, &PatchParams::default(), &Patch::Merge(&bad_status)).await {
+        Err(kube::Error::Api(s)) => assert!(s.code == 422 && s.message.contains("p90Seconds must be at least p50Seconds"), "{s:?}"),
+        other => panic!("an inverted percentile was stored: {other:?}"),
+    }
+
+    let claims = dynamic::<NodeClaim>(&client);
+    let claim = unique("c-immutable");
+    apply(&claims, nodeclaim(&claim, "r1-u10", "general")).await.expect("created");
+    for (changed, want) in [(nodeclaim(&claim, "r1-u11", "general"), "server is immutable"), (nodeclaim(&claim, "r1-u10", "gpu"), "pool is immutable")] {
+        match apply(&claims, changed).await {
+            Err(kube::Error::Api(s)) => assert!(s.code == 422 && s.message.contains(want), "{s:?}"),
+            other => panic!("want {want:?}, got {other:?}"),
+        }
+    }
+    let orphan_message = json!({"status": {"failureMessage": "no reason"}});
+    match claims.patch_status(&claim, &PatchParams::default(), &Patch::Merge(&orphan_message)).await {
+        Err(kube::Error::Api(s)) => assert!(s.code == 422 && s.message.contains("failureMessage needs a failureReason"), "{s:?}"),
+        other => panic!("a failure message without a reason was stored: {other:?}"),
+    }
+    let timeline = json!({"status": {
+        "stage": "Booting",
+        "stages": [
+            {"stage": "Selected", "startTime": "2026-01-01T00:00:00Z", "durationSeconds": 1, "outcome": "Succeeded"},
+            {"stage": "PoweringOn", "startTime": "2026-01-01T00:00:01Z", "durationSeconds": 44, "outcome": "Succeeded"},
+            {"stage": "Booting", "startTime": "2026-01-01T00:00:45Z", "outcome": "InProgress"},
+        ],
+    }});
+    claims.patch_status(&claim, &PatchParams::default(), &Patch::Merge(&timeline)).await.expect("timeline written");
+    let typed = Api::<NodeClaim>::all(client).get(&claim).await.expect("read back");
+    let in_flight = ironclaim_k8s::nodeclaim_in_flight(&typed).expect("converts").expect("in flight");
+    assert_eq!(in_flight.stage, ironclaim_core::model::Stage::Booting);
+    assert_eq!(in_flight.stage_started_s, 1_767_225_645);
+}
