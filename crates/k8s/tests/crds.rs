@@ -162,3 +162,40 @@ fn the_yaml_stream_reads_back_as_the_same_crds() {
     let back: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&yaml).expect("reads back");
     assert_eq!(back, crds());
 }
+
+/// Every field of every CRD is named in docs/api.md: a field added to the
+/// API without its documentation fails here.
+#[test]
+fn docs_api_md_names_every_field() {
+    let doc = include_str!("../../../docs/api.md");
+    let mut documented = std::collections::BTreeSet::new();
+    for span in doc.split('`').skip(1).step_by(2) {
+        for word in span.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            documented.insert(word.to_string());
+        }
+    }
+    fn fields(node: &Value, path: &str, out: &mut Vec<(String, String)>) {
+        if let Some(props) = node.get("properties").and_then(Value::as_object) {
+            for (name, child) in props {
+                let here = format!("{path}.{name}");
+                out.push((name.clone(), here.clone()));
+                fields(child, &here, out);
+            }
+        }
+        if let Some(items) = node.get("items") {
+            fields(items, &format!("{path}[]"), out);
+        }
+    }
+    let mut missing = Vec::new();
+    for crd in crds() {
+        let schema = schema(&crd);
+        let mut all = Vec::new();
+        for part in ["spec", "status"] {
+            fields(&schema["properties"][part], &format!("{}.{part}", crd.spec.names.kind), &mut all);
+        }
+        // metav1.Condition's own fields are Kubernetes', documented there.
+        all.retain(|(_, path)| !path.contains(".conditions[]."));
+        missing.extend(all.into_iter().filter(|(name, _)| !documented.contains(name)).map(|(_, path)| path));
+    }
+    assert!(missing.is_empty(), "fields missing from docs/api.md: {missing:#?}");
+}
