@@ -7,6 +7,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+// clippy reads the repeated `type_ = ...` of the printcolumns as duplicated
+// attributes; they are one column each.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "ironclaim.dev",

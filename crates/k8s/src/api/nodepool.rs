@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 /// unless a pool names another.
 pub const CLASS_LABEL: &str = "ironclaim.dev/class";
 
+// clippy reads the repeated `type_ = ...` of the printcolumns as duplicated
+// attributes; they are one column each.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "ironclaim.dev",

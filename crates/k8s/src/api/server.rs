@@ -15,6 +15,9 @@ pub const DEFAULT_GPU_RESOURCE: &str = ironclaim_core::GPU;
 
 /// A physical machine ironclaim may power on to become a node. Which
 /// NodePools may use it follows from its labels and their requirements.
+// clippy reads the repeated `type_ = ...` of the printcolumns as duplicated
+// attributes; they are one column each.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "ironclaim.dev",
