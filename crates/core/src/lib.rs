@@ -15,6 +15,7 @@ pub mod topology;
 pub mod quantity;
 pub mod resources;
 pub mod scenario;
+pub mod schedule;
 pub mod sensitivity;
 pub mod shapes;
 

@@ -4,6 +4,7 @@
 use crate::labels::{Labels, LabelSelector, NodeSelectorTerm, Requirement, Taint, Toleration};
 use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Seconds since an arbitrary epoch chosen by the driver (the Unix epoch in
 /// the controller, zero at the start of a simulation).
@@ -202,6 +203,9 @@ pub struct Node {
     /// The inventory server behind this node, when ironclaim knows it.
     #[serde(default)]
     pub server: Option<String>,
+    /// ironclaim has started draining it.
+    #[serde(default)]
+    pub disrupting: bool,
 }
 
 fn yes() -> bool {
@@ -220,6 +224,7 @@ impl Node {
             unschedulable: false,
             ready: true,
             server: None,
+            disrupting: false,
         }
     }
 
@@ -328,6 +333,10 @@ pub struct Server {
     /// The node it became, if it has joined.
     #[serde(default)]
     pub node: Option<String>,
+    /// Since when it has been powered on with nothing to do: no node, or a
+    /// node with only DaemonSet pods. Set by the driver.
+    #[serde(default)]
+    pub idle_since_s: Option<Seconds>,
     /// A machine template rather than one machine: any number of identical
     /// machines can be made from it (a VM pool, a Cluster API
     /// MachineDeployment, a cloud instance type in benchmarks).
@@ -348,6 +357,7 @@ impl Server {
             failures: 0,
             claim: None,
             node: None,
+            idle_since_s: None,
             unlimited: false,
         }
     }
@@ -404,6 +414,70 @@ pub struct Limits {
     pub watts: Option<f64>,
 }
 
+/// The taint ironclaim puts on a node it drains; its presence marks the node
+/// as being disrupted.
+pub const DISRUPTING_TAINT: &str = "ironclaim.dev/disrupting";
+
+/// The server label that names a hardware class for warm-spare floors.
+pub const CLASS_LABEL: &str = "ironclaim.dev/class";
+
+/// Servers kept powered on and idle so that a burst lands in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WarmPolicy {
+    /// The label naming a server's class; [`CLASS_LABEL`] when None.
+    #[serde(default)]
+    pub class_label: Option<String>,
+    /// Idle powered-on servers (or empty nodes) to keep, per class.
+    #[serde(default)]
+    pub floor: BTreeMap<String, u32>,
+    /// When the floor applies; always when None.
+    #[serde(default)]
+    pub window: Option<crate::schedule::Window>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DisruptionReason {
+    Empty,
+    Underutilized,
+    Drifted,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BudgetNodes {
+    Count(u32),
+    /// Of the pool's nodes, rounded up.
+    Percent(u32),
+}
+
+/// How many of a pool's nodes may be disrupted at once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    pub nodes: BudgetNodes,
+    /// When it applies; always when None.
+    #[serde(default)]
+    pub window: Option<crate::schedule::Window>,
+    /// The reasons it limits; all when empty.
+    #[serde(default)]
+    pub reasons: Vec<DisruptionReason>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionPolicy {
+    /// How long a node must be empty or underused first; it can only
+    /// lengthen a server's break-even time. None: break-even alone.
+    #[serde(default)]
+    pub consolidate_after_s: Option<Seconds>,
+    /// `consolidateAfter: Never`: the pool's nodes are never consolidated.
+    #[serde(default)]
+    pub never: bool,
+    /// The most restrictive active budget wins; none means 10% of nodes.
+    #[serde(default)]
+    pub budgets: Vec<Budget>,
+    /// A drain that takes longer is abandoned and the node uncordoned.
+    #[serde(default)]
+    pub drain_timeout_s: Option<Seconds>,
+}
+
 /// Which servers a class of workloads may use, and how they become nodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodePool {
@@ -428,6 +502,10 @@ pub struct NodePool {
     /// Default deadline for pods that carry none.
     #[serde(default)]
     pub deadline_s: Option<Seconds>,
+    #[serde(default)]
+    pub warm: WarmPolicy,
+    #[serde(default)]
+    pub disruption: DisruptionPolicy,
 }
 
 impl NodePool {

@@ -8,8 +8,7 @@ use crate::resources::{Resources, GPU};
 
 const GI: i64 = 1 << 30;
 
-/// Label that names a server's hardware class in the embedded inventory.
-pub const CLASS_LABEL: &str = "ironclaim.dev/class";
+pub use crate::model::CLASS_LABEL;
 /// Label carrying the GPU model, as the NVIDIA GPU feature discovery writes it.
 pub const ACCELERATOR_LABEL: &str = "accelerator";
 

@@ -106,6 +106,7 @@ pub fn server_to_core(server: &Server) -> Result<core::Server> {
         failures: u32::try_from(status.failures.max(0)).unwrap_or(u32::MAX),
         claim: status.claim.filter(|c| !c.is_empty()),
         node: status.node.filter(|n| !n.is_empty()),
+        idle_since_s: None,
         unlimited: false,
     })
 }
@@ -224,6 +225,8 @@ pub fn nodepool_to_core(pool: &NodePool) -> Result<core::NodePool> {
         startup_taints: taints(&template.startup_taints),
         limits,
         deadline_s,
+        warm: Default::default(),
+        disruption: Default::default(),
     })
 }
 

@@ -30,7 +30,7 @@ pub fn node_from_k8s(node: &k8s::Node) -> Result<ironclaim_core::Node> {
     let mut labels = node.metadata.labels.clone().unwrap_or_default();
     labels.entry(HOSTNAME.to_string()).or_insert_with(|| name.clone());
     let spec = node.spec.as_ref();
-    let taints = spec
+    let taints: Vec<ironclaim_core::Taint> = spec
         .and_then(|s| s.taints.as_ref())
         .into_iter()
         .flatten()
@@ -48,6 +48,7 @@ pub fn node_from_k8s(node: &k8s::Node) -> Result<ironclaim_core::Node> {
         Some(conditions) => conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
     };
     Ok(ironclaim_core::Node {
+        disrupting: taints.iter().any(|t| t.key == ironclaim_core::DISRUPTING_TAINT),
         server: labels.get(SERVER_LABEL).cloned(),
         name,
         labels,

@@ -991,6 +991,7 @@ impl<'a> Engine<'a> {
                 unschedulable: false,
                 ready: true,
                 server: Some(name.clone()),
+                disrupting: false,
             });
             for &p in &srv.workload_pods {
                 let mut pod = self.prep.pods[p].clone();
