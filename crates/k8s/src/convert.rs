@@ -1,14 +1,16 @@
 //! The ironclaim.dev resources as the core sees them.
 
 use crate::api::nodeclaim::{NodeClaim, Stage};
-use crate::api::nodepool::NodePool;
+use crate::api::nodepool::{Disruption, DisruptionReason, NodePool, WarmSpares};
 use crate::api::server::{MeasuredStage, PowerState, Server};
 use crate::api::{NodeRequirement, NodeTaint, RequirementOperator, TaintEffect};
 use crate::duration::parse_duration_s;
 use crate::error::{ConvertError, Result};
 use crate::resources::{Amounts, MAX_AMOUNT, quantity};
 use ironclaim_core::model::{self as core, Health, Seconds};
+use ironclaim_core::schedule::{Cron, Window};
 use ironclaim_core::{Operator, Requirement};
+use std::collections::BTreeMap;
 
 /// The label that carries a server's GPU model, as NVIDIA GPU feature
 /// discovery names it.
@@ -183,9 +185,10 @@ fn taints(list: &[NodeTaint]) -> Vec<ironclaim_core::Taint> {
         .collect()
 }
 
-/// Converts a NodePool: requirements, template, limits, weight and default
-/// deadline. Readiness gates, warm spares and disruption settings have no
-/// counterpart in the core's model yet and are not carried.
+/// Converts a NodePool: requirements, template, limits, weight, default
+/// deadline, warm-spare floors and disruption policy. Readiness gates and
+/// warm-spare headroom have no counterpart in the core's model and are not
+/// carried.
 ///
 /// # Errors
 /// The first field that cannot be read, with its path.
@@ -225,8 +228,82 @@ pub fn nodepool_to_core(pool: &NodePool) -> Result<core::NodePool> {
         startup_taints: taints(&template.startup_taints),
         limits,
         deadline_s,
-        warm: Default::default(),
-        disruption: Default::default(),
+        warm: spec.warm_spares.as_ref().map(warm_policy).transpose()?.unwrap_or_default(),
+        disruption: spec.disruption.as_ref().map(disruption_policy).transpose()?.unwrap_or_default(),
+    })
+}
+
+/// A cron schedule and its duration, which go together.
+fn window(schedule: Option<&String>, length: Option<&String>, path: &str) -> Result<Option<Window>> {
+    let (schedule, length) = match (schedule, length) {
+        (None, None) => return Ok(None),
+        (Some(s), Some(l)) => (s, l),
+        _ => return Err(ConvertError::invalid(path.to_string(), "schedule and duration go together")),
+    };
+    let at = || format!("{path}.schedule");
+    // A step larger than any cron field is a typo; refusing it here also
+    // keeps the parser's arithmetic small.
+    let huge_step = schedule.split_whitespace().flat_map(|f| f.split(',')).any(|part| {
+        part.split_once('/').is_some_and(|(_, step)| step.len() > 2)
+    });
+    if huge_step {
+        return Err(ConvertError::invalid(at(), format!("a step in {schedule:?} is larger than any cron field")));
+    }
+    let cron = Cron::parse(schedule).map_err(|e| ConvertError::invalid(at(), e.to_string()))?;
+    let duration_s = duration(length, || format!("{path}.duration"))?;
+    Ok(Some(Window { cron, duration_s }))
+}
+
+fn warm_policy(w: &WarmSpares) -> Result<core::WarmPolicy> {
+    let mut floor = BTreeMap::new();
+    for (i, f) in w.floor.iter().enumerate() {
+        let count = u32::try_from(f.count)
+            .map_err(|_| ConvertError::invalid(format!("spec.warmSpares.floor[{i}].count"), format!("must not be negative, found {}", f.count)))?;
+        if floor.insert(f.class.clone(), count).is_some() {
+            return Err(ConvertError::invalid(format!("spec.warmSpares.floor[{i}].class"), format!("class {:?} is listed twice", f.class)));
+        }
+    }
+    Ok(core::WarmPolicy {
+        class_label: w.class_label.clone(),
+        floor,
+        window: window(w.schedule.as_ref(), w.duration.as_ref(), "spec.warmSpares")?,
+    })
+}
+
+fn disruption_policy(d: &Disruption) -> Result<core::DisruptionPolicy> {
+    let (consolidate_after_s, never) = match d.consolidate_after.as_deref() {
+        None => (None, false),
+        Some("Never") => (None, true),
+        Some(text) => (Some(duration(text, || "spec.disruption.consolidateAfter".into())?), false),
+    };
+    let budgets = d
+        .budgets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let at = format!("spec.disruption.budgets[{i}]");
+            let bad = || ConvertError::invalid(format!("{at}.nodes"), format!("expected a count or a percentage up to 100%, found {:?}", b.nodes));
+            let nodes = match b.nodes.strip_suffix('%') {
+                Some(p) => core::BudgetNodes::Percent(p.parse::<u32>().ok().filter(|p| *p <= 100).ok_or_else(bad)?),
+                None => core::BudgetNodes::Count(b.nodes.parse::<u32>().map_err(|_| bad())?),
+            };
+            let reasons = b
+                .reasons
+                .iter()
+                .map(|r| match r {
+                    DisruptionReason::Empty => core::DisruptionReason::Empty,
+                    DisruptionReason::Underutilized => core::DisruptionReason::Underutilized,
+                    DisruptionReason::Drifted => core::DisruptionReason::Drifted,
+                })
+                .collect();
+            Ok(core::Budget { nodes, window: window(b.schedule.as_ref(), b.duration.as_ref(), &at)?, reasons })
+        })
+        .collect::<Result<_>>()?;
+    Ok(core::DisruptionPolicy {
+        consolidate_after_s,
+        never,
+        budgets,
+        drain_timeout_s: d.drain_timeout.as_ref().map(|t| duration(t, || "spec.disruption.drainTimeout".into())).transpose()?,
     })
 }
 

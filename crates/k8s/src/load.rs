@@ -177,7 +177,7 @@ pub fn load_files(paths: &[PathBuf]) -> Result<Manifests, LoadError> {
 }
 
 /// Loads one text; `file` names it in errors and picks JSON for `.json`
-/// (JSON is also recognised by a leading `{`).
+/// (other text that starts with `{` is tried as JSON, then as YAML).
 ///
 /// # Errors
 /// The first problem found, located by document and field.
@@ -307,24 +307,17 @@ impl Loader {
     /// # Errors
     /// Its first bad document.
     pub fn add_str(&mut self, file: &str, text: &str) -> Result<(), LoadError> {
-        let is_json = file.ends_with(".json") || text.trim_start().starts_with('{');
-        let documents: Vec<(Option<u64>, Value)> = if is_json {
-            let mut docs = Vec::new();
-            for value in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
-                let value = value.map_err(|e| LoadError::Syntax {
-                    file: file.to_string(),
-                    format: "JSON",
-                    line: e.line() as u64,
-                    column: e.column() as u64,
-                    message: json_message(&e),
-                })?;
-                docs.push((None, value));
+        let documents = if file.ends_with(".json") {
+            json_documents(file, text)?
+        } else if text.trim_start().starts_with('{') {
+            // JSON, or a YAML flow mapping: JSON's errors are the clearer
+            // when it is JSON, YAML's when it is not.
+            match json_documents(file, text) {
+                Ok(docs) => docs,
+                Err(json_error) => yaml_documents(file, text).map_err(|_| json_error)?,
             }
-            docs
         } else {
-            let docs: Vec<serde_saphyr::Spanned<Value>> =
-                serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| yaml_error(file, &e))?;
-            docs.into_iter().map(|d| (Some(d.referenced.line()).filter(|l| *l > 0), d.value)).collect()
+            yaml_documents(file, text)?
         };
         for (i, (line, value)) in documents.into_iter().enumerate() {
             let at = Location { file: file.to_string(), document: i + 1, line, item: None, object: None };
@@ -702,6 +695,36 @@ fn job_pods(at: &Location, job: &batch::Job) -> Result<usize, LoadError> {
             Ok(parallelism.min(completions.saturating_sub(succeeded)))
         }
     }
+}
+
+/// The values of a JSON text, each with the line it starts on.
+fn json_documents(file: &str, text: &str) -> Result<Vec<(Option<u64>, Value)>, LoadError> {
+    let mut docs = Vec::new();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    loop {
+        let before = stream.byte_offset();
+        let Some(value) = stream.next() else { break };
+        let value = value.map_err(|e| LoadError::Syntax {
+            file: file.to_string(),
+            format: "JSON",
+            line: e.line() as u64,
+            column: e.column() as u64,
+            message: json_message(&e),
+        })?;
+        let rest = &text[before..];
+        let start = before + (rest.len() - rest.trim_start().len());
+        let line = text[..start].bytes().filter(|b| *b == b'\n').count() as u64 + 1;
+        docs.push((Some(line), value));
+    }
+    Ok(docs)
+}
+
+/// The documents of a YAML text, each with the line it starts on; empty
+/// documents are left out.
+fn yaml_documents(file: &str, text: &str) -> Result<Vec<(Option<u64>, Value)>, LoadError> {
+    let docs: Vec<serde_saphyr::Spanned<Value>> =
+        serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| yaml_error(file, &e))?;
+    Ok(docs.into_iter().map(|d| (Some(d.referenced.line()).filter(|l| *l > 0), d.value)).collect())
 }
 
 fn type_name(v: &Value) -> &'static str {

@@ -605,3 +605,78 @@ fn metric_labels_and_locations() {
     }
     assert!(labels.contains_key("not_an_object") && labels.contains_key("field_type"), "{labels:?}");
 }
+
+#[test]
+fn json_documents_are_located_by_line_and_yaml_flow_mappings_still_load() {
+    let two = "{\"apiVersion\": \"v1\", \"kind\": \"Node\", \"metadata\": {\"name\": \"a\"}}\n\n{\"apiVersion\": \"v1\", \"kind\": \"Node\",\n \"metadata\": {\"name\": \"b\"}, \"spec\": {\"unschedulable\": \"yes\"}}\n";
+    let err = error("nodes.json", two);
+    assert!(err.starts_with("nodes.json:3: document 2 (Node b): spec.unschedulable: invalid type: string \"yes\", expected a boolean"), "{err}");
+    let flow = "{apiVersion: v1, kind: Node, metadata: {name: n1}}\n";
+    assert_eq!(load(flow).nodes[0].name, "n1");
+    let broken = error("broken.txt", "{\"apiVersion\": \"v1\",, }");
+    assert!(broken.starts_with("broken.txt:1:21: invalid JSON"), "{broken}");
+}
+
+#[test]
+fn nodepool_warm_spares_and_disruption_reach_the_core() {
+    use ironclaim_core::model::{BudgetNodes, DisruptionReason};
+    let snap = load(
+        "apiVersion: ironclaim.dev/v1alpha1
+kind: NodePool
+metadata: {name: general}
+spec:
+  warmSpares:
+    classLabel: example.com/class
+    floor: [{class: general-32, count: 2}, {class: small, count: 0}]
+    schedule: '0 8 * * 1-5'
+    duration: 10h
+  disruption:
+    consolidateAfter: 30m
+    budgets:
+    - {nodes: '10%'}
+    - {nodes: '0', schedule: '@daily', duration: 1h, reasons: [Underutilized, Drifted]}
+    drainTimeout: 15m
+---
+apiVersion: ironclaim.dev/v1alpha1
+kind: NodePool
+metadata: {name: pinned}
+spec:
+  disruption: {consolidateAfter: Never}
+",
+    );
+    let warm = &snap.pools[0].warm;
+    assert_eq!(warm.class_label.as_deref(), Some("example.com/class"));
+    assert_eq!(warm.floor.iter().map(|(c, n)| (c.as_str(), *n)).collect::<Vec<_>>(), vec![("general-32", 2), ("small", 0)]);
+    let window = warm.window.as_ref().expect("a window");
+    assert_eq!((window.cron.text.as_str(), window.duration_s), ("0 8 * * 1-5", 36_000));
+    // Monday 2026-01-05 09:00 UTC is inside, 19:00 is not.
+    assert!(window.is_active(1_767_603_600));
+    assert!(!window.is_active(1_767_639_600));
+    let d = &snap.pools[0].disruption;
+    assert_eq!((d.consolidate_after_s, d.never, d.drain_timeout_s), (Some(1800), false, Some(900)));
+    assert_eq!(d.budgets.len(), 2);
+    assert_eq!((d.budgets[0].nodes, d.budgets[0].window.is_none()), (BudgetNodes::Percent(10), true));
+    assert_eq!(d.budgets[1].nodes, BudgetNodes::Count(0));
+    assert_eq!(d.budgets[1].reasons, vec![DisruptionReason::Underutilized, DisruptionReason::Drifted]);
+    assert_eq!(d.budgets[1].window.as_ref().map(|w| w.duration_s), Some(3600));
+    assert!(snap.pools[1].disruption.never);
+
+    let pool = |spec: &str| format!("apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n{spec}");
+    let cases: &[(&str, &str)] = &[
+        ("  warmSpares: {schedule: '@daily'}\n", "spec.warmSpares: schedule and duration go together"),
+        ("  warmSpares: {schedule: '0 25 * * *', duration: 1h}\n", "spec.warmSpares.schedule: invalid cron schedule"),
+        ("  warmSpares: {schedule: '1-5/4294967295 * * * *', duration: 1h}\n", "spec.warmSpares.schedule: a step in"),
+        ("  warmSpares: {floor: [{class: a, count: 1}, {class: a, count: 2}]}\n", "spec.warmSpares.floor[1].class: class \"a\" is listed twice"),
+        ("  warmSpares: {floor: [{class: a, count: -1}]}\n", "spec.warmSpares.floor[0].count: must not be negative"),
+        ("  disruption: {budgets: [{nodes: '150%'}]}\n", "spec.disruption.budgets[0].nodes: expected a count or a percentage"),
+        ("  disruption: {budgets: [{nodes: some}]}\n", "spec.disruption.budgets[0].nodes: expected a count or a percentage"),
+        ("  disruption: {budgets: [{nodes: '1', duration: 1h}]}\n", "spec.disruption.budgets[0]: schedule and duration go together"),
+        ("  disruption: {consolidateAfter: sometimes}\n", "spec.disruption.consolidateAfter: invalid duration"),
+        ("  disruption: {drainTimeout: '-1m'}\n", "spec.disruption.drainTimeout: invalid duration"),
+    ];
+    for (spec, want) in cases {
+        let got = error("pool.yaml", &pool(spec));
+        let want = format!("pool.yaml:1: document 1 (NodePool p): {want}");
+        assert!(got.starts_with(&want), "got:  {got}\nwant: {want}");
+    }
+}
