@@ -5,6 +5,7 @@
 //! `ironclaim plan`) calls the same functions.
 #![forbid(unsafe_code)]
 
+pub mod disruption;
 pub mod ffd;
 pub mod labels;
 pub mod model;
