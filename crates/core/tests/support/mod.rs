@@ -423,9 +423,14 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
         for s in &pod.topology_spread {
             let sel = s.label_selector.clone();
             let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+            // Domains: hosts the pod could run on by selection and taints. A
+            // claim opened later for other pods (say, a tainted GPU host) is a
+            // domain kube-scheduler only sees once it joins, after this plan.
             for (name, h) in &hosts {
+                let tolerated_all = h.taints.iter().all(|t| t.effect == TaintEffect::PreferNoSchedule || tolerated(pod, t));
                 if let Some(d) = h.labels.get(&s.topology_key)
                     && selector_ok(pod, &h.labels, name)
+                    && tolerated_all
                 {
                     counts.entry(d.clone()).or_insert(0);
                 }
