@@ -110,20 +110,20 @@ pub enum LoadError {
     #[error("{}: invalid {format}: {message}", position(file, *line, *column))]
     Syntax { file: String, format: &'static str, line: u64, column: u64, message: String },
     #[error("{at}: {message}")]
-    NotAnObject { at: Location, message: String },
+    NotAnObject { at: Box<Location>, message: String },
     /// A field does not have the type Kubernetes gives it.
     #[error("{at}: {path}: {message}")]
-    Field { at: Location, path: String, message: String },
+    Field { at: Box<Location>, path: String, message: String },
     /// A field has the right type and a value that cannot be used.
     #[error("{at}: {error}")]
-    Convert { at: Location, error: ConvertError },
+    Convert { at: Box<Location>, error: ConvertError },
     /// A kind of the ironclaim.dev group this version does not know.
     #[error("{at}: unknown kind {kind:?} in {api_version:?} (this version knows {known})")]
-    UnknownKind { at: Location, api_version: String, kind: String, known: String },
+    UnknownKind { at: Box<Location>, api_version: String, kind: String, known: String },
     #[error("{at}: {object} is also defined at {first}")]
-    Duplicate { at: Location, object: String, first: Location },
+    Duplicate { at: Box<Location>, object: String, first: Box<Location> },
     #[error("{at}: {message}")]
-    TooLarge { at: Location, message: String },
+    TooLarge { at: Box<Location>, message: String },
 }
 
 impl LoadError {
@@ -331,17 +331,17 @@ impl Loader {
             if value.is_null() {
                 return Ok(());
             }
-            return Err(LoadError::NotAnObject { message: format!("expected a Kubernetes object, found {}", type_name(&value)), at });
+            return Err(LoadError::NotAnObject { message: format!("expected a Kubernetes object, found {}", type_name(&value)), at: Box::new(at) });
         };
         let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default();
         if kind == "List" || (kind.ends_with("List") && map.get("items").is_some_and(Value::is_array)) {
             let Some(Value::Array(items)) = map.get("items") else {
-                return Err(LoadError::Field { at, path: "items".into(), message: "a List needs an items array".into() });
+                return Err(LoadError::Field { at: Box::new(at), path: "items".into(), message: "a List needs an items array".into() });
             };
             for (i, item) in items.iter().enumerate() {
                 let at = Location { item: Some(i), ..at.clone() };
                 if item.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List")) {
-                    return Err(LoadError::NotAnObject { at, message: "a List inside a List".into() });
+                    return Err(LoadError::NotAnObject { at: Box::new(at), message: "a List inside a List".into() });
                 }
                 self.add_object(at, item.clone())?;
             }
@@ -352,16 +352,16 @@ impl Loader {
 
     fn add_object(&mut self, mut at: Location, value: Value) -> Result<(), LoadError> {
         let Value::Object(map) = &value else {
-            return Err(LoadError::NotAnObject { message: format!("expected a Kubernetes object, found {}", type_name(&value)), at });
+            return Err(LoadError::NotAnObject { message: format!("expected a Kubernetes object, found {}", type_name(&value)), at: Box::new(at) });
         };
         let Some(kind) = map.get("kind").and_then(Value::as_str).map(str::to_string) else {
-            return Err(LoadError::NotAnObject { at, message: "no kind: not a Kubernetes object".into() });
+            return Err(LoadError::NotAnObject { at: Box::new(at), message: "no kind: not a Kubernetes object".into() });
         };
         let metadata = map.get("metadata");
         let meta_str = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str).map(str::to_string);
         at.object = Some(ObjectName { kind: kind.clone(), namespace: meta_str("namespace"), name: meta_str("name") });
         let Some(api_version) = map.get("apiVersion").and_then(Value::as_str).map(str::to_string) else {
-            return Err(LoadError::NotAnObject { at, message: "no apiVersion: not a Kubernetes object".into() });
+            return Err(LoadError::NotAnObject { at: Box::new(at), message: "no apiVersion: not a Kubernetes object".into() });
         };
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
         match (group, kind.as_str()) {
@@ -435,7 +435,7 @@ impl Loader {
     fn add_ironclaim(&mut self, at: Location, api_version: &str, kind: &str, value: Value) -> Result<(), LoadError> {
         let known = "Server, NodePool and NodeClaim in ironclaim.dev/v1alpha1";
         if api_version != api::API_VERSION {
-            return Err(LoadError::UnknownKind { at, api_version: api_version.into(), kind: kind.into(), known: known.into() });
+            return Err(LoadError::UnknownKind { at: Box::new(at), api_version: api_version.into(), kind: kind.into(), known: known.into() });
         }
         match kind {
             "Server" => {
@@ -458,7 +458,7 @@ impl Loader {
                     self.entries.push(Entry::Claim(in_flight));
                 }
             }
-            _ => return Err(LoadError::UnknownKind { at, api_version: api_version.into(), kind: kind.into(), known: known.into() }),
+            _ => return Err(LoadError::UnknownKind { at: Box::new(at), api_version: api_version.into(), kind: kind.into(), known: known.into() }),
         }
         Ok(())
     }
@@ -488,7 +488,7 @@ impl Loader {
         let key = (kind.to_string(), namespace.to_string(), name.to_string());
         if let Some(first) = self.seen.get(&key) {
             let object = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
-            return Err(LoadError::Duplicate { at: at.clone(), object, first: first.clone() });
+            return Err(LoadError::Duplicate { at: Box::new(at.clone()), object, first: Box::new(first.clone()) });
         }
         self.seen.insert(key, at.clone());
         Ok(())
@@ -497,7 +497,7 @@ impl Loader {
     fn count_pods(&mut self, at: &Location, more: usize) -> Result<(), LoadError> {
         self.pods = self.pods.saturating_add(more);
         if self.pods > MAX_PODS {
-            return Err(LoadError::TooLarge { at: at.clone(), message: format!("more than {MAX_PODS} pods in all") });
+            return Err(LoadError::TooLarge { at: Box::new(at.clone()), message: format!("more than {MAX_PODS} pods in all") });
         }
         Ok(())
     }
@@ -535,7 +535,7 @@ impl Loader {
         let mut present: HashMap<(String, String, String), usize> = HashMap::new();
         let mut taken_names: BTreeSet<(String, String)> = BTreeSet::new();
         enum Slot<'a> {
-            Read(Pod, bool),
+            Read(Box<Pod>, bool),
             Expand(&'a Workload),
         }
         let mut slots: Vec<Slot> = Vec::new();
@@ -561,7 +561,7 @@ impl Loader {
                             *present.entry((pod.namespace.clone(), "Deployment".into(), deployment)).or_default() += 1;
                         }
                     }
-                    slots.push(Slot::Read(pod, read.healthy));
+                    slots.push(Slot::Read(Box::new(pod), read.healthy));
                 }
                 Entry::Workload(w) => slots.push(Slot::Expand(w)),
                 _ => {}
@@ -572,7 +572,7 @@ impl Loader {
         for slot in slots {
             let w = match slot {
                 Slot::Read(pod, healthy) => {
-                    expanded.push((pod, healthy));
+                    expanded.push((*pod, healthy));
                     continue;
                 }
                 Slot::Expand(w) => w,
@@ -646,16 +646,16 @@ fn position(file: &str, line: u64, column: u64) -> String {
 fn typed<T: DeserializeOwned>(at: &Location, value: Value) -> Result<T, LoadError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        LoadError::Field { at: at.clone(), path, message: e.into_inner().to_string() }
+        LoadError::Field { at: Box::new(at.clone()), path, message: e.into_inner().to_string() }
     })
 }
 
 fn convert<T>(at: &Location, result: Result<T, ConvertError>) -> Result<T, LoadError> {
-    result.map_err(|error| LoadError::Convert { at: at.clone(), error })
+    result.map_err(|error| LoadError::Convert { at: Box::new(at.clone()), error })
 }
 
 fn missing(at: &Location, path: &str) -> LoadError {
-    LoadError::Convert { at: at.clone(), error: ConvertError::Missing { path: path.into() } }
+    LoadError::Convert { at: Box::new(at.clone()), error: ConvertError::Missing { path: path.into() } }
 }
 
 fn namespaced_name(at: &Location, meta: &ObjectMeta) -> Result<(String, String), LoadError> {
@@ -667,7 +667,7 @@ fn namespaced_name(at: &Location, meta: &ObjectMeta) -> Result<(String, String),
 fn replicas(at: &Location, value: Option<i32>, path: &str) -> Result<usize, LoadError> {
     let n = value.unwrap_or(1);
     usize::try_from(n).map_err(|_| LoadError::Convert {
-        at: at.clone(),
+        at: Box::new(at.clone()),
         error: ConvertError::invalid(path.into(), format!("must not be negative, found {n}")),
     })
 }
