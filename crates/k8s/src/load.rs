@@ -18,6 +18,7 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::scheduling::v1 as scheduling;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -199,11 +200,42 @@ pub struct Loader {
 }
 
 struct ReadPod {
+    at: Location,
     pod: Pod,
     healthy: bool,
+    priority: PriorityFrom,
 }
 
+/// Where a pod's priority comes from. Admission writes `spec.priority` from
+/// the pod's PriorityClass; a hand-written manifest leaves that to us.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PriorityFrom {
+    /// `spec.priority` is set, or the template's is.
+    Spec,
+    /// `priorityClassName` without `spec.priority`.
+    Class(String),
+    /// Neither: the global default class, if any.
+    GlobalDefault,
+}
+
+impl PriorityFrom {
+    fn of(spec: Option<&k8s::PodSpec>) -> PriorityFrom {
+        match spec {
+            Some(s) if s.priority.is_none() => match s.priority_class_name.as_deref() {
+                Some(class) if !class.is_empty() => PriorityFrom::Class(class.to_string()),
+                _ => PriorityFrom::GlobalDefault,
+            },
+            _ => PriorityFrom::Spec,
+        }
+    }
+}
+
+/// The classes Kubernetes creates itself, with their values.
+const SYSTEM_PRIORITY_CLASSES: [(&str, i32); 2] = [("system-cluster-critical", 2_000_000_000), ("system-node-critical", 2_000_001_000)];
+
 struct Workload {
+    at: Location,
+    priority: PriorityFrom,
     kind: WorkloadKind,
     namespace: String,
     name: String,
@@ -242,6 +274,7 @@ enum Entry {
     Server(ironclaim_core::Server),
     Pool(ironclaim_core::NodePool),
     Claim(ironclaim_core::ClaimInFlight),
+    PriorityClass { name: String, value: i32, global_default: bool },
 }
 
 fn yaml_options() -> serde_saphyr::Options {
@@ -371,7 +404,8 @@ impl Loader {
                 let converted = convert(&at, pod_from_k8s(&pod))?;
                 self.register(&at, "Pod", &converted.namespace, &converted.name)?;
                 self.count_pods(&at, 1)?;
-                self.entries.push(Entry::Pod(ReadPod { pod: converted, healthy }));
+                let priority = PriorityFrom::of(pod.spec.as_ref());
+                self.entries.push(Entry::Pod(ReadPod { at, pod: converted, healthy, priority }));
             }
             ("", "Node") => {
                 let node: k8s::Node = typed(&at, value)?;
@@ -416,6 +450,13 @@ impl Loader {
                 template.workload = Some(name.clone());
                 self.register(&at, "DaemonSet", &namespace, &name)?;
                 self.entries.push(Entry::DaemonSet(DaemonSet { namespace, name, template }));
+            }
+            ("scheduling.k8s.io", "PriorityClass") => {
+                let class: scheduling::PriorityClass = typed(&at, value)?;
+                let name = class.metadata.name.clone().ok_or_else(|| missing(&at, "metadata.name"))?;
+                let value = class.value.ok_or_else(|| missing(&at, "value"))?;
+                self.register(&at, "PriorityClass", "", &name)?;
+                self.entries.push(Entry::PriorityClass { name, value, global_default: class.global_default == Some(true) });
             }
             ("policy", "PodDisruptionBudget") => {
                 let pdb: policy::PodDisruptionBudget = typed(&at, value)?;
@@ -480,7 +521,8 @@ impl Loader {
         pod.phase = PodPhase::Pending;
         self.register(&at, kind.as_str(), &namespace, &name)?;
         self.count_pods(&at, replicas)?;
-        self.entries.push(Entry::Workload(Workload { kind, namespace, name, replicas, template: pod, deployment }));
+        let priority = PriorityFrom::of(template.spec.as_ref());
+        self.entries.push(Entry::Workload(Workload { at, priority, kind, namespace, name, replicas, template: pod, deployment }));
         Ok(())
     }
 
@@ -517,8 +559,30 @@ impl Loader {
     /// # Errors
     /// A PodDisruptionBudget whose counts cannot be read.
     pub fn finish(self) -> Result<Manifests, LoadError> {
-        let Loader { entries, warnings, .. } = self;
+        let Loader { entries, mut warnings, .. } = self;
         let mut snapshot = Snapshot::default();
+
+        let mut classes: HashMap<String, i32> = SYSTEM_PRIORITY_CLASSES.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        let mut global_default = None;
+        for entry in &entries {
+            if let Entry::PriorityClass { name, value, global_default: is_default } = entry {
+                classes.insert(name.clone(), *value);
+                if *is_default {
+                    global_default = Some(*value);
+                }
+            }
+        }
+        let mut unknown_classes: BTreeMap<String, Location> = BTreeMap::new();
+        let mut resolve = |pod: &mut Pod, from: &PriorityFrom, at: &Location| match from {
+            PriorityFrom::Spec => {}
+            PriorityFrom::GlobalDefault => pod.priority = global_default.unwrap_or(0),
+            PriorityFrom::Class(class) => match classes.get(class) {
+                Some(value) => pod.priority = *value,
+                None => {
+                    unknown_classes.entry(class.clone()).or_insert_with(|| at.clone());
+                }
+            },
+        };
 
         // ReplicaSet -> Deployment, from the ReplicaSets in the input.
         let mut rs_deployment: HashMap<(String, String), String> = HashMap::new();
@@ -543,6 +607,7 @@ impl Loader {
             match entry {
                 Entry::Pod(read) => {
                     let mut pod = read.pod.clone();
+                    resolve(&mut pod, &read.priority, &read.at);
                     if let Some(o) = &pod.owner
                         && o.kind == "ReplicaSet"
                         && let Some(d) = rs_deployment.get(&(pod.namespace.clone(), o.name.clone()))
@@ -580,6 +645,8 @@ impl Loader {
             if w.kind == WorkloadKind::Deployment && deployments_with_rs.contains(&(w.namespace.clone(), w.name.clone())) {
                 continue;
             }
+            let mut template = w.template.clone();
+            resolve(&mut template, &w.priority, &w.at);
             let have = present.get(&(w.namespace.clone(), w.kind.as_str().to_string(), w.name.clone())).copied().unwrap_or(0);
             let missing = w.replicas.saturating_sub(have);
             let mut index = 0usize;
@@ -594,7 +661,7 @@ impl Loader {
                     }
                 };
                 taken_names.insert((w.namespace.clone(), name.clone()));
-                expanded.push((Pod { name, ..w.template.clone() }, false));
+                expanded.push((Pod { name, ..template.clone() }, false));
             }
         }
 
@@ -607,7 +674,7 @@ impl Loader {
                 Entry::Pool(p) => snapshot.pools.push(p.clone()),
                 Entry::Claim(c) => snapshot.claims.push(c.clone()),
                 Entry::Pdb(at, pdb) => pdbs.push((at, pdb)),
-                Entry::Pod(_) | Entry::Workload(_) => {}
+                Entry::Pod(_) | Entry::Workload(_) | Entry::PriorityClass { .. } => {}
             }
         }
         let selectable: Vec<(&Pod, bool)> = expanded.iter().map(|(p, h)| (p, *h)).collect();
@@ -630,6 +697,9 @@ impl Loader {
             if server.claim.is_none() {
                 server.claim = claimed.get(&server.name).cloned();
             }
+        }
+        for (class, at) in unknown_classes {
+            warnings.push(Warning { at, message: format!("PriorityClass {class} is not in the input: its pods are planned at priority 0") });
         }
         Ok(Manifests { snapshot, warnings })
     }

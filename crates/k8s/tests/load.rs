@@ -680,3 +680,64 @@ spec:
         assert!(got.starts_with(&want), "got:  {got}\nwant: {want}");
     }
 }
+
+#[test]
+fn priority_classes_resolve_pods_that_name_them() {
+    let m = load_str(
+        "prio.yaml",
+        "apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: overprovisioning}
+value: -10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: normal}
+value: 100
+globalDefault: true
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: pause, namespace: buffer}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: pause}}
+  template:
+    metadata: {labels: {app: pause}}
+    spec: {priorityClassName: overprovisioning, containers: [{name: pause}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: plain}
+spec: {containers: [{name: c}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: admitted}
+spec: {priorityClassName: normal, priority: 7, containers: [{name: c}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: critical, namespace: kube-system}
+spec: {priorityClassName: system-cluster-critical, containers: [{name: c}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: orphan}
+spec: {priorityClassName: batch-low, containers: [{name: c}]}
+",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let priority = |key: &str| m.snapshot.pods.iter().find(|p| p.key() == key).map(|p| p.priority);
+    assert_eq!(priority("buffer/pause-0"), Some(-10));
+    assert!(m.snapshot.pods.iter().find(|p| p.key() == "buffer/pause-1").is_some_and(|p| p.is_pending_demand()), "-10 is still demand");
+    assert_eq!(priority("default/plain"), Some(100), "the global default");
+    assert_eq!(priority("default/admitted"), Some(7), "spec.priority as admission wrote it");
+    assert_eq!(priority("kube-system/critical"), Some(2_000_000_000));
+    assert_eq!(priority("default/orphan"), Some(0));
+    let warnings: Vec<String> = m.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warnings,
+        vec!["prio.yaml:37: document 7 (Pod orphan): PriorityClass batch-low is not in the input: its pods are planned at priority 0"]
+    );
+}
