@@ -3,7 +3,6 @@
 
 use crate::exit::Failure;
 use crate::render;
-use anyhow::anyhow;
 use ironclaim_core::sensitivity::{self, Variation};
 use ironclaim_core::*;
 use serde::Serialize;
@@ -70,7 +69,11 @@ fn load(files: &[PathBuf]) -> Result<Snapshot, Failure> {
     if files.is_empty() {
         return Ok(scenario::worked_example());
     }
-    Err(Failure::bad_input(anyhow!("reading manifests is not available in this build")))
+    let manifests = ironclaim_k8s::load_files(files).map_err(Failure::bad_input)?;
+    for w in &manifests.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(manifests.snapshot)
 }
 
 /// The JSON shape of `plan --output json` (documented in docs/plan.md).

@@ -1,0 +1,107 @@
+//! `ironclaim plan` as a user runs it: the binary, its output, its exit codes.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn ironclaim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ironclaim")).args(args).output().expect("run ironclaim");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn repo_file(rel: &str) -> String {
+    format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn outcomes(json: &Value) -> Vec<(String, String, Option<String>)> {
+    json["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["pods"].as_array().unwrap().iter())
+        .map(|p| (p["name"].as_str().unwrap().to_string(), p["outcome"].as_str().unwrap().to_string(), p["server"].as_str().map(String::from)))
+        .collect()
+}
+
+#[test]
+fn plan_with_no_arguments_runs_the_worked_example() {
+    let (code, out, err) = ironclaim(&["plan", "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let pods = outcomes(&json);
+    assert_eq!(pods.len(), 9);
+    assert_eq!(pods.iter().filter(|p| p.1 == "existing").count(), 7);
+    let batch = pods.iter().find(|p| p.0 == "analytics/batch-0").unwrap();
+    assert_eq!((batch.1.as_str(), batch.2.as_deref()), ("new_claim", Some("r1-u10")));
+    assert_eq!(json["claims"].as_array().unwrap().len(), 2);
+    for claim in json["claims"].as_array().unwrap() {
+        for key in ["server", "pods", "path", "eta_s"] {
+            assert!(!claim[key].is_null(), "claim lacks {key}: {claim}");
+        }
+    }
+}
+
+#[test]
+fn the_table_names_stale_accounting_and_the_claims() {
+    let (code, out, _) = ironclaim(&["plan"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("stale accounting"), "{out}");
+    assert!(out.contains("r1-u10 (warm)"), "{out}");
+    assert!(out.contains("2 go to 2 new claims"), "{out}");
+}
+
+#[test]
+fn the_worked_example_as_manifests_plans_like_the_embedded_one() {
+    let (code, out, err) = ironclaim(&["plan", "-f", &repo_file("examples/worked-example.yaml"), "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let (_, embedded, _) = ironclaim(&["plan", "--output", "json"]);
+    let embedded: Value = serde_json::from_str(&embedded).unwrap();
+    let summary = |j: &Value| {
+        let mut s: Vec<(String, Option<String>)> = outcomes(j).into_iter().map(|(_, o, srv)| (o, srv)).collect();
+        s.sort();
+        s
+    };
+    assert_eq!(summary(&json), summary(&embedded));
+}
+
+#[test]
+fn the_sensitivity_table_has_a_row_per_combination() {
+    let (code, out, err) = ironclaim(&["plan", "--vary", "warm=0,1", "--vary", "boot=5m,30m", "--vary", "requests=x0.5,x1,x1.5", "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 12);
+    // With no warm spare and a 30-minute path the batch job waits 30 minutes.
+    let cold_slow = rows.iter().find(|r| r["variations"] == serde_json::json!(["warm=0", "boot=30m", "requests=x1"])).unwrap();
+    let batch = cold_slow["workloads"].as_array().unwrap().iter().find(|w| w["name"] == "batch-job").unwrap();
+    assert_eq!(batch["ready_in_s"], 1800);
+}
+
+#[test]
+fn bad_input_exits_2_and_names_the_place() {
+    let dir = std::env::temp_dir().join(format!("ironclaim-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: a\n    resources: {requests: {cpu: 1x}}\n").unwrap();
+    let (code, _, err) = ironclaim(&["plan", "-f", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("bad.yaml") && err.contains("spec.containers[0].resources.requests.cpu"), "{err}");
+    let (code, _, err) = ironclaim(&["plan", "--vary", "colour=red"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, _) = ironclaim(&["plan", "-f", "/nonexistent/ironclaim.yaml"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn bench_reports_throughput_and_the_baseline() {
+    let (code, out, err) = ironclaim(&["bench", "scheduling", "--pods", "200", "--runs", "1", "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let row: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(row["pods"], 200);
+    assert!(row["pods_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(row["servers_opened"].as_u64().unwrap() <= row["ffd_servers_opened"].as_u64().unwrap());
+}
