@@ -2,7 +2,7 @@
 
 use crate::api::nodeclaim::{NodeClaim, Stage};
 use crate::api::nodepool::{Disruption, DisruptionReason, NodePool, WarmSpares};
-use crate::api::server::{MeasuredStage, PowerState, Server};
+use crate::api::server::{DEFAULT_GPU_RESOURCE, MeasuredStage, PowerState, Server};
 use crate::api::{NodeRequirement, NodeTaint, RequirementOperator, TaintEffect};
 use crate::duration::parse_duration_s;
 use crate::error::{ConvertError, Result};
@@ -54,7 +54,7 @@ pub fn server_to_core(server: &Server) -> Result<core::Server> {
     }
     amounts.set("pods", hw.pods);
     for (i, gpu) in hw.gpus.iter().enumerate() {
-        let resource = gpu.resource_name.as_deref().unwrap_or(ironclaim_core::GPU);
+        let resource = gpu.resource_name.as_deref().unwrap_or(DEFAULT_GPU_RESOURCE);
         if gpu.count < 1 || gpu.count > 1 << 20 {
             return Err(ConvertError::invalid(format!("spec.hardware.gpus[{i}].count"), format!("must be at least 1, found {}", gpu.count)));
         }

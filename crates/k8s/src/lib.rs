@@ -4,7 +4,13 @@
 //!   `NodeClaim`), their CRDs, and [`convert`] into the core's model.
 //! - [`pod`], [`node`]: Pods, pod templates, Nodes and
 //!   PodDisruptionBudgets as the core sees them; the controller reuses these.
-//! - [`load`]: manifests (`ironclaim plan -f`) into a core `Snapshot`.
+//! - [`load`]: manifests (`ironclaim plan -f`) into a core `Snapshot`:
+//!   multi-document YAML, JSON and `kind: List`, controllers expanded to the
+//!   pods the input does not hold, every error located by file, document
+//!   and field.
+//!
+//! Nothing here talks to an API server: conversions are pure functions the
+//! controller and the CLI share.
 #![forbid(unsafe_code)]
 #![deny(warnings)]
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 /// Label whose value names a server's hardware class for warm-spare floors
 /// unless a pool names another.
-pub const CLASS_LABEL: &str = "ironclaim.dev/class";
+pub const CLASS_LABEL: &str = ironclaim_core::CLASS_LABEL;
 
 // clippy reads the repeated `type_ = ...` of the printcolumns as duplicated
 // attributes; they are one column each.
