@@ -68,6 +68,9 @@ impl Unschedulable {
 impl fmt::Display for Unschedulable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Unschedulable::NoMatchingHardware { servers: 0, .. } => {
+                write!(f, "fits no Ready node, and the inventory has no server to open")
+            }
             Unschedulable::NoMatchingHardware { servers, constraints } => {
                 write!(f, "no hardware in the inventory matches: 0 of {servers} servers")?;
                 let parts: Vec<String> =

@@ -1,0 +1,228 @@
+//! Inter-pod constraints through the provisioner, case by case: each test
+//! is a small cluster and the placement kube-scheduler would make.
+
+use ironclaim_core::*;
+
+const GI: i64 = 1 << 30;
+const HOST: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+fn node(name: &str, zone: Option<&str>) -> Node {
+    let n = Node::new(name, Resources::new(16_000, 64 * GI).with_pods(110));
+    match zone {
+        Some(z) => n.with_labels(&[(ZONE, z)]),
+        None => n,
+    }
+}
+
+fn pod(name: &str, app: &str) -> Pod {
+    Pod::new("default", name, Resources::new(1000, GI)).with_labels(&[("app", app)])
+}
+
+fn term(app: &str, key: &str) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(LabelSelector::matching(&[("app", app)])),
+        namespaces: vec![],
+        all_namespaces: false,
+        topology_key: key.into(),
+    }
+}
+
+fn spread(app: &str, key: &str, max_skew: u32, min_domains: Option<u32>) -> TopologySpread {
+    TopologySpread {
+        max_skew,
+        topology_key: key.into(),
+        when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+        label_selector: Some(LabelSelector::matching(&[("app", app)])),
+        min_domains,
+    }
+}
+
+fn placed(snap: &Snapshot) -> Vec<(String, String)> {
+    provision(snap, 0)
+        .pods
+        .into_iter()
+        .map(|d| {
+            let at = match d.outcome {
+                Outcome::Existing { node } => node,
+                Outcome::NewClaim { server, .. } => format!("new:{server}"),
+                Outcome::InFlight { server, .. } => format!("flight:{server}"),
+                Outcome::Unschedulable { reason } => format!("unschedulable:{}", reason.metric_label()),
+            };
+            (d.pod.trim_start_matches("default/").to_string(), at)
+        })
+        .collect()
+}
+
+fn at(placements: &[(String, String)], pod: &str) -> String {
+    placements.iter().find(|(p, _)| p == pod).map(|(_, a)| a.clone()).unwrap_or_default()
+}
+
+#[test]
+fn hostname_anti_affinity_puts_each_replica_on_its_own_node() {
+    let mut snap = Snapshot { nodes: vec![node("a", None), node("b", None)], ..Default::default() };
+    for i in 0..3 {
+        let mut p = pod(&format!("r{i}"), "db");
+        p.pod_anti_affinity.push(term("db", HOST));
+        snap.pods.push(p);
+    }
+    let got = placed(&snap);
+    let mut hosts: Vec<String> = got.iter().map(|(_, a)| a.clone()).collect();
+    hosts.sort();
+    assert_eq!(hosts, vec!["a", "b", "unschedulable:no_matching_hardware"], "{got:?}");
+}
+
+#[test]
+fn a_running_pods_anti_affinity_repels_newcomers_it_selects() {
+    let mut snap = Snapshot { nodes: vec![node("a", None), node("b", None)], ..Default::default() };
+    let mut guard = pod("guard", "guard").bound_to("a");
+    guard.pod_anti_affinity.push(term("noisy", HOST));
+    snap.pods.push(guard);
+    snap.pods.push(pod("n0", "noisy"));
+    snap.pods.push(pod("q0", "quiet"));
+    let got = placed(&snap);
+    assert_eq!(at(&got, "n0"), "b");
+    assert_eq!(at(&got, "q0"), "a");
+}
+
+#[test]
+fn zone_anti_affinity_counts_the_whole_zone() {
+    let mut snap = Snapshot { nodes: vec![node("a1", Some("a")), node("a2", Some("a")), node("b1", Some("b"))], ..Default::default() };
+    snap.pods.push(pod("existing", "db").bound_to("a1"));
+    let mut p = pod("new", "db");
+    p.pod_anti_affinity.push(term("db", ZONE));
+    snap.pods.push(p);
+    assert_eq!(at(&placed(&snap), "new"), "b1");
+}
+
+#[test]
+fn affinity_follows_the_pods_it_selects_and_the_first_of_a_group_goes_anywhere() {
+    let mut snap = Snapshot { nodes: vec![node("a1", Some("a")), node("b1", Some("b"))], ..Default::default() };
+    snap.pods.push(pod("cache", "cache").bound_to("b1"));
+    let mut web = pod("web", "web");
+    web.pod_affinity.push(term("cache", ZONE));
+    snap.pods.push(web);
+    // Self-affinity: the first may go anywhere, the rest follow it.
+    for i in 0..3 {
+        let mut p = pod(&format!("g{i}"), "gang");
+        p.pod_affinity.push(term("gang", ZONE));
+        snap.pods.push(p);
+    }
+    let got = placed(&snap);
+    assert_eq!(at(&got, "web"), "b1");
+    let zones: Vec<String> = (0..3).map(|i| at(&got, &format!("g{i}"))).collect();
+    assert!(zones.iter().all(|z| z == &zones[0]), "{got:?}");
+}
+
+#[test]
+fn affinity_to_pods_that_do_not_exist_is_unschedulable() {
+    let mut snap = Snapshot { nodes: vec![node("a1", Some("a"))], ..Default::default() };
+    let mut p = pod("web", "web");
+    p.pod_affinity.push(term("cache", ZONE));
+    snap.pods.push(p);
+    assert!(at(&placed(&snap), "web").starts_with("unschedulable"));
+}
+
+#[test]
+fn affinity_needs_the_topology_key_on_the_node() {
+    let mut snap = Snapshot { nodes: vec![node("nozone", None)], ..Default::default() };
+    let mut p = pod("g0", "gang");
+    p.pod_affinity.push(term("gang", ZONE));
+    snap.pods.push(p);
+    assert!(at(&placed(&snap), "g0").starts_with("unschedulable"));
+}
+
+#[test]
+fn zone_spread_keeps_the_skew_within_max_skew() {
+    let mut snap = Snapshot { nodes: vec![node("a1", Some("a")), node("b1", Some("b")), node("c1", Some("c"))], ..Default::default() };
+    for i in 0..6 {
+        let mut p = pod(&format!("s{i}"), "web");
+        p.topology_spread.push(spread("web", ZONE, 1, None));
+        snap.pods.push(p);
+    }
+    let got = placed(&snap);
+    for n in ["a1", "b1", "c1"] {
+        assert_eq!(got.iter().filter(|(_, a)| a == n).count(), 2, "{got:?}");
+    }
+}
+
+#[test]
+fn spread_counts_only_domains_the_pod_may_use() {
+    // Zone c is excluded by node affinity, so it does not hold the minimum at zero.
+    let mut snap = Snapshot { nodes: vec![node("a1", Some("a")), node("b1", Some("b")), node("c1", Some("c"))], ..Default::default() };
+    for i in 0..4 {
+        let mut p = pod(&format!("s{i}"), "web");
+        p.topology_spread.push(spread("web", ZONE, 1, None));
+        p.node_affinity = vec![NodeSelectorTerm {
+            match_expressions: vec![Requirement::new(ZONE, Operator::In, &["a", "b"])],
+            match_fields: vec![],
+        }];
+        snap.pods.push(p);
+    }
+    let got = placed(&snap);
+    assert_eq!(got.iter().filter(|(_, a)| a == "a1").count(), 2, "{got:?}");
+    assert_eq!(got.iter().filter(|(_, a)| a == "b1").count(), 2, "{got:?}");
+}
+
+#[test]
+fn min_domains_holds_the_minimum_at_zero_until_enough_domains_exist() {
+    let mut snap = Snapshot { nodes: vec![node("a1", Some("a")), node("b1", Some("b"))], ..Default::default() };
+    for i in 0..4 {
+        let mut p = pod(&format!("s{i}"), "web");
+        p.topology_spread.push(spread("web", ZONE, 1, Some(3)));
+        snap.pods.push(p);
+    }
+    let got = placed(&snap);
+    // With two domains and minDomains 3, each zone takes at most maxSkew.
+    assert_eq!(got.iter().filter(|(_, a)| a.starts_with("unschedulable")).count(), 2, "{got:?}");
+}
+
+#[test]
+fn spread_with_schedule_anyway_never_blocks() {
+    let mut snap = Snapshot { nodes: vec![node("a1", Some("a"))], ..Default::default() };
+    for i in 0..3 {
+        let mut p = pod(&format!("s{i}"), "web");
+        let mut s = spread("web", ZONE, 1, Some(5));
+        s.when_unsatisfiable = WhenUnsatisfiable::ScheduleAnyway;
+        p.topology_spread.push(s);
+        snap.pods.push(p);
+    }
+    assert!(placed(&snap).iter().all(|(_, a)| a == "a1"));
+}
+
+#[test]
+fn anti_affinity_terms_select_in_their_namespaces_only() {
+    let mut snap = Snapshot { nodes: vec![node("a", None)], ..Default::default() };
+    let mut other = pod("other-db", "db").bound_to("a");
+    other.namespace = "other".into();
+    snap.pods.push(other);
+    let mut p = pod("db", "db");
+    p.pod_anti_affinity.push(term("db", HOST));
+    snap.pods.push(p.clone());
+    assert_eq!(at(&placed(&snap), "db"), "a", "a pod in another namespace does not count");
+    p.name = "db-all".into();
+    p.pod_anti_affinity[0].all_namespaces = true;
+    snap.pods.retain(|q| q.name != "db");
+    snap.pods.push(p);
+    assert!(at(&placed(&snap), "db-all").starts_with("unschedulable"));
+}
+
+#[test]
+fn new_servers_host_one_hostname_spread_pod_each_while_fresh_hosts_remain() {
+    let mut snap = Snapshot::default();
+    for i in 0..3 {
+        snap.servers.push(Server::new(&format!("s{i}"), Resources::new(32_000, 128 * GI).with_pods(110)));
+    }
+    for i in 0..4 {
+        let mut p = pod(&format!("h{i}"), "web");
+        p.topology_spread.push(spread("web", HOST, 1, None));
+        snap.pods.push(p);
+    }
+    let got = placed(&snap);
+    let mut servers: Vec<String> = got.iter().map(|(_, a)| a.clone()).collect();
+    servers.sort();
+    // Three fresh hosts take one each; once none is left, the fourth may join one.
+    assert_eq!(servers.iter().filter(|s| s.starts_with("new:")).count(), 4, "{got:?}");
+    servers.dedup();
+    assert_eq!(servers.len(), 3, "{got:?}");
+}
