@@ -22,9 +22,11 @@ pub struct Args {
     vary: Vec<String>,
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
     output: Output,
-    /// The time to plan at, in seconds of the manifests' clock.
-    #[arg(long, default_value_t = 0)]
-    now: u64,
+    /// The time to plan at, in Unix seconds. Defaults to the creation time
+    /// of the newest pod in the manifests, so that deadlines count from
+    /// when the pods arrived (0 for the worked example).
+    #[arg(long)]
+    now: Option<u64>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -35,8 +37,9 @@ pub enum Output {
 
 pub fn run(args: Args) -> Result<(), Failure> {
     let snapshot = load(&args.files)?;
+    let now = args.now.unwrap_or_else(|| snapshot.pods.iter().map(|p| p.created_s).max().unwrap_or(0));
     if args.vary.is_empty() {
-        let plan = provision(&snapshot, args.now);
+        let plan = provision(&snapshot, now);
         let view = PlanView::new(&snapshot, &plan);
         match args.output {
             Output::Json => println!("{}", serde_json::to_string_pretty(&view).map_err(Failure::world)?),
@@ -54,7 +57,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         .into_iter()
         .map(|variations| {
             let varied = sensitivity::apply(&snapshot, &variations);
-            let plan = provision(&varied, args.now);
+            let plan = provision(&varied, now);
             SensitivityRow::new(&variations, &PlanView::new(&varied, &plan))
         })
         .collect();

@@ -64,7 +64,8 @@ fn parse_field(field: &str, min: u32, max: u32, names: &[&str]) -> Result<u64, S
         let mut v = lo;
         while v <= hi {
             bits |= 1 << v;
-            v += step;
+            let Some(next) = v.checked_add(step) else { break };
+            v = next;
         }
         if sunday_as_seven {
             bits |= 1;
@@ -191,6 +192,8 @@ mod tests {
 
     #[test]
     fn bad_expressions_say_why() {
+        // A huge step is one value, not an overflow.
+        assert!(Cron::parse("1-5/4294967295 * * * *").unwrap().matches(60));
         for bad in ["", "* * * *", "61 * * * *", "* 24 * * *", "*/0 * * * *", "a * * * *", "5-1 * * * *"] {
             assert!(Cron::parse(bad).is_err(), "{bad}");
         }
