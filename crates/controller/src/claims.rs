@@ -1,0 +1,714 @@
+//! Executing claims: opening them, claiming servers atomically, powering
+//! them on, and walking each claim through its stages until its pods are
+//! bound, or it fails and its server is released.
+//!
+//! # Restart safety
+//! Every step is written to the API before the action it announces: the
+//! NodeClaim exists before its server is claimed, and the claim is in
+//! stage `PoweringOn` before the power-on is sent. A restarted controller
+//! reads where each claim stands and asks the BMC before acting: a server
+//! already on is not powered on again, and a power-on sent less than the
+//! server's power-on budget ago is waited for, not repeated. A server
+//! whose claim is gone is powered off and released.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ironclaim_core::model::{Seconds, StageDurations};
+use ironclaim_core::outcome::NewClaim;
+use ironclaim_k8s::api::nodeclaim::{FailureReason, NodeClaimSpec, NodeClaimStatus, PodReference, Stage};
+use ironclaim_k8s::api::server::{PowerState, ServerStatus};
+use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
+use ironclaim_k8s::node::SERVER_LABEL;
+use ironclaim_k8s::server_to_core;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::events::Events;
+use crate::gates;
+use crate::index::CLAIM_FAILED_CONDITION;
+use crate::metrics::Metrics;
+use crate::provider::{Power, PowerError};
+use crate::timeline::{self, Deadlines, Ended};
+
+/// The label on a NodeClaim naming its NodePool.
+pub const NODEPOOL_LABEL: &str = ironclaim_core::provision::NODEPOOL_LABEL;
+/// The condition on a NodeClaim that carries the last power error.
+pub const POWERED_ON_CONDITION: &str = "PoweredOn";
+/// The condition on a NodeClaim that says which gates are still unmet.
+pub const GATES_CONDITION: &str = "GatesPassed";
+
+/// How power actions are retried.
+#[derive(Clone, Copy, Debug)]
+pub struct Retry {
+    pub base: Duration,
+    pub max: Duration,
+    /// After this many failed attempts the claim fails with the last reason.
+    pub attempts: u32,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry { base: Duration::from_secs(2), max: Duration::from_secs(60), attempts: 6 }
+    }
+}
+
+impl Retry {
+    pub fn delay(&self, attempt: u32) -> Duration {
+        self.base.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(self.max)
+    }
+}
+
+/// Knobs of the claim executor.
+#[derive(Clone, Debug)]
+pub struct ClaimSettings {
+    pub deadlines: Deadlines,
+    pub retry: Retry,
+    /// A server is quarantined after this many failed claims in a row.
+    pub quarantine_after: u32,
+    /// Failed claims are kept this long as a record, then deleted.
+    pub failed_claim_ttl: Duration,
+}
+
+impl Default for ClaimSettings {
+    fn default() -> Self {
+        ClaimSettings {
+            deadlines: Deadlines::default(),
+            retry: Retry::default(),
+            quarantine_after: 3,
+            failed_claim_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Everything one claim's reconcile reads, copied out of the index.
+#[derive(Clone, Debug)]
+pub struct ClaimView {
+    pub claim: NodeClaim,
+    pub server: Option<Server>,
+    pub node: Option<Node>,
+    pub pool: Option<NodePool>,
+    /// Pods of the claim that still exist and wait for a node.
+    pub pods_pending: Vec<(String, String, Option<String>)>,
+    /// Pods of the claim bound to its node.
+    pub pods_bound: usize,
+}
+
+#[derive(Debug)]
+enum Action {
+    PowerOn,
+    PowerOff,
+}
+
+struct Running {
+    action: Action,
+    handle: JoinHandle<std::result::Result<(), PowerError>>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Attempts {
+    failed: u32,
+    next_at: Option<Instant>,
+}
+
+/// Opens and drives claims. Cheap to share.
+pub struct Claims {
+    client: Client,
+    power: Arc<dyn Power>,
+    settings: ClaimSettings,
+    metrics: Arc<Metrics>,
+    events: Events,
+    running: Mutex<HashMap<String, Running>>,
+    attempts: Mutex<HashMap<String, Attempts>>,
+}
+
+fn now_s() -> Seconds {
+    jiff::Timestamp::now().as_second().max(0) as Seconds
+}
+
+fn durations_of(server: &Server) -> StageDurations {
+    server_to_core(server).map(|s| s.durations).unwrap_or_default()
+}
+
+impl Claims {
+    pub fn new(client: Client, power: Arc<dyn Power>, settings: ClaimSettings, metrics: Arc<Metrics>, events: Events) -> Self {
+        Claims {
+            client,
+            power,
+            settings,
+            metrics,
+            events,
+            running: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    pub fn power(&self) -> Arc<dyn Power> {
+        self.power.clone()
+    }
+
+    fn claims_api(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    fn servers_api(&self) -> Api<Server> {
+        Api::all(self.client.clone())
+    }
+
+    /// Opens a claim the core decided on: creates the NodeClaim, claims the
+    /// server, records `PoweringOn` and sends the power-on.
+    ///
+    /// # Errors
+    /// [`Error::CreateClaimFailed`]; [`Error::ServerHeld`] when another
+    /// claim wrote the server first (the NodeClaim is then failed with
+    /// `ClaimConflict`); status write failures.
+    pub async fn open(&self, new: &NewClaim, uids: &HashMap<String, String>) -> Result<String> {
+        let pods = new
+            .pods
+            .iter()
+            .map(|key| {
+                let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+                PodReference { namespace: namespace.to_string(), name: name.to_string(), uid: uids.get(key).cloned() }
+            })
+            .collect();
+        let object = NodeClaim {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}-{}-", new.pool, new.server)),
+                labels: Some(
+                    [(NODEPOOL_LABEL.to_string(), new.pool.clone()), (SERVER_LABEL.to_string(), new.server.clone())].into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: NodeClaimSpec { server: new.server.clone(), pool: new.pool.clone(), pods },
+            status: None,
+        };
+        let created = self
+            .claims_api()
+            .create(&PostParams::default(), &object)
+            .await
+            .map_err(|source| Error::CreateClaimFailed { server: new.server.clone(), source })?;
+        let name = created.name_any();
+        self.select(&created, &new.server).await?;
+        Ok(name)
+    }
+
+    /// Claims the server for `claim`, records the claim's first two
+    /// stages, and sends the power-on.
+    async fn select(&self, claim: &NodeClaim, server_name: &str) -> Result<()> {
+        let name = claim.name_any();
+        let now = now_s();
+        let server = match self.claim_server(server_name, &name).await {
+            Ok(server) => server,
+            Err(err @ Error::ServerHeld { .. }) => {
+                let mut status = claim.status.clone().unwrap_or_default();
+                timeline::enter(&mut status, Stage::Selected, now, None);
+                let ended = timeline::fail(&mut status, FailureReason::ClaimConflict, err.to_string(), now, false);
+                self.write_status(&name, &status).await?;
+                self.record(ended, &claim.spec.pool);
+                self.metrics.claim_ended("failed", timeline::reason_label(FailureReason::ClaimConflict));
+                return Err(err);
+            }
+            Err(err) => return Err(err),
+        };
+        let mut status = claim.status.clone().unwrap_or_default();
+        timeline::enter(&mut status, Stage::Selected, claim.metadata.creation_timestamp.as_ref().map_or(now, timeline::seconds), None);
+        let ended = timeline::enter(&mut status, Stage::PoweringOn, now, None);
+        self.write_status(&name, &status).await?;
+        self.record(ended, &claim.spec.pool);
+        self.spawn(&name, Action::PowerOn, server);
+        Ok(())
+    }
+
+    /// Writes `claim` into the server's status, only if no other claim
+    /// holds it, with the resourceVersion read: of two writers, one wins.
+    ///
+    /// # Errors
+    /// [`Error::ServerHeld`] when another claim holds the server (also when
+    /// it won a race for it); [`Error::ClaimServerFailed`] otherwise.
+    pub async fn claim_server(&self, server: &str, claim: &str) -> Result<Server> {
+        let api = self.servers_api();
+        for _ in 0..5 {
+            let mut current = api.get_status(server).await.map_err(|source| Error::ClaimServerFailed { server: server.into(), source })?;
+            let mut status = current.status.clone().unwrap_or_default();
+            match status.claim.as_deref() {
+                Some(holder) if holder == claim => return Ok(current),
+                Some(holder) if !holder.is_empty() => {
+                    return Err(Error::ServerHeld { server: server.into(), holder: holder.into() });
+                }
+                _ => {}
+            }
+            if current.spec.maintenance || status.quarantined {
+                return Err(Error::ServerHeld { server: server.into(), holder: "maintenance or quarantine".into() });
+            }
+            status.claim = Some(claim.to_string());
+            current.status = Some(status);
+            // replace_status sends metadata.resourceVersion: a concurrent
+            // write makes this one fail with 409 Conflict.
+            match api.replace_status(server, &PostParams::default(), &current).await {
+                Ok(written) => return Ok(written),
+                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                Err(source) => return Err(Error::ClaimServerFailed { server: server.into(), source }),
+            }
+        }
+        Err(Error::ServerHeld { server: server.into(), holder: "a concurrent writer".into() })
+    }
+
+    async fn write_status(&self, claim: &str, status: &NodeClaimStatus) -> Result<()> {
+        let patch = serde_json::json!({ "status": status });
+        self.claims_api()
+            .patch_status(claim, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::ApplyStatusFailed { claim: claim.into(), source })?;
+        Ok(())
+    }
+
+    fn record(&self, ended: Option<Ended>, pool: &str) {
+        if let Some((stage, took, outcome)) = ended {
+            let outcome = format!("{outcome:?}");
+            self.metrics.observe_stage(timeline::stage_name(stage), pool, &outcome.to_lowercase(), took as f64);
+        }
+    }
+
+    fn spawn(&self, claim: &str, action: Action, server: Server) {
+        let power = self.power.clone();
+        let handle = match action {
+            Action::PowerOn => tokio::spawn(async move { power.power_on(&server).await }),
+            Action::PowerOff => tokio::spawn(async move { power.power_off(&server).await }),
+        };
+        self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(claim.to_string(), Running { action, handle });
+    }
+
+    /// The finished action of a claim, if one finished; `Err(())` while one runs.
+    fn take_finished(&self, claim: &str) -> std::result::Result<Option<(Action, std::result::Result<(), PowerError>)>, ()> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(r) = running.get(claim) else { return Ok(None) };
+        if !r.handle.is_finished() {
+            return Err(());
+        }
+        let Some(r) = running.remove(claim) else { return Ok(None) };
+        let result = match futures::FutureExt::now_or_never(r.handle) {
+            Some(Ok(result)) => result,
+            Some(Err(join)) => Err(PowerError {
+                reason: FailureReason::PowerActionFailed,
+                label: "task_failed",
+                message: format!("the power task ended abnormally: {join}"),
+            }),
+            None => return Err(()),
+        };
+        Ok(Some((r.action, result)))
+    }
+
+    fn retry_due(&self, claim: &str) -> bool {
+        let attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        attempts.get(claim).and_then(|a| a.next_at).is_none_or(|at| Instant::now() >= at)
+    }
+
+    fn attempted(&self, claim: &str) -> bool {
+        self.attempts.lock().unwrap_or_else(PoisonError::into_inner).contains_key(claim)
+    }
+
+    /// Counts a failed attempt and schedules the next; the count so far.
+    fn failed_attempt(&self, claim: &str) -> u32 {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        let a = attempts.entry(claim.to_string()).or_default();
+        a.failed += 1;
+        a.next_at = Some(Instant::now() + self.settings.retry.delay(a.failed));
+        a.failed
+    }
+
+    /// Brings one claim a step further. Idempotent: it looks at where the
+    /// claim stands and does what that stage needs, whatever triggered it.
+    ///
+    /// # Errors
+    /// The API or provider step that failed; the caller counts it and
+    /// tries again on the next pass.
+    pub async fn reconcile(&self, view: &ClaimView) -> Result<()> {
+        let claim = &view.claim;
+        let name = claim.name_any();
+        let mut status = claim.status.clone().unwrap_or_default();
+        if status.failure_reason.is_some() {
+            return self.release_failed(view).await;
+        }
+        let now = now_s();
+        let Some(server) = view.server.clone() else {
+            let ended = timeline::fail(
+                &mut status,
+                FailureReason::ServerUnavailable,
+                format!("server {} is not in the inventory", claim.spec.server),
+                now,
+                false,
+            );
+            self.write_status(&name, &status).await?;
+            self.record(ended, &claim.spec.pool);
+            self.metrics.claim_ended("failed", timeline::reason_label(FailureReason::ServerUnavailable));
+            return Ok(());
+        };
+        let durations = durations_of(&server);
+        let stage = status.stage.unwrap_or(Stage::Selected);
+        let started = timeline::stage_started_s(&status).unwrap_or(now);
+        let age = now.saturating_sub(started);
+        let budget = self.settings.deadlines.budget(stage, &durations);
+        match stage {
+            Stage::Selected => self.select(claim, &claim.spec.server).await,
+            Stage::PoweringOn => self.reconcile_power_on(view, status, &server, age).await,
+            Stage::Booting => {
+                if let Some(node) = &view.node {
+                    let node_name = node.name_any();
+                    self.link_node(&server, node, view.pool.as_ref()).await?;
+                    status.node_name = Some(node_name.clone());
+                    let ended = timeline::enter(&mut status, Stage::Joined, now, Some(format!("node {node_name} registered")));
+                    self.write_status(&name, &status).await?;
+                    self.record(ended, &claim.spec.pool);
+                    self.tell_pods(view, &status, &durations, now).await;
+                    return Ok(());
+                }
+                if let Some(b) = budget
+                    && age > b.stuck_after_s
+                {
+                    let message = format!(
+                        "server {} powered on {} ago and no node registered; it usually registers in {} (stuck after {})",
+                        server.name_any(),
+                        timeline::human(age),
+                        timeline::human(b.usual_s),
+                        timeline::human(b.stuck_after_s)
+                    );
+                    return self.fail(view, status, FailureReason::RegistrationTimedOut, message, true).await;
+                }
+                Ok(())
+            }
+            Stage::Joined => {
+                let Some(node) = &view.node else {
+                    let message = format!("node {} went away before it was ready", status.node_name.clone().unwrap_or_default());
+                    return self.fail(view, status, FailureReason::NodeLost, message, false).await;
+                };
+                let unmet = gates::unmet(node, view.pool.as_ref());
+                if unmet.is_empty() {
+                    let ended = timeline::enter(&mut status, Stage::Ready, now, Some("node Ready and readiness gates passed".into()));
+                    timeline::set_condition(&mut status.conditions, GATES_CONDITION, true, "Passed", "every readiness gate passed", now, claim.metadata.generation);
+                    self.write_status(&name, &status).await?;
+                    self.record(ended, &claim.spec.pool);
+                    self.metrics.claim_ended("ready", "");
+                    self.measure(&server, claim, node, now).await?;
+                    self.tell_pods(view, &status, &durations, now).await;
+                    return Ok(());
+                }
+                let waiting = format!("waiting for {}", unmet.join(", "));
+                if let Some(b) = budget
+                    && age > b.stuck_after_s
+                {
+                    let reason =
+                        if unmet.iter().any(|u| u == "node Ready") { FailureReason::NodeNotReady } else { FailureReason::ReadinessGateFailed };
+                    let message = format!(
+                        "node {} registered {} ago and is not ready: {waiting}; usually ready in {}",
+                        node.name_any(),
+                        timeline::human(age),
+                        timeline::human(b.usual_s)
+                    );
+                    return self.fail(view, status, reason, message, true).await;
+                }
+                let before = status.conditions.iter().find(|c| c.type_ == GATES_CONDITION).map(|c| c.message.clone());
+                if before.as_deref() != Some(waiting.as_str()) {
+                    timeline::set_condition(&mut status.conditions, GATES_CONDITION, false, "Waiting", &waiting, now, claim.metadata.generation);
+                    self.write_status(&name, &status).await?;
+                }
+                Ok(())
+            }
+            Stage::Ready => {
+                if view.pods_pending.is_empty() {
+                    let ended = timeline::enter(
+                        &mut status,
+                        Stage::Serving,
+                        now,
+                        Some(format!("{} pod(s) bound", view.pods_bound)),
+                    );
+                    self.write_status(&name, &status).await?;
+                    self.record(ended, &claim.spec.pool);
+                }
+                Ok(())
+            }
+            Stage::Serving | Stage::Draining | Stage::PoweringOff | Stage::Off => Ok(()),
+        }
+    }
+
+    async fn reconcile_power_on(&self, view: &ClaimView, mut status: NodeClaimStatus, server: &Server, age: Seconds) -> Result<()> {
+        let claim = &view.claim;
+        let name = claim.name_any();
+        let now = now_s();
+        let durations = durations_of(server);
+        let confirmed = match self.take_finished(&name) {
+            Err(()) => return Ok(()),
+            Ok(Some((Action::PowerOn, Ok(())))) => true,
+            Ok(Some((_, Err(err)))) => {
+                self.metrics.power_failure(err.metric_label());
+                let failed = self.failed_attempt(&name);
+                let message = format!("attempt {failed} of {}: {}", self.settings.retry.attempts, err.message);
+                if failed >= self.settings.retry.attempts {
+                    return self.fail(view, status, err.reason, message, false).await;
+                }
+                timeline::set_condition(
+                    &mut status.conditions,
+                    POWERED_ON_CONDITION,
+                    false,
+                    &timeline::reason_word(err.reason),
+                    &format!("{message}; retrying in {}s", self.settings.retry.delay(failed).as_secs()),
+                    now,
+                    claim.metadata.generation,
+                );
+                self.write_status(&name, &status).await?;
+                return Ok(());
+            }
+            Ok(Some((Action::PowerOff, Ok(())))) | Ok(None) => false,
+        };
+        let on = confirmed || {
+            if !self.retry_due(&name) {
+                return Ok(());
+            }
+            match self.power.power_state(server).await {
+                Ok(PowerState::On) => true,
+                Ok(_) => false,
+                Err(err) => {
+                    // The BMC cannot even be read: count it like a failed attempt.
+                    self.metrics.power_failure(err.metric_label());
+                    let failed = self.failed_attempt(&name);
+                    let message = format!("attempt {failed} of {}: {}", self.settings.retry.attempts, err.message);
+                    if failed >= self.settings.retry.attempts {
+                        return self.fail(view, status, err.reason, message, false).await;
+                    }
+                    timeline::set_condition(&mut status.conditions, POWERED_ON_CONDITION, false, &timeline::reason_word(err.reason), &message, now, claim.metadata.generation);
+                    self.write_status(&name, &status).await?;
+                    return Ok(());
+                }
+            }
+        };
+        if on {
+            timeline::set_condition(&mut status.conditions, POWERED_ON_CONDITION, true, "Confirmed", "the provider confirms the power is on", now, claim.metadata.generation);
+            let ended = timeline::enter(&mut status, Stage::Booting, now, Some("power on confirmed".into()));
+            self.write_status(&name, &status).await?;
+            self.record(ended, &claim.spec.pool);
+            self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+            self.set_server_power(server, PowerState::On).await?;
+            self.tell_pods(view, &status, &durations, now).await;
+            return Ok(());
+        }
+        // Off. A power-on sent by an earlier run of the controller (or this
+        // one, before a restart of its task) may still be settling: wait
+        // for it through the power-on budget before sending another.
+        let budget = self.settings.deadlines.budget(Stage::PoweringOn, &durations).map_or(60, |b| b.stuck_after_s);
+        if !self.attempted(&name) && age < budget {
+            return Ok(());
+        }
+        self.spawn(&name, Action::PowerOn, server.clone());
+        Ok(())
+    }
+
+    async fn fail(&self, view: &ClaimView, mut status: NodeClaimStatus, reason: FailureReason, message: String, timed_out: bool) -> Result<()> {
+        let name = view.claim.name_any();
+        let now = now_s();
+        let ended = timeline::fail(&mut status, reason, message.clone(), now, timed_out);
+        self.write_status(&name, &status).await?;
+        self.record(ended, &view.claim.spec.pool);
+        self.metrics.claim_ended("failed", timeline::reason_label(reason));
+        self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+        for (namespace, pod, uid) in &view.pods_pending {
+            self.events
+                .warn(namespace, pod, uid.as_deref(), "ClaimFailed", &format!("claim {name} on server {} failed ({reason:?}): {message}; re-planning", view.claim.spec.server))
+                .await;
+        }
+        Ok(())
+    }
+
+    /// A failed claim's server: power it off unless it became a node, then
+    /// release it, count the failure, and quarantine it after repeats.
+    async fn release_failed(&self, view: &ClaimView) -> Result<()> {
+        let name = view.claim.name_any();
+        let Some(server) = &view.server else {
+            return self.collect(view).await;
+        };
+        let holds = server.status.as_ref().and_then(|s| s.claim.as_deref()) == Some(name.as_str());
+        if !holds {
+            return self.collect(view).await;
+        }
+        let claim_conflict = view.claim.status.as_ref().and_then(|s| s.failure_reason) == Some(FailureReason::ClaimConflict);
+        if view.node.is_none() && !claim_conflict {
+            match self.take_finished(&name) {
+                Err(()) => return Ok(()),
+                Ok(Some((Action::PowerOff, Ok(())))) => {}
+                Ok(Some((_, Err(err)))) => {
+                    self.metrics.power_failure(err.metric_label());
+                    self.failed_attempt(&name);
+                    return Ok(());
+                }
+                Ok(Some((Action::PowerOn, Ok(())))) | Ok(None) => {
+                    if !self.retry_due(&name) {
+                        return Ok(());
+                    }
+                    match self.power.power_state(server).await {
+                        Ok(PowerState::Off) => {}
+                        _ => {
+                            self.spawn(&name, Action::PowerOff, server.clone());
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+        self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+        self.release_server(server, &name, !claim_conflict).await?;
+        Ok(())
+    }
+
+    /// Clears the server's claim (only if `claim` still holds it), counts
+    /// the failure and sets the failure condition.
+    pub async fn release_server(&self, server: &Server, claim: &str, count_failure: bool) -> Result<()> {
+        let api = self.servers_api();
+        let server_name = server.name_any();
+        for _ in 0..5 {
+            let mut current =
+                api.get_status(&server_name).await.map_err(|source| Error::ServerStatusFailed { server: server_name.clone(), source })?;
+            let mut status: ServerStatus = current.status.clone().unwrap_or_default();
+            if status.claim.as_deref() != Some(claim) {
+                return Ok(());
+            }
+            let now = now_s();
+            status.claim = None;
+            status.node = None;
+            if count_failure {
+                status.failures += 1;
+                if status.failures >= i64::from(self.settings.quarantine_after) {
+                    status.quarantined = true;
+                }
+                let message = format!("claim {claim} failed; {} failure(s) in a row", status.failures);
+                timeline::set_condition(&mut status.conditions, CLAIM_FAILED_CONDITION, true, "ClaimFailed", &message, now, None);
+                // A new failure restarts the backoff even when the condition was already True.
+                if let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == CLAIM_FAILED_CONDITION) {
+                    c.last_transition_time = timeline::time(now);
+                }
+                status.power_state = Some(PowerState::Off);
+            }
+            current.status = Some(status);
+            match api.replace_status(&server_name, &PostParams::default(), &current).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(source) => return Err(Error::ServerStatusFailed { server: server_name, source }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a failed claim once its record has been kept long enough.
+    async fn collect(&self, view: &ClaimView) -> Result<()> {
+        let created = view.claim.metadata.creation_timestamp.as_ref().map_or(0, timeline::seconds);
+        if now_s().saturating_sub(created) < self.settings.failed_claim_ttl.as_secs() {
+            return Ok(());
+        }
+        match self.claims_api().delete(&view.claim.name_any(), &Default::default()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
+            Err(source) => Err(Error::ReadFailed { what: format!("NodeClaim {}", view.claim.name_any()), source }),
+        }
+    }
+
+    /// Records the node on the server's status and gives the node its
+    /// pool's labels.
+    async fn link_node(&self, server: &Server, node: &Node, pool: Option<&NodePool>) -> Result<()> {
+        let node_name = node.name_any();
+        let mut labels: std::collections::BTreeMap<String, String> = server.spec.labels.clone();
+        if let Some(pool) = pool {
+            if let Some(t) = &pool.spec.template {
+                labels.extend(t.labels.clone());
+            }
+            labels.insert(NODEPOOL_LABEL.to_string(), pool.name_any());
+        }
+        labels.insert(SERVER_LABEL.to_string(), server.name_any());
+        let missing = labels.iter().any(|(k, v)| node.labels().get(k) != Some(v));
+        if missing {
+            let patch = serde_json::json!({"metadata": {"labels": labels}});
+            Api::<Node>::all(self.client.clone())
+                .patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|source| Error::LabelNodeFailed { node: node_name.clone(), source })?;
+        }
+        let patch = serde_json::json!({"status": {"node": node_name}});
+        self.servers_api()
+            .patch_status(&server.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::ServerStatusFailed { server: server.name_any(), source })?;
+        Ok(())
+    }
+
+    async fn set_server_power(&self, server: &Server, state: PowerState) -> Result<()> {
+        let patch = serde_json::json!({"status": {"powerState": state}});
+        self.servers_api()
+            .patch_status(&server.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::ServerStatusFailed { server: server.name_any(), source })?;
+        Ok(())
+    }
+
+    /// Folds this start's stage durations into the server's measurements
+    /// and clears its failure streak.
+    async fn measure(&self, server: &Server, claim: &NodeClaim, node: &Node, now: Seconds) -> Result<()> {
+        let Some(status) = &claim.status else { return Ok(()) };
+        let took = |stage: Stage| {
+            status.stages.iter().rev().find(|r| r.stage == stage).and_then(|r| r.duration_seconds).map_or(0, |d| d.max(0) as Seconds)
+        };
+        let joined_at = status.stages.iter().rev().find(|r| r.stage == Stage::Joined).map_or(now, |r| timeline::seconds(&r.start_time));
+        let node_ready_at = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map_or(joined_at, timeline::seconds)
+            .clamp(joined_at, now);
+        let sample = [took(Stage::PoweringOn), took(Stage::Booting), node_ready_at - joined_at, now - node_ready_at];
+        let tail = durations_of(server).tail_percent;
+        let measured = timeline::fold_start(server.status.as_ref().and_then(|s| s.measured_durations.as_ref()), sample, tail);
+        let patch = serde_json::json!({"status": {"measuredDurations": measured, "failures": 0}});
+        self.servers_api()
+            .patch_status(&server.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::ServerStatusFailed { server: server.name_any(), source })?;
+        Ok(())
+    }
+
+    /// Tells each pod still waiting on the claim where it stands.
+    pub async fn tell_pods(&self, view: &ClaimView, status: &NodeClaimStatus, d: &StageDurations, now: Seconds) {
+        let note = timeline::waiting_note(&view.claim.spec.server, status, d, now);
+        for (namespace, pod, uid) in &view.pods_pending {
+            self.events.pod(namespace, pod, uid.as_deref(), "WaitingForServer", &note).await;
+        }
+    }
+
+    /// A server whose claim no longer exists: power it off if it never
+    /// became a node, and release it. Without counting a failure: the
+    /// claim was removed, the server did nothing wrong.
+    pub async fn release_orphan(&self, server: &Server, claim: &str, has_node: bool) -> Result<()> {
+        if !has_node {
+            match self.power.power_state(server).await {
+                Ok(PowerState::Off) => {}
+                Ok(_) => {
+                    self.power.power_off(server).await.map_err(|source| Error::PowerFailed { server: server.name_any(), source })?;
+                }
+                Err(source) => return Err(Error::PowerFailed { server: server.name_any(), source }),
+            }
+        }
+        self.release_server(server, claim, false).await
+    }
+
+    /// Stops every running power task (on shutdown or lost leadership).
+    /// What they announced is on the API, so a successor picks them up.
+    pub fn abort_all(&self) {
+        for (_, r) in self.running.lock().unwrap_or_else(PoisonError::into_inner).drain() {
+            r.handle.abort();
+        }
+    }
+}

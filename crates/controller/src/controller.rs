@@ -1,0 +1,539 @@
+//! The controller's main loop: watches feed the index; pending pods are
+//! batched; each batch becomes a plan from the core; the plan's claims are
+//! opened; every claim is reconciled each pass; servers whose claim is gone
+//! are released; and the fleet's power is swept for status and metrics.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use ironclaim_core::model::Seconds;
+use ironclaim_core::outcome::Outcome;
+use ironclaim_core::provision;
+use ironclaim_k8s::api::server::PowerState;
+use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
+use ironclaim_k8s::server_to_core;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::batch::{Batcher, Windows};
+use crate::claims::{ClaimSettings, ClaimView, Claims};
+use crate::error::Result;
+use crate::events::Events;
+use crate::index::{FailureBackoff, Index, Indexed};
+use crate::leader::{self, LeaseSettings};
+use crate::metrics::Metrics;
+use crate::provider::Power;
+use crate::timeline;
+
+/// Everything configurable about a controller.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub windows: Windows,
+    pub claims: ClaimSettings,
+    pub failure_backoff: FailureBackoff,
+    /// The longest the loop sleeps when nothing changes.
+    pub tick: Duration,
+    /// Pods still pending are decided again this often, even if no new
+    /// pod arrived (servers may have been freed or repaired).
+    pub redecide_every: Duration,
+    /// How often every server's power state and watts are read.
+    pub power_sweep_every: Duration,
+    /// Leader election; `None` acts without it.
+    pub lease: Option<LeaseSettings>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics_address: Option<SocketAddr>,
+    /// This replica's name, for events and the lease.
+    pub instance: String,
+    /// Claims opened at once.
+    pub open_concurrency: usize,
+    /// Events on pods; off only for benchmarks.
+    pub publish_events: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            windows: Windows::default(),
+            claims: ClaimSettings::default(),
+            failure_backoff: FailureBackoff { base_s: 60, max_s: 3600 },
+            tick: Duration::from_millis(500),
+            redecide_every: Duration::from_secs(30),
+            power_sweep_every: Duration::from_secs(60),
+            lease: None,
+            metrics_address: None,
+            instance: "ironclaim".into(),
+            open_concurrency: 32,
+            publish_events: true,
+        }
+    }
+}
+
+/// A running decision, for benchmarks and tests: when it started and how
+/// long until its last power-on request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub pending_pods: usize,
+    pub claims_opened: usize,
+    pub claims_failed: usize,
+    /// From the start of the decision to the last power-on request sent.
+    pub latency: Duration,
+    /// The core's share of it.
+    pub provision_time: Duration,
+}
+
+pub struct Controller {
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    index: Arc<Mutex<Index>>,
+    claims: Arc<Claims>,
+    ready: Arc<AtomicBool>,
+    decisions: Arc<Mutex<Vec<Decision>>>,
+}
+
+fn now_s() -> Seconds {
+    jiff::Timestamp::now().as_second().max(0) as Seconds
+}
+
+/// Feeds one kind from a watch into the index, forever.
+async fn watch<K>(api: Api<K>, index: Arc<Mutex<Index>>, notify: Arc<Notify>, synced: Arc<AtomicUsize>)
+where
+    K: Indexed + Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut buffer = Vec::new();
+    let mut first = true;
+    loop {
+        match stream.try_next().await {
+            Ok(Some(Event::Init)) => buffer.clear(),
+            Ok(Some(Event::InitApply(o))) => buffer.push(o),
+            Ok(Some(Event::InitDone)) => {
+                index.lock().unwrap_or_else(PoisonError::into_inner).reset(std::mem::take(&mut buffer));
+                if first {
+                    first = false;
+                    synced.fetch_add(1, Ordering::SeqCst);
+                }
+                notify.notify_one();
+            }
+            Ok(Some(Event::Apply(o))) => {
+                index.lock().unwrap_or_else(PoisonError::into_inner).apply(o);
+                notify.notify_one();
+            }
+            Ok(Some(Event::Delete(o))) => {
+                index.lock().unwrap_or_else(PoisonError::into_inner).delete(&o);
+                notify.notify_one();
+            }
+            Ok(None) => return,
+            Err(err) => tracing::warn!(kind = %K::kind(&Default::default()), error = %err, "watch failed; retrying"),
+        }
+    }
+}
+
+const WATCHED_KINDS: usize = 7;
+
+impl Controller {
+    pub fn new(client: Client, power: Arc<dyn Power>, settings: Settings) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let events = if settings.publish_events {
+            Events::new(client.clone(), "ironclaim", &settings.instance)
+        } else {
+            Events::disabled()
+        };
+        let claims = Arc::new(Claims::new(client.clone(), power, settings.claims.clone(), metrics.clone(), events));
+        Controller {
+            client,
+            settings,
+            metrics,
+            index: Arc::default(),
+            claims,
+            ready: Arc::default(),
+            decisions: Arc::default(),
+        }
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The decisions taken so far (bounded to the last 100).
+    pub fn decisions(&self) -> Arc<Mutex<Vec<Decision>>> {
+        self.decisions.clone()
+    }
+
+    /// Runs until `shutdown` resolves, then stops its power tasks and gives
+    /// up the lease. Whatever it announced is on the API for a successor.
+    ///
+    /// # Errors
+    /// Only when the metrics address cannot be bound; every other failure
+    /// is logged, counted and retried.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<()> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+        if let Some(address) = self.settings.metrics_address {
+            let mut rx = stop_rx.clone();
+            let bound = crate::http::serve(address, self.metrics.clone(), self.ready.clone(), async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+            .await?;
+            tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
+        }
+        let notify = Arc::new(Notify::new());
+        let synced = Arc::new(AtomicUsize::new(0));
+        let c = &self.client;
+        let mut watches = tokio::task::JoinSet::new();
+        let (i, n, s) = (&self.index, &notify, &synced);
+        watches.spawn(watch(Api::<Pod>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<Node>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<DaemonSet>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<PodDisruptionBudget>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<Server>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<NodePool>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<NodeClaim>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+
+        let mut stop = stop_rx.clone();
+        while synced.load(Ordering::SeqCst) < WATCHED_KINDS {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => { watches.abort_all(); return Ok(()); }
+                _ = notify.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+        self.ready.store(true, Ordering::Relaxed);
+        tracing::info!("caches synced");
+
+        let mut batcher = Batcher::new(self.settings.windows);
+        let mut leading = self.settings.lease.is_none();
+        let mut was_leading = false;
+        let mut next_lease = Instant::now();
+        let mut last_decision = Instant::now();
+        let mut next_sweep = Instant::now();
+        let mut in_flight: BTreeSet<String> = BTreeSet::new();
+        let sweeping = Arc::new(AtomicBool::new(false));
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                _ = notify.notified() => {}
+                _ = tokio::time::sleep(self.settings.tick) => {}
+            }
+            let now = Instant::now();
+            if let Some(lease) = &self.settings.lease
+                && now >= next_lease
+            {
+                match leader::try_acquire(&self.client, lease).await {
+                    Ok(held) => leading = held,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "lease renewal failed");
+                        self.metrics.error(err.metric_label());
+                        leading = false;
+                    }
+                }
+                next_lease = now + lease.renew_every();
+            }
+            self.metrics.leader.set(i64::from(leading));
+            if !leading {
+                if was_leading {
+                    tracing::warn!("lost the lease; standing by");
+                    self.claims.abort_all();
+                }
+                was_leading = false;
+                continue;
+            }
+            if !was_leading {
+                tracing::info!(instance = %self.settings.instance, "acting");
+                batcher.forget();
+                next_sweep = now;
+                was_leading = true;
+            }
+
+            // Claims that failed or vanished hand their pods back: decide again.
+            let still: BTreeSet<String> = {
+                let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+                index
+                    .claims
+                    .values()
+                    .filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none()))
+                    .map(ResourceExt::name_any)
+                    .collect()
+            };
+            if in_flight.iter().any(|c| !still.contains(c)) {
+                batcher.forget();
+            }
+            in_flight = still;
+
+            let pending: Vec<String> = {
+                let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+                index.pending_pod_keys().cloned().collect()
+            };
+            batcher.observe(pending.iter(), now);
+            let periodic = !pending.is_empty() && now >= last_decision + self.settings.redecide_every;
+            if batcher.due(now) || periodic {
+                self.decide().await;
+                batcher.decided(pending.iter());
+                last_decision = Instant::now();
+            }
+
+            self.reconcile_claims().await;
+
+            if now >= next_sweep && !sweeping.swap(true, Ordering::SeqCst) {
+                next_sweep = now + self.settings.power_sweep_every;
+                let this = self.sweeper();
+                let flag = sweeping.clone();
+                tokio::spawn(async move {
+                    this.sweep().await;
+                    flag.store(false, Ordering::SeqCst);
+                });
+            }
+        }
+        self.claims.abort_all();
+        watches.abort_all();
+        if let Some(lease) = &self.settings.lease
+            && was_leading
+        {
+            leader::release(&self.client, lease).await;
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+
+    /// One decision: snapshot, plan, open the plan's claims, tell pods.
+    pub async fn decide(&self) -> Option<Decision> {
+        let started = Instant::now();
+        let now = now_s();
+        let (snapshot, problems, uids) = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            let (snapshot, problems) = index.snapshot(now, self.settings.failure_backoff);
+            let uids: HashMap<String, String> =
+                index.pods.iter().filter_map(|(k, e)| e.uid.clone().map(|u| (k.clone(), u))).collect();
+            (snapshot, problems, uids)
+        };
+        for p in &problems {
+            tracing::warn!(object = %p.object, error = %p.error, "left out of the snapshot");
+        }
+        let plan = provision(&snapshot, now);
+        let provision_time = started.elapsed();
+        let pending_pods = plan.pods.len();
+
+        self.metrics.pending_pods.clear();
+        for decision in &plan.pods {
+            let label = match &decision.outcome {
+                Outcome::Unschedulable { reason } => reason.metric_label(),
+                other => other.label(),
+            };
+            self.metrics.pending_pods.get_or_create(&vec![("decision".into(), label.into())]).inc();
+        }
+
+        let opening: Vec<_> = plan.claims.iter().map(|new| self.claims.open(new, &uids)).collect();
+        let results: Vec<Result<String>> = futures::stream::iter(opening)
+            .buffer_unordered(self.settings.open_concurrency.max(1))
+            .collect()
+            .await;
+        let latency = started.elapsed();
+        let mut failed = 0;
+        for r in &results {
+            if let Err(err) = r {
+                failed += 1;
+                tracing::warn!(error = %err, "opening a claim failed");
+                self.metrics.error(err.metric_label());
+            }
+        }
+        if !plan.claims.is_empty() {
+            self.metrics.decision_latency.observe(latency.as_secs_f64());
+        }
+        self.tell_decisions(&plan, &snapshot, &uids, now).await;
+        let decision = Decision {
+            pending_pods,
+            claims_opened: results.len() - failed,
+            claims_failed: failed,
+            latency,
+            provision_time,
+        };
+        tracing::info!(pending = pending_pods, opened = decision.claims_opened, failed, latency_ms = latency.as_millis() as u64, "decided");
+        let mut decisions = self.decisions.lock().unwrap_or_else(PoisonError::into_inner);
+        if decisions.len() >= 100 {
+            decisions.remove(0);
+        }
+        decisions.push(decision.clone());
+        Some(decision)
+    }
+
+    async fn tell_decisions(
+        &self,
+        plan: &ironclaim_core::Provisioning,
+        snapshot: &ironclaim_core::Snapshot,
+        uids: &HashMap<String, String>,
+        now: Seconds,
+    ) {
+        let events = self.claims.events();
+        for d in &plan.pods {
+            let (namespace, name) = d.pod.split_once('/').unwrap_or(("default", &d.pod));
+            let uid = uids.get(&d.pod).map(String::as_str);
+            match &d.outcome {
+                Outcome::Unschedulable { reason } => {
+                    events.warn(namespace, name, uid, "NotProvisionable", &reason.to_string()).await;
+                }
+                Outcome::NewClaim { server, path, eta_s, .. } => {
+                    let note = format!("claimed server {server} ({path}); usually ready in {}", timeline::human(*eta_s));
+                    events.pod(namespace, name, uid, "ServerClaimed", &note).await;
+                }
+                Outcome::InFlight { claim: _, server, eta_s } => {
+                    let note = format!("waiting for server {server}, already on its way; ready in about {}", timeline::human(*eta_s));
+                    events.pod(namespace, name, uid, "WaitingForServer", &note).await;
+                }
+                Outcome::Existing { .. } => {}
+            }
+        }
+        let _ = (snapshot, now);
+    }
+
+    fn views(&self) -> Vec<ClaimView> {
+        let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+        index
+            .claims
+            .values()
+            .filter(|c| {
+                let s = c.status.as_ref();
+                s.is_some_and(|s| s.failure_reason.is_some())
+                    || !matches!(s.and_then(|s| s.stage), Some(ironclaim_k8s::api::nodeclaim::Stage::Serving))
+            })
+            .map(|claim| {
+                let server = index.servers.get(&claim.spec.server).cloned();
+                let node = index.node_of_server(&claim.spec.server).cloned();
+                let node_name = node.as_ref().map(ResourceExt::name_any);
+                let mut pods_pending = Vec::new();
+                let mut pods_bound = 0;
+                for p in &claim.spec.pods {
+                    let Some(entry) = index.pods.get(&format!("{}/{}", p.namespace, p.name)) else { continue };
+                    if p.uid.is_some() && entry.uid.is_some() && p.uid != entry.uid {
+                        continue;
+                    }
+                    if entry.pod.node_name.is_some() && entry.pod.node_name == node_name {
+                        pods_bound += 1;
+                    } else if entry.pod.is_pending_demand() {
+                        pods_pending.push((p.namespace.clone(), p.name.clone(), entry.uid.clone()));
+                    }
+                }
+                ClaimView { pool: index.pools.get(&claim.spec.pool).cloned(), claim: claim.clone(), server, node, pods_pending, pods_bound }
+            })
+            .collect()
+    }
+
+    async fn reconcile_claims(&self) {
+        let views = self.views();
+        let claims = &self.claims;
+        let metrics = &self.metrics;
+        let passes: Vec<_> = views
+            .into_iter()
+            .map(|view| async move {
+                if let Err(err) = claims.reconcile(&view).await {
+                    tracing::warn!(claim = %view.claim.name_any(), error = %err, "reconcile failed; retrying");
+                    metrics.error(err.metric_label());
+                }
+            })
+            .collect();
+        futures::stream::iter(passes).buffer_unordered(self.settings.open_concurrency.max(1)).collect::<Vec<()>>().await;
+    }
+
+    fn sweeper(&self) -> Sweeper {
+        Sweeper { client: self.client.clone(), index: self.index.clone(), claims: self.claims.clone(), metrics: self.metrics.clone() }
+    }
+}
+
+/// The background pass over every server: orphans released, power state
+/// and watts read from the providers onto the status and into metrics.
+struct Sweeper {
+    client: Client,
+    index: Arc<Mutex<Index>>,
+    claims: Arc<Claims>,
+    metrics: Arc<Metrics>,
+}
+
+impl Sweeper {
+    async fn sweep(&self) {
+        let (servers, orphans) = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            let servers: Vec<Server> = index.servers.values().cloned().collect();
+            let orphans: Vec<(Server, String, bool)> = servers
+                .iter()
+                .filter_map(|s| {
+                    let claim = s.status.as_ref()?.claim.clone().filter(|c| !c.is_empty())?;
+                    (!index.claims.contains_key(&claim)).then(|| (s.clone(), claim, index.node_of_server(&s.name_any()).is_some()))
+                })
+                .collect();
+            (servers, orphans)
+        };
+        let claims_api: Api<NodeClaim> = Api::all(self.client.clone());
+        for (server, claim, has_node) in orphans {
+            // The watch may lag a claim just created: ask the API itself.
+            if !matches!(claims_api.get_opt(&claim).await, Ok(None)) {
+                continue;
+            }
+            tracing::warn!(server = %server.name_any(), %claim, "the server's claim is gone; releasing it");
+            if let Err(err) = self.claims.release_orphan(&server, &claim, has_node).await {
+                tracing::warn!(server = %server.name_any(), error = %err, "releasing an orphaned server failed");
+                self.metrics.error(err.metric_label());
+            }
+        }
+        let power = self.claims.power();
+        let readings: Vec<(Server, Option<PowerState>, Option<f64>)> = futures::stream::iter(servers)
+            .map(|server| {
+                let power = power.clone();
+                async move {
+                    let state = power.power_state(&server).await.ok();
+                    let watts = if state == Some(PowerState::On) { power.watts(&server).await.ok().flatten() } else { None };
+                    (server, state, watts)
+                }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let api: Api<Server> = Api::all(self.client.clone());
+        let mut by_state: HashMap<&'static str, i64> = HashMap::new();
+        let mut fleet = 0.0;
+        for (server, state, watts) in &readings {
+            let label = match state {
+                Some(PowerState::On) => "on",
+                Some(PowerState::Off) => "off",
+                Some(PowerState::PoweringOn) => "powering_on",
+                Some(PowerState::PoweringOff) => "powering_off",
+                Some(PowerState::Unknown) | None => "unknown",
+            };
+            *by_state.entry(label).or_default() += 1;
+            let off_watts = server_to_core(server).map(|s| s.power.off_watts).unwrap_or(0.0);
+            fleet += watts.unwrap_or(if *state == Some(PowerState::Off) { off_watts } else { 0.0 });
+            let status = server.status.clone().unwrap_or_default();
+            let state = state.unwrap_or(PowerState::Unknown);
+            let rounded = watts.map(|w| w.round() as i64);
+            if status.power_state != Some(state) || (rounded.is_some() && status.watts != rounded) {
+                let mut patch = serde_json::json!({"status": {"powerState": state}});
+                if let Some(w) = rounded {
+                    patch["status"]["watts"] = w.into();
+                }
+                if let Err(err) = api.patch_status(&server.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    tracing::warn!(server = %server.name_any(), error = %err, "writing the power state failed");
+                }
+            }
+        }
+        self.metrics.servers.clear();
+        for (label, n) in by_state {
+            self.metrics.servers.get_or_create(&vec![("power_state".into(), label.into())]).set(n);
+        }
+        self.metrics.fleet_watts.set(fleet);
+    }
+}

@@ -1,0 +1,71 @@
+//! Events on pods: what a waiting pod waits for, and why a pod cannot be
+//! placed, in the words of the core.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+/// Publishes Events; the same note for the same pod and reason is sent once.
+#[derive(Clone)]
+pub struct Events {
+    recorder: Option<Recorder>,
+    last: Arc<Mutex<HashMap<(String, String), String>>>,
+}
+
+impl Events {
+    pub fn new(client: Client, controller: &str, instance: &str) -> Self {
+        let reporter = Reporter { controller: controller.to_string(), instance: Some(instance.to_string()) };
+        Events { recorder: Some(Recorder::new(client, reporter)), last: Arc::default() }
+    }
+
+    /// Events that go nowhere (benchmarks).
+    pub fn disabled() -> Self {
+        Events { recorder: None, last: Arc::default() }
+    }
+
+    pub async fn pod(&self, namespace: &str, name: &str, uid: Option<&str>, reason: &str, note: &str) {
+        self.publish(namespace, name, uid, reason, note, EventType::Normal).await;
+    }
+
+    pub async fn warn(&self, namespace: &str, name: &str, uid: Option<&str>, reason: &str, note: &str) {
+        self.publish(namespace, name, uid, reason, note, EventType::Warning).await;
+    }
+
+    async fn publish(&self, namespace: &str, name: &str, uid: Option<&str>, reason: &str, note: &str, type_: EventType) {
+        let Some(recorder) = &self.recorder else { return };
+        let key = (format!("{namespace}/{name}"), reason.to_string());
+        {
+            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.get(&key).map(String::as_str) == Some(note) {
+                return;
+            }
+            last.insert(key, note.to_string());
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace.to_string()),
+            name: Some(name.to_string()),
+            uid: uid.map(str::to_string),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: "Provisioning".into(),
+            secondary: None,
+        };
+        if let Err(err) = recorder.publish(&event, &reference).await {
+            tracing::warn!(pod = %format!("{namespace}/{name}"), error = %err, "publishing an event failed");
+        }
+    }
+
+    /// Forgets pods that are gone, so the memory stays bounded.
+    pub fn retain_pods(&self, alive: impl Fn(&str) -> bool) {
+        self.last.lock().unwrap_or_else(PoisonError::into_inner).retain(|(pod, _), _| alive(pod));
+    }
+}

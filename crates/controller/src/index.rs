@@ -1,0 +1,285 @@
+//! The in-memory index of the cluster: every object the controller decides
+//! from, kept current by watches, turned into a core [`Snapshot`] on demand.
+//!
+//! The index does no IO. Watches call [`Index::apply`], [`Index::delete`]
+//! and [`Index::reset`]; everything is synchronous, so tests drive it with
+//! plain objects.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ironclaim_core::model::{self as core, Health, Seconds, Snapshot};
+use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
+use ironclaim_k8s::node::SERVER_LABEL;
+use ironclaim_k8s::pod::{pod_from_k8s, pod_from_template};
+use ironclaim_k8s::{node_from_k8s, nodeclaim_in_flight, nodepool_to_core, pdb_from_k8s, server_to_core};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
+
+use crate::gates;
+
+/// The prefix of a node's `spec.providerID` that names its server.
+pub const PROVIDER_ID_PREFIX: &str = "ironclaim://";
+
+/// The condition on a Server whose last transition is its last failed claim.
+pub const CLAIM_FAILED_CONDITION: &str = "ClaimFailed";
+
+/// A pod as the index keeps it: converted once, when it changes.
+#[derive(Clone, Debug)]
+pub struct PodEntry {
+    pub pod: core::Pod,
+    pub uid: Option<String>,
+}
+
+/// One object that could not be read, for logs and metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub object: String,
+    pub error: String,
+}
+
+/// Everything watched, by kind.
+#[derive(Default, Debug)]
+pub struct Index {
+    pub pods: BTreeMap<String, PodEntry>,
+    pub bad_pods: BTreeMap<String, String>,
+    pub nodes: BTreeMap<String, Node>,
+    pub daemonsets: BTreeMap<String, DaemonSet>,
+    pub pdbs: BTreeMap<String, PodDisruptionBudget>,
+    pub servers: BTreeMap<String, Server>,
+    pub pools: BTreeMap<String, NodePool>,
+    pub claims: BTreeMap<String, NodeClaim>,
+}
+
+/// A kind the index holds.
+pub trait Indexed: Sized {
+    fn apply(self, index: &mut Index);
+    fn delete(&self, index: &mut Index);
+    /// Replaces every object of the kind (after a watch relist).
+    fn reset(objects: Vec<Self>, index: &mut Index);
+}
+
+fn object_key<K: kube::Resource>(object: &K, namespaced: bool) -> String {
+    if namespaced {
+        format!("{}/{}", object.namespace().unwrap_or_else(|| "default".to_string()), object.name_any())
+    } else {
+        object.name_any()
+    }
+}
+
+macro_rules! keyed {
+    ($kind:ty, $field:ident, $namespaced:expr) => {
+        impl Indexed for $kind {
+            fn apply(self, index: &mut Index) {
+                index.$field.insert(object_key(&self, $namespaced), self);
+            }
+            fn delete(&self, index: &mut Index) {
+                index.$field.remove(&object_key(self, $namespaced));
+            }
+            fn reset(objects: Vec<Self>, index: &mut Index) {
+                index.$field.clear();
+                for o in objects {
+                    o.apply(index);
+                }
+            }
+        }
+    };
+}
+
+keyed!(Node, nodes, false);
+keyed!(DaemonSet, daemonsets, true);
+keyed!(PodDisruptionBudget, pdbs, true);
+keyed!(Server, servers, false);
+keyed!(NodePool, pools, false);
+keyed!(NodeClaim, claims, false);
+
+impl Indexed for Pod {
+    fn apply(self, index: &mut Index) {
+        let k = object_key(&self, true);
+        match pod_from_k8s(&self) {
+            Ok(pod) => {
+                index.bad_pods.remove(&k);
+                index.pods.insert(k, PodEntry { pod, uid: self.metadata.uid.clone() });
+            }
+            Err(err) => {
+                index.pods.remove(&k);
+                index.bad_pods.insert(k, err.to_string());
+            }
+        }
+    }
+    fn delete(&self, index: &mut Index) {
+        let k = object_key(self, true);
+        index.pods.remove(&k);
+        index.bad_pods.remove(&k);
+    }
+    fn reset(objects: Vec<Self>, index: &mut Index) {
+        index.pods.clear();
+        index.bad_pods.clear();
+        for o in objects {
+            o.apply(index);
+        }
+    }
+}
+
+/// The server a node says it is: `spec.providerID` `ironclaim://NAME`, else
+/// the `ironclaim.dev/server` label its bootstrap set.
+pub fn node_server(node: &Node) -> Option<String> {
+    let from_provider_id = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(|id| id.strip_prefix(PROVIDER_ID_PREFIX))
+        .filter(|s| !s.is_empty());
+    from_provider_id.map(str::to_string).or_else(|| node.labels().get(SERVER_LABEL).cloned())
+}
+
+/// How long a server that failed a claim waits before it is tried again.
+#[derive(Clone, Copy, Debug)]
+pub struct FailureBackoff {
+    pub base_s: Seconds,
+    pub max_s: Seconds,
+}
+
+impl FailureBackoff {
+    /// Doubling with each failure in a row, capped.
+    pub fn after(&self, failures: u32) -> Seconds {
+        let doublings = failures.saturating_sub(1).min(20);
+        self.base_s.saturating_mul(1 << doublings).min(self.max_s)
+    }
+}
+
+/// The second of the server's last failed claim, from its condition.
+pub fn last_failure_s(server: &Server) -> Option<Seconds> {
+    server
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CLAIM_FAILED_CONDITION && c.status == "True")
+        .map(|c| c.last_transition_time.0.as_second().max(0) as Seconds)
+}
+
+impl Index {
+    pub fn apply<K: Indexed>(&mut self, object: K) {
+        object.apply(self);
+    }
+
+    pub fn delete<K: Indexed>(&mut self, object: &K) {
+        object.delete(self);
+    }
+
+    pub fn reset<K: Indexed>(&mut self, objects: Vec<K>) {
+        K::reset(objects, self);
+    }
+
+    /// The node registered for a server, if any.
+    pub fn node_of_server(&self, server: &str) -> Option<&Node> {
+        // The node named after the server is the common case; any node
+        // linked by providerID or label counts.
+        if let Some(node) = self.nodes.get(server)
+            && node_server(node).as_deref() == Some(server)
+        {
+            return Some(node);
+        }
+        self.nodes.values().find(|n| node_server(n).as_deref() == Some(server))
+    }
+
+    /// The claim that holds a node through its server, if any.
+    fn claim_of_server(&self) -> HashMap<&str, &NodeClaim> {
+        self.claims
+            .values()
+            .filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none()))
+            .map(|c| (c.spec.server.as_str(), c))
+            .collect()
+    }
+
+    /// The pending pods the core will plan for, by key.
+    pub fn pending_pod_keys(&self) -> impl Iterator<Item = &String> {
+        self.pods.iter().filter(|(_, e)| e.pod.is_pending_demand()).map(|(k, _)| k)
+    }
+
+    /// The world as the core sees it at `now_s`.
+    ///
+    /// # Guarantees
+    /// - A server that failed a claim counts as [`Health::Failed`] until its
+    ///   backoff has passed since the failure.
+    /// - A node whose claim has not yet passed its pool's readiness gates is
+    ///   not ready, so pods wait for the claim rather than count as placed.
+    /// - Objects that cannot be converted are left out and reported.
+    pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
+        let mut problems = Vec::new();
+        let mut snap = Snapshot::default();
+        for (k, error) in &self.bad_pods {
+            problems.push(Problem { object: format!("Pod {k}"), error: error.clone() });
+        }
+        snap.pods = self.pods.values().map(|e| e.pod.clone()).collect();
+        let claims = self.claim_of_server();
+        for node in self.nodes.values() {
+            match node_from_k8s(node) {
+                Ok(mut n) => {
+                    n.server = node_server(node).or(n.server);
+                    if let Some(claim) = n.server.as_deref().and_then(|s| claims.get(s))
+                        && !gates::claim_passed_gates(claim)
+                    {
+                        n.ready = false;
+                    }
+                    snap.nodes.push(n);
+                }
+                Err(err) => problems.push(Problem { object: format!("Node {}", node.name_any()), error: err.to_string() }),
+            }
+        }
+        for (k, ds) in &self.daemonsets {
+            let (namespace, name) = k.split_once('/').unwrap_or(("default", k));
+            match pod_from_template(&ds.spec.template, namespace, name, "spec.template") {
+                Ok(mut template) => {
+                    template.owner = Some(core::Owner { kind: "DaemonSet".into(), name: name.to_string() });
+                    template.workload = Some(name.to_string());
+                    snap.daemonsets.push(core::DaemonSet { namespace: namespace.to_string(), name: name.to_string(), template });
+                }
+                Err(err) => problems.push(Problem { object: format!("DaemonSet {k}"), error: err.to_string() }),
+            }
+        }
+        let pod_health: Vec<(&core::Pod, bool)> =
+            snap.pods.iter().map(|p| (p, p.phase == core::PodPhase::Running && !p.terminating)).collect();
+        for (k, pdb) in &self.pdbs {
+            match pdb_from_k8s(pdb, &pod_health) {
+                Ok(Some(p)) => snap.pdbs.push(p),
+                Ok(None) => {}
+                Err(err) => problems.push(Problem { object: format!("PodDisruptionBudget {k}"), error: err.to_string() }),
+            }
+        }
+        for pool in self.pools.values() {
+            match nodepool_to_core(pool) {
+                Ok(p) => snap.pools.push(p),
+                Err(err) => problems.push(Problem { object: format!("NodePool {}", pool.name_any()), error: err.to_string() }),
+            }
+        }
+        for server in self.servers.values() {
+            match server_to_core(server) {
+                Ok(mut s) => {
+                    if s.health == Health::Healthy
+                        && s.failures > 0
+                        && let Some(failed_s) = last_failure_s(server)
+                        && now_s < failed_s.saturating_add(backoff.after(s.failures))
+                    {
+                        s.health = Health::Failed;
+                    }
+                    if s.node.is_none() && self.node_of_server(&s.name).is_some() {
+                        s.node = self.node_of_server(&s.name).map(|n| n.name_any());
+                    }
+                    snap.servers.push(s);
+                }
+                Err(err) => problems.push(Problem { object: format!("Server {}", server.name_any()), error: err.to_string() }),
+            }
+        }
+        for claim in self.claims.values() {
+            match nodeclaim_in_flight(claim) {
+                Ok(Some(c)) => snap.claims.push(c),
+                Ok(None) => {}
+                Err(err) => problems.push(Problem { object: format!("NodeClaim {}", claim.name_any()), error: err.to_string() }),
+            }
+        }
+        (snap, problems)
+    }
+}

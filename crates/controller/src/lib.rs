@@ -1,0 +1,33 @@
+//! The ironclaim controller: from a pending pod to a powered-on, Ready
+//! server, with every step on the record.
+//!
+//! - [`index`]: the in-memory index of the cluster, fed by watches, that
+//!   builds the core's snapshot. No IO.
+//! - [`batch`]: pending pods batched by an idle and a maximum window.
+//! - [`claims`]: opening claims, claiming servers atomically, powering on,
+//!   and walking each claim through its stages.
+//! - [`timeline`]: the stage records, per-server deadlines (slow versus
+//!   stuck) and the notes pods are told.
+//! - [`gates`]: readiness gates per NodePool.
+//! - [`provider`]: the power boundary: Redfish and Metal3 BareMetalHost.
+//! - [`controller`]: the loop that ties them together, with leader
+//!   election ([`leader`]) and `/metrics` ([`metrics`], [`http`]).
+#![forbid(unsafe_code)]
+#![deny(warnings)]
+
+pub mod batch;
+pub mod claims;
+pub mod controller;
+pub mod error;
+pub mod events;
+pub mod gates;
+pub mod http;
+pub mod index;
+pub mod leader;
+pub mod metrics;
+pub mod provider;
+pub mod timeline;
+
+pub use controller::{Controller, Decision, Settings};
+pub use error::{Error, Result};
+pub use provider::{Metal3Power, Power, PowerError, ProviderRouter, RedfishPower};

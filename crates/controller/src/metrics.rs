@@ -1,0 +1,122 @@
+//! Prometheus metrics, served at `/metrics` in the OpenMetrics text format.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn stage_histogram() -> Histogram {
+    // 0.5 s to about 2.3 h: an emulated boot and a slow PXE re-image alike.
+    Histogram::new(exponential_buckets(0.5, 2.0, 15))
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 ms to about 16 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+/// Every metric the controller exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Seconds each stage took, by stage, NodePool and outcome.
+    pub stage_duration: HistogramFamily,
+    /// Claims that ended, by outcome (`ready`, `failed`) and reason.
+    pub claims: Family<Labels, Counter>,
+    /// Servers by power state as the provider last reported it.
+    pub servers: Family<Labels, Gauge>,
+    /// The sum of the power readings the BMCs reported.
+    pub fleet_watts: Gauge<f64, AtomicU64>,
+    /// Pending pods by what the core decided for them.
+    pub pending_pods: Family<Labels, Gauge>,
+    /// From the start of a decision to the last power-on request it sent.
+    pub decision_latency: Histogram,
+    /// Failed steps, by error kind.
+    pub errors: Family<Labels, Counter>,
+    /// Power actions that failed, by provider error kind.
+    pub power_failures: Family<Labels, Counter>,
+    /// 1 while this replica holds the leader lease.
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("ironclaim");
+        let stage_duration = HistogramFamily::new_with_constructor(stage_histogram);
+        let claims = Family::<Labels, Counter>::default();
+        let servers = Family::<Labels, Gauge>::default();
+        let fleet_watts = Gauge::<f64, AtomicU64>::default();
+        let pending_pods = Family::<Labels, Gauge>::default();
+        let decision_latency = latency_histogram();
+        let errors = Family::<Labels, Counter>::default();
+        let power_failures = Family::<Labels, Counter>::default();
+        let leader = Gauge::default();
+        registry.register("stage_duration_seconds", "Seconds each claim stage took", stage_duration.clone());
+        registry.register("claims", "Claims that ended, by outcome and reason", claims.clone());
+        registry.register("servers", "Servers by power state", servers.clone());
+        registry.register("fleet_watts", "Sum of the BMCs' power readings", fleet_watts.clone());
+        registry.register("pending_pods", "Pending pods by decision", pending_pods.clone());
+        registry.register(
+            "decision_latency_seconds",
+            "From the start of a decision to its last power-on request",
+            decision_latency.clone(),
+        );
+        registry.register("errors", "Failed controller steps by kind", errors.clone());
+        registry.register("power_failures", "Failed power actions by provider error", power_failures.clone());
+        registry.register("leader", "1 while this replica leads", leader.clone());
+        Metrics {
+            registry,
+            stage_duration,
+            claims,
+            servers,
+            fleet_watts,
+            pending_pods,
+            decision_latency,
+            errors,
+            power_failures,
+            leader,
+        }
+    }
+
+    pub fn observe_stage(&self, stage: &str, pool: &str, outcome: &str, seconds: f64) {
+        self.stage_duration
+            .get_or_create(&vec![
+                ("stage".into(), stage.into()),
+                ("nodepool".into(), pool.into()),
+                ("outcome".into(), outcome.into()),
+            ])
+            .observe(seconds);
+    }
+
+    pub fn claim_ended(&self, outcome: &str, reason: &str) {
+        self.claims.get_or_create(&vec![("outcome".into(), outcome.into()), ("reason".into(), reason.into())]).inc();
+    }
+
+    pub fn error(&self, label: &str) {
+        self.errors.get_or_create(&vec![("error".into(), label.into())]).inc();
+    }
+
+    pub fn power_failure(&self, label: &str) {
+        self.power_failures.get_or_create(&vec![("error".into(), label.into())]).inc();
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}

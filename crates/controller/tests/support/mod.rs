@@ -1,0 +1,518 @@
+//! The world the end-to-end tests run the controller in: the real control
+//! plane of `hack/testenv`, a sushy-tools Redfish emulator per test, and
+//! a harness that plays the machines (a powered-on system registers a kwok
+//! Node with its server's capacity after a boot delay; a powered-off one
+//! loses it).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ironclaim_controller::claims::{ClaimSettings, Retry};
+use ironclaim_controller::index::FailureBackoff;
+use ironclaim_controller::timeline::Deadlines;
+use ironclaim_controller::{Controller, Power, RedfishPower, Settings};
+use ironclaim_controller::batch::Windows;
+use ironclaim_k8s::api::{NodeClaim, Server};
+use ironclaim_redfish::{Bmc, BmcAddress, BmcConfig, Credentials, SystemSelector, Timing};
+use ironclaim_testenv::{FAKE_NODE_ANNOTATION, TestEnv};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+pub const NAMESPACE: &str = "ironclaim-e2e";
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("ironclaim-{tag}-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn sushy_emulator() -> PathBuf {
+    let path = match std::env::var_os("IRONCLAIM_SUSHY_EMULATOR") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .unwrap_or_else(|| PathBuf::from("/tmp"))
+                .join("ironclaim");
+            cache.join("sushy-venv/bin/sushy-emulator")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "the sushy-tools Redfish emulator is not installed at {}: run hack/redfish-emulator-setup",
+        path.display()
+    );
+    path
+}
+
+/// A sushy-tools emulator (fake driver, plain HTTP) with fresh state.
+pub struct Sushy {
+    child: Option<Child>,
+    pub port: u16,
+    pub log: Arc<Mutex<Vec<String>>>,
+    config: PathBuf,
+    pub dir: TempDir,
+}
+
+impl Sushy {
+    /// `systems`: (uuid, initial power state).
+    pub fn start(systems: &[(String, &str)]) -> Sushy {
+        let dir = TempDir::new("sushy");
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).expect("state dir");
+        let port = free_port();
+        let listed: Vec<String> = systems
+            .iter()
+            .enumerate()
+            .map(|(i, (uuid, power))| format!("{{'uuid': '{uuid}', 'name': 'system-{i}', 'power_state': '{power}', 'nics': []}}"))
+            .collect();
+        let config = dir.path().join("emulator.conf");
+        let mut file = std::fs::File::create(&config).expect("config");
+        writeln!(
+            file,
+            "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\nSUSHY_EMULATOR_FAKE_DRIVER = True\n\
+             SUSHY_EMULATOR_STATE_DIR = '{}'\nSUSHY_EMULATOR_FAKE_SYSTEMS = [\n    {}\n]",
+            state.display(),
+            listed.join(",\n    ")
+        )
+        .expect("write config");
+        drop(file);
+        let mut sushy = Sushy { child: None, port, log: Arc::default(), config, dir };
+        sushy.spawn();
+        sushy
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new(sushy_emulator())
+            .arg("--config")
+            .arg(&self.config)
+            .env("SUSHY_EMULATOR_CONFIG", &self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sushy-emulator");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = self.log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+        });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(Instant::now() < deadline, "sushy-emulator did not listen: {}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port with the same state.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+    }
+
+    /// Reset actions the emulator answered with 204, for one system.
+    pub fn resets(&self, uuid: &str) -> usize {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter().filter(|l| l.contains(uuid) && l.contains("/Actions/ComputerSystem.Reset HTTP/1.1") && l.contains("\" 204")).count()
+    }
+
+    pub fn address(&self, uuid: &str) -> String {
+        format!("http://127.0.0.1:{}/redfish/v1/Systems/{uuid}", self.port)
+    }
+}
+
+impl Drop for Sushy {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn uuid(index: usize) -> String {
+    format!("5e7a0000-0000-4000-8000-{index:012x}")
+}
+
+/// Fast timing for the emulator, whose resets take effect 1 to 11 s later.
+pub fn timing() -> Timing {
+    Timing {
+        request_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(1),
+        retries: 1,
+        retry_backoff: Duration::from_millis(100),
+        poll_initial: Duration::from_millis(250),
+        poll_max: Duration::from_millis(500),
+        resend_after: Duration::from_secs(15),
+        confirm_timeout: Duration::from_secs(30),
+        graceful_timeout: Duration::from_secs(15),
+        task_timeout: Duration::from_secs(10),
+    }
+}
+
+/// One server as the test declares it.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    pub name: String,
+    pub uuid: String,
+    pub cpu: u32,
+    pub memory_gi: u32,
+    pub gpus: Option<(&'static str, u32)>,
+    pub labels: BTreeMap<String, String>,
+    /// From BMC On to the Node registering.
+    pub boot: Duration,
+    /// From the Node registering to the GPUs being advertised.
+    pub gpu_driver: Duration,
+    /// Never registers a Node (a stuck PXE boot).
+    pub registers: bool,
+    /// Taints the bootstrap registers the Node with (`key`, NoSchedule).
+    pub taints: Vec<String>,
+    /// `spec.stageDurations` of the Server.
+    pub expected: [&'static str; 4],
+}
+
+impl Machine {
+    pub fn new(name: &str, index: usize, cpu: u32, memory_gi: u32) -> Self {
+        Machine {
+            name: name.into(),
+            uuid: uuid(index),
+            cpu,
+            memory_gi,
+            gpus: None,
+            labels: BTreeMap::new(),
+            boot: Duration::from_secs(1),
+            gpu_driver: Duration::ZERO,
+            registers: true,
+            taints: Vec::new(),
+            expected: ["12s", "3s", "2s", "3s"],
+        }
+    }
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.labels.insert(k.into(), v.into());
+        self
+    }
+    pub fn gpus(mut self, model: &'static str, count: u32, driver: Duration) -> Self {
+        self.gpus = Some((model, count));
+        self.gpu_driver = driver;
+        self
+    }
+    pub fn taint(mut self, key: &str) -> Self {
+        self.taints.push(key.into());
+        self
+    }
+    pub fn never_registers(mut self) -> Self {
+        self.registers = false;
+        self
+    }
+
+    pub fn server_json(&self, sushy: &Sushy) -> serde_json::Value {
+        let mut hardware = json!({"cpu": self.cpu.to_string(), "memory": format!("{}Gi", self.memory_gi)});
+        if let Some((model, count)) = self.gpus {
+            hardware["gpus"] = json!([{"model": model, "count": count}]);
+        }
+        json!({
+            "apiVersion": "ironclaim.dev/v1alpha1",
+            "kind": "Server",
+            "metadata": {"name": self.name},
+            "spec": {
+                "bmc": {
+                    "address": sushy.address(&self.uuid),
+                    "credentialsSecretRef": {"name": "bmc", "namespace": NAMESPACE}
+                },
+                "hardware": hardware,
+                "labels": self.labels,
+                "power": {"idleWatts": 150, "peakWatts": 400},
+                "stageDurations": {"powerOn": self.expected[0], "boot": self.expected[1], "join": self.expected[2], "ready": self.expected[3], "tailPercent": 150}
+            }
+        })
+    }
+
+    fn node(&self, with_gpus: bool) -> serde_json::Value {
+        let mut labels = self.labels.clone();
+        labels.insert("kubernetes.io/hostname".into(), self.name.clone());
+        labels.insert("ironclaim.dev/server".into(), self.name.clone());
+        let mut capacity = json!({"cpu": self.cpu.to_string(), "memory": format!("{}Gi", self.memory_gi), "pods": "110"});
+        if let (Some((_, count)), true) = (self.gpus, with_gpus) {
+            capacity["nvidia.com/gpu"] = json!(count.to_string());
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": labels, "annotations": {FAKE_NODE_ANNOTATION.0: FAKE_NODE_ANNOTATION.1}},
+            "spec": {
+                "providerID": format!("ironclaim://{}", self.name),
+                "taints": self.taints.iter().map(|k| json!({"key": k, "effect": "NoSchedule"})).collect::<Vec<_>>()
+            },
+            "status": {"capacity": capacity, "allocatable": capacity}
+        })
+    }
+}
+
+/// Plays the machines until dropped.
+pub struct Machines {
+    task: tokio::task::JoinHandle<()>,
+    /// Nodes the harness registered, by server, in order.
+    pub registered: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Machines {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Machines {
+    pub fn start(client: Client, sushy: &Sushy, machines: Vec<Machine>) -> Machines {
+        let endpoint = BmcAddress::parse(&format!("http://127.0.0.1:{}", sushy.port)).expect("address").endpoint;
+        let creds = Credentials::new("admin", ironclaim_redfish::credentials::Secret::new("password"));
+        let mut config = BmcConfig::new(endpoint, creds);
+        config.timing = timing();
+        let bmc = Bmc::new(config, Arc::new(tokio::sync::Semaphore::new(8))).expect("bmc");
+        let registered: Arc<Mutex<Vec<String>>> = Arc::default();
+        let log = registered.clone();
+        let task = tokio::spawn(async move {
+            let nodes: Api<Node> = Api::all(client);
+            let mut on_since: BTreeMap<String, Instant> = BTreeMap::new();
+            let mut node_since: BTreeMap<String, Instant> = BTreeMap::new();
+            let mut gpus_shown: BTreeMap<String, bool> = BTreeMap::new();
+            loop {
+                for m in &machines {
+                    let selector = SystemSelector::parse(&m.uuid).expect("selector");
+                    let Ok(state) = bmc.power_state(&selector).await else { continue };
+                    if state == ironclaim_redfish::PowerState::On {
+                        let since = *on_since.entry(m.name.clone()).or_insert_with(Instant::now);
+                        if !m.registers || since.elapsed() < m.boot {
+                            continue;
+                        }
+                        if !node_since.contains_key(&m.name) {
+                            let with_gpus = m.gpu_driver.is_zero();
+                            let node: Node = serde_json::from_value(m.node(with_gpus)).expect("node");
+                            match nodes.create(&PostParams::default(), &node).await {
+                                Ok(_) | Err(kube::Error::Api(_)) => {
+                                    node_since.insert(m.name.clone(), Instant::now());
+                                    gpus_shown.insert(m.name.clone(), with_gpus);
+                                    log.lock().unwrap_or_else(|p| p.into_inner()).push(m.name.clone());
+                                }
+                                Err(_) => {}
+                            }
+                        } else if !gpus_shown[&m.name] && node_since[&m.name].elapsed() >= m.gpu_driver {
+                            let node = m.node(true);
+                            let patch = json!({"status": {"capacity": node["status"]["capacity"], "allocatable": node["status"]["allocatable"]}});
+                            if nodes.patch_status(&m.name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
+                                gpus_shown.insert(m.name.clone(), true);
+                            }
+                        }
+                    } else if state == ironclaim_redfish::PowerState::Off {
+                        on_since.remove(&m.name);
+                        if node_since.remove(&m.name).is_some() {
+                            let _ = nodes.delete(&m.name, &DeleteParams::default()).await;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        Machines { task, registered }
+    }
+}
+
+/// The control plane with the CRDs, a namespace and the BMC Secret.
+pub async fn setup() -> (TestEnv, Client) {
+    ironclaim_redfish::install_crypto_provider();
+    let env = TestEnv::shared().expect("test environment");
+    let client = env.client().await.expect("client");
+    let crds = ironclaim_k8s::api::crds_yaml().expect("crds");
+    env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &crds).expect("apply CRDs");
+    for crd in ["servers", "nodepools", "nodeclaims"] {
+        env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("crd established");
+    }
+    let _ = env.kubectl(["create", "namespace", NAMESPACE]);
+    let _ = env.kubectl([
+        "-n",
+        NAMESPACE,
+        "create",
+        "secret",
+        "generic",
+        "bmc",
+        "--from-literal=username=admin",
+        "--from-literal=password=password",
+    ]);
+    (env, client)
+}
+
+pub fn apply(env: &TestEnv, value: &serde_json::Value) {
+    env.kubectl_with_stdin(["apply", "-f", "-"], &value.to_string()).unwrap_or_else(|e| panic!("apply {value}: {e}"));
+}
+
+/// A Ready kwok node that exists before the test, not backed by a server.
+pub fn existing_node(name: &str, cpu: u32, memory_gi: u32, labels: &[(&str, &str)], gpus: u32, taints: &[&str]) -> serde_json::Value {
+    let mut l: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    l.insert("kubernetes.io/hostname".into(), name.into());
+    let mut capacity = json!({"cpu": cpu.to_string(), "memory": format!("{memory_gi}Gi"), "pods": "110"});
+    if gpus > 0 {
+        capacity["nvidia.com/gpu"] = json!(gpus.to_string());
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": l, "annotations": {FAKE_NODE_ANNOTATION.0: FAKE_NODE_ANNOTATION.1}},
+        "spec": {"taints": taints.iter().map(|k| json!({"key": k, "effect": "NoSchedule"})).collect::<Vec<_>>()},
+        "status": {"capacity": capacity, "allocatable": capacity}
+    })
+}
+
+/// A pod; GPU pods tolerate the `nvidia.com/gpu` taint.
+pub fn pod(name: &str, cpu: &str, memory: &str, selector: &[(&str, &str)], gpus: u32) -> serde_json::Value {
+    let mut requests = json!({"cpu": cpu, "memory": memory});
+    let mut limits = json!({});
+    if gpus > 0 {
+        requests["nvidia.com/gpu"] = json!(gpus.to_string());
+        limits["nvidia.com/gpu"] = json!(gpus.to_string());
+    }
+    let selector: BTreeMap<&str, &str> = selector.iter().copied().collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "nodeSelector": selector,
+            "tolerations": if gpus > 0 { json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]) } else { json!([]) },
+            "containers": [{"name": "c", "image": "registry.invalid/app", "resources": {"requests": requests, "limits": limits}}]
+        }
+    })
+}
+
+pub fn nodepool(name: &str, requirements: serde_json::Value, readiness: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"requirements": requirements, "readiness": readiness}
+    })
+}
+
+/// A NodePool whose nodes carry `taint` (NoSchedule).
+pub fn tainted_nodepool(name: &str, requirements: serde_json::Value, readiness: serde_json::Value, taint: &str) -> serde_json::Value {
+    let mut pool = nodepool(name, requirements, readiness);
+    pool["spec"]["template"] = json!({"taints": [{"key": taint, "effect": "NoSchedule"}]});
+    pool
+}
+
+/// Short windows and deadlines, so a test runs in seconds.
+pub fn settings(instance: &str) -> Settings {
+    Settings {
+        windows: Windows { idle: Duration::from_millis(300), max: Duration::from_secs(2) },
+        claims: ClaimSettings {
+            deadlines: Deadlines { margin_percent: 200, floor_s: 5 },
+            retry: Retry { base: Duration::from_millis(500), max: Duration::from_secs(2), attempts: 4 },
+            quarantine_after: 3,
+            failed_claim_ttl: Duration::from_secs(3600),
+        },
+        failure_backoff: FailureBackoff { base_s: 600, max_s: 3600 },
+        tick: Duration::from_millis(200),
+        redecide_every: Duration::from_secs(2),
+        power_sweep_every: Duration::from_secs(3),
+        lease: None,
+        metrics_address: None,
+        instance: instance.into(),
+        open_concurrency: 8,
+        publish_events: true,
+    }
+}
+
+pub fn redfish(client: &Client) -> Arc<dyn Power> {
+    Arc::new(RedfishPower::new(client.clone(), timing()))
+}
+
+/// A controller running in a task until the returned sender is dropped or fired.
+pub struct Running {
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub task: tokio::task::JoinHandle<ironclaim_controller::Result<()>>,
+}
+
+impl Running {
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.task).await;
+    }
+    /// Ends it abruptly, as a killed process would.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+}
+
+pub fn run(controller: Controller) -> Running {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(async move {
+        let _ = rx.await;
+    }));
+    Running { stop: Some(tx), task }
+}
+
+pub async fn claims(client: &Client) -> Vec<NodeClaim> {
+    Api::<NodeClaim>::all(client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default()
+}
+
+pub async fn server(client: &Client, name: &str) -> Server {
+    Api::<Server>::all(client.clone()).get(name).await.expect("server")
+}
+
+pub async fn pod_node(client: &Client, name: &str) -> Option<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    pods.get(name).await.ok().and_then(|p| p.spec.and_then(|s| s.node_name))
+}
+
+/// The Events on a pod, as "reason: note" lines.
+pub async fn pod_events(client: &Client, pod: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NAMESPACE);
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
+        .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+pub fn names(claims: &[NodeClaim]) -> Vec<String> {
+    claims.iter().map(|c| format!("{} -> {} ({:?})", c.name_any(), c.spec.server, c.status.as_ref().and_then(|s| s.stage))).collect()
+}
