@@ -182,11 +182,13 @@ struct StaticKey<'p> {
     tolerations: &'p [crate::labels::Toleration],
 }
 
-fn class_key(s: &Server) -> String {
+/// What makes two servers interchangeable as hardware: capacity, labels
+/// (but the hostname), power profile and measured durations.
+pub fn hardware_key(s: &Server) -> String {
     let mut labels = s.labels.clone();
     labels.remove(HOSTNAME);
     format!(
-        "{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}|{}|{}",
+        "{:?}|{:?}|{}|{}|{}|{}|{:?}",
         s.capacity,
         labels,
         s.power.idle_watts.to_bits(),
@@ -194,10 +196,12 @@ fn class_key(s: &Server) -> String {
         s.power.boot_watts.to_bits(),
         s.power.off_watts.to_bits(),
         s.durations,
-        s.power_state,
-        s.failures,
-        s.unlimited
     )
+}
+
+/// Interchangeable for a decision: the same hardware in the same state.
+fn class_key(s: &Server) -> String {
+    format!("{}|{:?}|{}|{}", hardware_key(s), s.power_state, s.failures, s.unlimited)
 }
 
 fn daemonset_overhead(snap: &Snapshot, labels: &Labels, taints: &[Taint], name: &str) -> Resources {

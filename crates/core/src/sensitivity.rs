@@ -1,7 +1,7 @@
 //! The sensitivity test of the product brief: the same workloads against
 //! other supply, boot times, stock and request accuracy.
 
-use crate::model::{Health, PowerState, Seconds, Snapshot};
+use crate::model::{PowerState, Seconds, Snapshot};
 use std::collections::BTreeMap;
 use std::fmt;
 use thiserror::Error;
@@ -130,48 +130,41 @@ fn hardware_class(s: &crate::model::Server) -> String {
     format!("{:?}|{:?}", s.capacity, s.labels.get("nvidia.com/gpu.product"))
 }
 
+/// Calls `f` on every free server with its index among the free servers of
+/// its hardware class, in name order.
+fn each_free_server_by_class(snap: &mut Snapshot, mut f: impl FnMut(&mut crate::model::Server, u32)) {
+    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    let mut order: Vec<usize> = (0..snap.servers.len()).collect();
+    order.sort_by(|&a, &b| snap.servers[a].name.cmp(&snap.servers[b].name));
+    for i in order {
+        let s = &mut snap.servers[i];
+        if s.is_available() {
+            let k = seen.entry(hardware_class(s)).or_default();
+            f(s, *k);
+            *k += 1;
+        }
+    }
+}
+
 /// The snapshot with the variations applied, in order.
 pub fn apply(snapshot: &Snapshot, variations: &[Variation]) -> Snapshot {
     let mut snap = snapshot.clone();
     for v in variations {
         match v {
-            Variation::Warm(n) => {
-                let mut seen: BTreeMap<String, u32> = BTreeMap::new();
-                let mut order: Vec<usize> = (0..snap.servers.len()).collect();
-                order.sort_by(|&a, &b| snap.servers[a].name.cmp(&snap.servers[b].name));
-                for i in order {
-                    let s = &mut snap.servers[i];
-                    if !s.is_available() {
-                        continue;
-                    }
-                    let k = seen.entry(hardware_class(s)).or_default();
-                    s.power_state = if *k < *n { PowerState::On } else { PowerState::Off };
-                    *k += 1;
-                }
-            }
+            Variation::Warm(n) => each_free_server_by_class(&mut snap, |s, k| {
+                s.power_state = if k < *n { PowerState::On } else { PowerState::Off };
+            }),
             Variation::ColdPathS(total) => {
                 for s in &mut snap.servers {
                     let d = &mut s.durations;
                     d.boot_s = total.saturating_sub(d.power_on_s + d.join_s + d.ready_s);
                 }
             }
-            Variation::Stock(n) => {
-                let mut seen: BTreeMap<String, u32> = BTreeMap::new();
-                let mut order: Vec<usize> = (0..snap.servers.len()).collect();
-                order.sort_by(|&a, &b| snap.servers[a].name.cmp(&snap.servers[b].name));
-                for i in order {
-                    let s = &mut snap.servers[i];
-                    if !s.is_available() {
-                        continue;
-                    }
-                    let k = seen.entry(hardware_class(s)).or_default();
-                    if *k >= *n {
-                        s.claim = Some("taken-elsewhere".into());
-                        s.health = Health::Healthy;
-                    }
-                    *k += 1;
+            Variation::Stock(n) => each_free_server_by_class(&mut snap, |s, k| {
+                if k >= *n {
+                    s.claim = Some("taken-elsewhere".into());
                 }
-            }
+            }),
             Variation::Requests(x) => {
                 for p in snap.pods.iter_mut().filter(|p| p.is_pending_demand()) {
                     p.requests = p.requests.scaled(*x);
