@@ -41,7 +41,8 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct OracleBound {
     pub energy_kwh: f64,
-    /// Mean servers the bound keeps on.
+    /// Mean servers of the oracle's best cover (when the search is cut
+    /// short, the cover found so far; its energy is not used).
     pub servers_mean: f64,
     /// Segments (stretches of constant demand) solved, and those where the
     /// search fell back to the fractional bound.
@@ -62,7 +63,7 @@ struct ClassInfo {
     available: i64,
 }
 
-const NODE_BUDGET: u64 = 50_000;
+const NODE_BUDGET: u64 = 400;
 
 /// Computes the oracle bound for the prepared workload, sampling the
 /// number of servers at `sample_at` times.
@@ -269,7 +270,11 @@ struct Problem {
     rhs: Vec<f64>,
     weight: Vec<f64>,
     available: Vec<i64>,
+    /// Classes in branching order.
     order: Vec<usize>,
+    /// Per constraint: (unit cost, position in `order`, capacity), cheapest
+    /// first, for the fractional bound.
+    cheapest: Vec<Vec<(f64, usize, f64)>>,
 }
 
 /// The cheapest integer choice of servers per class covering every
@@ -322,23 +327,73 @@ fn min_on_watts(
     }
     let weight: Vec<f64> = classes.iter().map(|c| c.on_watts).collect();
     let available: Vec<i64> = classes.iter().map(|c| c.available).collect();
-    let mut order: Vec<usize> = (0..classes.len()).filter(|&c| available[c] > 0).collect();
+    let useful = |c: usize| {
+        rhs.iter()
+            .enumerate()
+            .filter(|&(j, _)| coef[j][c] > 0.0)
+            .map(|(j, &d)| (d / coef[j][c]).ceil() as i64)
+            .max()
+            .unwrap_or(0)
+    };
+    let useful_of: Vec<i64> = (0..classes.len()).map(useful).collect();
+    // A class is dropped when another is no dearer, at least as large on
+    // every constraint, and plentiful enough to stand in for it: any
+    // cover using the first stays a cover, no dearer, with the second.
+    let dominates = |a: usize, b: usize| {
+        a != b
+            && available[a] >= useful_of[a]
+            && weight[a] <= weight[b]
+            && coef.iter().all(|row| row[a] >= row[b])
+            && (weight[a] < weight[b] || coef.iter().any(|row| row[a] > row[b]) || a < b)
+    };
+    let live: Vec<usize> = (0..classes.len())
+        .filter(|&b| available[b] > 0 && useful_of[b] > 0)
+        .collect();
+    let mut order: Vec<usize> =
+        live.iter().copied().filter(|&b| !live.iter().any(|&a| dominates(a, b))).collect();
     // Cheapest per unit of the first constraint first: good incumbents early.
     order.sort_by(|&a, &b| {
         let ra = weight[a] / coef[0][a].max(1e-9);
         let rb = weight[b] / coef[0][b].max(1e-9);
         ra.total_cmp(&rb).then(a.cmp(&b))
     });
-    let p = Problem { coef, rhs, weight, available, order };
+    let cheapest = coef
+        .iter()
+        .map(|row| {
+            let mut v: Vec<(f64, usize, f64)> = order
+                .iter()
+                .enumerate()
+                .filter(|&(_, &c)| row[c] > 0.0)
+                .map(|(pos, &c)| (weight[c] / row[c], pos, row[c] * available[c] as f64))
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            v
+        })
+        .collect();
+    let p = Problem { coef, rhs, weight, available, order, cheapest };
     let root = fractional_bound(&p, 0, &p.rhs);
     let mut best = (f64::INFINITY, 0u32);
     let mut counts = vec![0i64; classes.len()];
     let mut nodes = 0u64;
     let deficit = p.rhs.clone();
-    search(&p, 0, &deficit, 0.0, &mut counts, &mut best, &mut nodes);
+    search(&p, 0, &deficit, 0.0, &mut counts, &mut best, &mut nodes, NODE_BUDGET);
     if nodes > NODE_BUDGET || !best.0.is_finite() {
-        let servers_guess = 0;
-        return (root.max(0.0), servers_guess, true);
+        // The search was cut short: the root bound stands for the energy;
+        // the best cover found, if any, for the server count.
+        let servers = if best.0.is_finite() {
+            best.1
+        } else {
+            p.rhs
+                .iter()
+                .enumerate()
+                .map(|(j, &d)| {
+                    let top = p.order.iter().map(|&c| p.coef[j][c]).fold(0.0, f64::max);
+                    if top > 0.0 { (d / top).ceil() as u32 } else { 0 }
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        return (if root.is_finite() { root.max(0.0) } else { 0.0 }, servers, true);
     }
     (best.0, best.1, false)
 }
@@ -351,16 +406,12 @@ fn fractional_bound(p: &Problem, from: usize, deficit: &[f64]) -> f64 {
         if d <= 0.0 {
             continue;
         }
-        // Fill by cost per unit, respecting availability.
-        let mut opts: Vec<(f64, f64)> = p.order[from..]
-            .iter()
-            .filter(|&&c| p.coef[j][c] > 0.0)
-            .map(|&c| (p.weight[c] / p.coef[j][c], p.coef[j][c] * p.available[c] as f64))
-            .collect();
-        opts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut left = d;
         let mut cost = 0.0;
-        for (unit, cap) in opts {
+        for &(unit, pos, cap) in &p.cheapest[j] {
+            if pos < from {
+                continue;
+            }
             let take = left.min(cap);
             cost += take * unit;
             left -= take;
@@ -376,6 +427,7 @@ fn fractional_bound(p: &Problem, from: usize, deficit: &[f64]) -> f64 {
     bound
 }
 
+#[allow(clippy::too_many_arguments)]
 fn search(
     p: &Problem,
     i: usize,
@@ -384,9 +436,10 @@ fn search(
     counts: &mut [i64],
     best: &mut (f64, u32),
     nodes: &mut u64,
+    budget: u64,
 ) {
     *nodes += 1;
-    if *nodes > NODE_BUDGET {
+    if *nodes > budget {
         return;
     }
     if deficit.iter().all(|&d| d <= 0.0) {
@@ -416,8 +469,8 @@ fn search(
             *d = deficit[j] - n as f64 * p.coef[j][c];
         }
         counts[c] = n;
-        search(p, i + 1, &next, cost + n as f64 * p.weight[c], counts, best, nodes);
-        if *nodes > NODE_BUDGET {
+        search(p, i + 1, &next, cost + n as f64 * p.weight[c], counts, best, nodes, budget);
+        if *nodes > budget {
             break;
         }
     }
