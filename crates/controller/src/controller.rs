@@ -217,6 +217,7 @@ impl Controller {
         }
         self.ready.store(true, Ordering::Relaxed);
         tracing::info!("caches synced");
+        let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(self.client.clone(), self.index.clone(), self.claims.clone(), self.metrics.clone(), self.settings.failure_backoff, &self.settings.instance, Default::default())).spawn();
 
         let mut batcher = Batcher::new(self.settings.windows);
         let mut leading = self.settings.lease.is_none();

@@ -10,6 +10,8 @@
 //!   stuck) and the notes pods are told.
 //! - [`gates`]: readiness gates per NodePool.
 //! - [`provider`]: the power boundary: Redfish and Metal3 BareMetalHost.
+//! - [`scaledown`]: drains, warm-spare power, stranded resources and
+//!   energy, carrying out the core's scale-down decisions.
 //! - [`controller`]: the loop that ties them together, with leader
 //!   election ([`leader`]) and `/metrics` ([`metrics`], [`http`]).
 #![forbid(unsafe_code)]
@@ -26,6 +28,7 @@ pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod provider;
+pub mod scaledown;
 pub mod timeline;
 
 pub use controller::{Controller, Decision, Settings};

@@ -43,6 +43,8 @@ pub struct Metrics {
     pub power_failures: Family<Labels, Counter>,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
+    /// Scale-down: energy saved, warm spares, drains and evictions.
+    pub scaledown: crate::scaledown::energy::ScaleDownMetrics,
 }
 
 impl Default for Metrics {
@@ -76,6 +78,7 @@ impl Metrics {
         registry.register("errors", "Failed controller steps by kind", errors.clone());
         registry.register("power_failures", "Failed power actions by provider error", power_failures.clone());
         registry.register("leader", "1 while this replica leads", leader.clone());
+        let scaledown = crate::scaledown::energy::ScaleDownMetrics::register(&mut registry);
         Metrics {
             registry,
             stage_duration,
@@ -87,6 +90,7 @@ impl Metrics {
             errors,
             power_failures,
             leader,
+            scaledown,
         }
     }
 

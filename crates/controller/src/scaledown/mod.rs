@@ -1,0 +1,419 @@
+//! Scale-down: the core decides ([`ironclaim_core::disruption::disrupt`]),
+//! this module carries it out.
+//!
+//! Each pass takes the controller's snapshot, stamps how long each server
+//! has idled, marks what is already in progress, asks the core, and runs
+//! each new action as its own task: drains ([`drain`]), warm-spare power
+//! on and off ([`power`]). Stranded resources ([`stranded`]) are found and
+//! repaired in the same pass, and the energy saved is metered ([`energy`]).
+//!
+//! # Guarantees
+//! - One action per node or server at a time; what is in flight counts
+//!   against budgets and floors in the next decision.
+//! - Passes run only while this replica leads.
+//! - A node carrying the disrupting taint that no task of this process is
+//!   draining (a drain cut short by a restart) is uncordoned, and the core
+//!   decides about it afresh.
+//! - Idle time starts when this process first sees a server idle: after a
+//!   restart, break-even is waited out again, never shortened.
+
+pub mod drain;
+pub mod energy;
+pub mod notes;
+pub mod power;
+pub mod stranded;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ironclaim_core::disruption::{Action, disrupt};
+use ironclaim_core::model::{PowerState, Seconds, Snapshot};
+use ironclaim_k8s::api::nodeclaim::Stage;
+use kube::api::DeleteParams;
+use kube::{Api, Client, ResourceExt};
+use tokio::task::JoinHandle;
+
+use crate::claims::Claims;
+use crate::index::{FailureBackoff, Index};
+use crate::metrics::Metrics;
+use drain::{DrainRequest, DrainSettings, Drainer};
+use energy::{EnergyMeter, ScaleDownMetrics, fleet_summary};
+use notes::{Kind, Notes};
+use stranded::Finding;
+
+pub use energy::{FleetSummary, fleet_summary as summary};
+
+/// Knobs of scale-down.
+#[derive(Clone, Debug)]
+pub struct ScaleDownSettings {
+    /// How often the core is asked.
+    pub every: Duration,
+    pub drain: DrainSettings,
+    /// How long a stranded resource persists before it is repaired.
+    pub stranded_grace: Duration,
+    pub publish_events: bool,
+}
+
+impl Default for ScaleDownSettings {
+    fn default() -> Self {
+        ScaleDownSettings { every: Duration::from_secs(2), drain: DrainSettings::default(), stranded_grace: Duration::from_secs(300), publish_events: true }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Since when each server has been seen idle, by name.
+    idle_since: HashMap<String, Seconds>,
+    /// Running actions by node or server name.
+    tasks: HashMap<String, (Work, JoinHandle<()>)>,
+    meter: EnergyMeter,
+    /// Since when each stranded finding has been seen, by key.
+    stranded_since: HashMap<String, Seconds>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Work {
+    Drain { server: Option<String> },
+    PowerOff,
+    PowerOn,
+    Repair,
+}
+
+/// The scale-down executor. Share it in an `Arc`.
+pub struct ScaleDown {
+    index: Arc<Mutex<Index>>,
+    metrics: Arc<Metrics>,
+    backoff: FailureBackoff,
+    settings: ScaleDownSettings,
+    drainer: Drainer,
+    state: Mutex<State>,
+}
+
+/// Stops the scale-down loop and its tasks when dropped.
+pub struct Running {
+    scaledown: Arc<ScaleDown>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.scaledown.abort_all();
+    }
+}
+
+fn now_s() -> Seconds {
+    jiff::Timestamp::now().as_second().max(0) as Seconds
+}
+
+impl ScaleDown {
+    /// Builds the executor on the controller's index, claims (for the power
+    /// provider and server release) and metrics.
+    pub fn new(
+        client: Client,
+        index: Arc<Mutex<Index>>,
+        claims: Arc<Claims>,
+        metrics: Arc<Metrics>,
+        backoff: FailureBackoff,
+        instance: &str,
+        settings: ScaleDownSettings,
+    ) -> Self {
+        let notes = if settings.publish_events { Notes::new(client.clone(), "ironclaim", instance) } else { Notes::disabled() };
+        let drainer = Drainer {
+            client,
+            power: claims.power(),
+            claims,
+            notes,
+            metrics: metrics.scaledown.clone(),
+            settings: settings.drain.clone(),
+        };
+        ScaleDown { index, metrics, backoff, settings, drainer, state: Mutex::default() }
+    }
+
+    fn metrics(&self) -> &ScaleDownMetrics {
+        &self.metrics.scaledown
+    }
+
+    /// Runs a pass every [`ScaleDownSettings::every`] while this replica
+    /// leads (the controller's `leader` gauge is 1), until the returned
+    /// handle is dropped.
+    pub fn spawn(self: Arc<Self>) -> Running {
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(this.settings.every).await;
+                if this.metrics.leader.get() == 1 {
+                    this.reconcile(now_s()).await;
+                } else {
+                    this.abort_all();
+                }
+            }
+        });
+        Running { scaledown: self, task }
+    }
+
+    fn abort_all(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for (_, (_, handle)) in state.tasks.drain() {
+            handle.abort();
+        }
+    }
+
+    /// One pass: decide, start new actions, repair stranded resources,
+    /// meter energy. Idempotent: an action already running is not started
+    /// again.
+    pub async fn reconcile(&self, now: Seconds) {
+        let (mut snapshot, tainted, findings, not_serving) = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            let (snapshot, _) = index.snapshot(now, self.backoff);
+            let tainted: Vec<String> = index
+                .nodes
+                .values()
+                .filter(|n| {
+                    n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == ironclaim_core::DISRUPTING_TAINT))
+                })
+                .map(ResourceExt::name_any)
+                .collect();
+            let not_serving: BTreeSet<String> = index
+                .claims
+                .values()
+                .filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none() && s.stage != Some(Stage::Serving)))
+                .map(|c| c.spec.server.clone())
+                .collect();
+            (snapshot, tainted, stranded::find(&index), not_serving)
+        };
+        let running: HashMap<String, Work> = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.tasks.retain(|_, (_, h)| !h.is_finished());
+            self.stamp_idle(&mut state, &mut snapshot, &not_serving, now);
+            state.tasks.iter().map(|(k, (w, _))| (k.clone(), w.clone())).collect()
+        };
+        mark_in_flight(&mut snapshot, &running);
+
+        for node in tainted.iter().filter(|n| !running.contains_key(*n)) {
+            // A drain this process does not own: cut short by a restart.
+            let (drainer, node) = (self.drainer.clone(), node.clone());
+            self.start(node.clone(), Work::Repair, async move {
+                if let Err(err) = drainer.uncordon(&node).await {
+                    tracing::warn!(%node, error = %err, "uncordoning an orphaned drain failed");
+                } else {
+                    drainer.notes.normal(Kind::Node, &node, "DrainAbandoned", "a drain cut short by a restart: uncordoned").await;
+                }
+            });
+        }
+
+        let plan = disrupt(&snapshot, now);
+        for action in plan.actions {
+            self.act(action, &snapshot, &running);
+        }
+        for held in &plan.held {
+            let kind = if snapshot.nodes.iter().any(|n| n.name == held.subject) { Kind::Node } else { Kind::Server };
+            self.drainer.notes.normal(kind, &held.subject, "ScaleDownHeld", &held.why).await;
+        }
+        self.repair(findings, &running, now).await;
+
+        let summary = fleet_summary(&snapshot);
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).meter.observe(now, &summary, self.metrics());
+    }
+
+    /// Sets each server's `idle_since_s` from when this process first saw
+    /// it idle: on, and either unclaimed with no node, or a serving node
+    /// with no workload pod.
+    fn stamp_idle(&self, state: &mut State, snapshot: &mut Snapshot, not_serving: &BTreeSet<String>, now: Seconds) {
+        let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
+        for p in &snapshot.pods {
+            if p.occupies_node() && !p.terminating && !p.is_daemonset_pod() {
+                busy_nodes.insert(p.node_name.as_deref().unwrap_or_default());
+            }
+        }
+        let mut idle_now: HashMap<String, bool> = HashMap::new();
+        for s in &snapshot.servers {
+            let idle = match &s.node {
+                Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(&s.name),
+                None => s.power_state == PowerState::On && s.claim.is_none(),
+            };
+            idle_now.insert(s.name.clone(), idle);
+        }
+        state.idle_since.retain(|name, _| idle_now.get(name).copied().unwrap_or(false));
+        for s in snapshot.servers.iter_mut() {
+            if idle_now.get(&s.name).copied().unwrap_or(false) {
+                s.idle_since_s = Some(*state.idle_since.entry(s.name.clone()).or_insert(now));
+            }
+        }
+    }
+
+    fn start(&self, key: String, work: Work, job: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.tasks.contains_key(&key) {
+            return;
+        }
+        state.tasks.insert(key, (work, tokio::spawn(job)));
+    }
+
+    fn act(&self, action: Action, snapshot: &Snapshot, running: &HashMap<String, Work>) {
+        let drainer = self.drainer.clone();
+        let metrics = self.metrics().clone();
+        match action {
+            Action::PowerOff { server, class, idle_s, break_even_s, saves_watts } => {
+                if running.contains_key(&server) {
+                    return;
+                }
+                let note = format!("idle {idle_s}s, past its {break_even_s}s break-even; class {class} keeps its floor; saves {saves_watts:.0} W");
+                let name = server.clone();
+                self.start(server, Work::PowerOff, async move {
+                    match power::power_off_spare(&drainer, &name, &note).await {
+                        Ok(true) => metrics.action("power_off", "idle", "done"),
+                        Ok(false) => metrics.action("power_off", "idle", "claimed"),
+                        Err(err) => {
+                            metrics.action("power_off", "idle", err.metric_label());
+                            tracing::warn!(server = %name, error = %err, "powering off a spare failed");
+                        }
+                    }
+                });
+            }
+            Action::PowerOn { server, class, floor, on } => {
+                if running.contains_key(&server) {
+                    return;
+                }
+                let note = format!("warm floor of {class} is {floor}, {on} on");
+                let name = server.clone();
+                self.start(server, Work::PowerOn, async move {
+                    match power::power_on_spare(&drainer, &name, &note).await {
+                        Ok(true) => metrics.action("power_on", "warm_floor", "done"),
+                        Ok(false) => metrics.action("power_on", "warm_floor", "claimed"),
+                        Err(err) => {
+                            metrics.action("power_on", "warm_floor", err.metric_label());
+                            tracing::warn!(server = %name, error = %err, "powering on a spare failed");
+                        }
+                    }
+                });
+            }
+            Action::Drain { node, server, pool, reason, evict, .. } => {
+                if running.contains_key(&node) || server.as_ref().is_some_and(|s| running.contains_key(s)) {
+                    return;
+                }
+                let timeout = snapshot
+                    .pools
+                    .iter()
+                    .find(|p| p.name == pool)
+                    .and_then(|p| p.disruption.drain_timeout_s)
+                    .map_or(self.settings.drain.default_timeout, Duration::from_secs);
+                let reason = format!("{reason:?}").to_lowercase();
+                let request = DrainRequest {
+                    node: node.clone(),
+                    server: server.clone(),
+                    reason: reason.clone(),
+                    planned: evict.into_iter().collect(),
+                    timeout,
+                    power_off: true,
+                };
+                self.start(node, Work::Drain { server }, async move {
+                    if let Err(err) = drainer.drain(&request).await {
+                        metrics.action("drain", &reason, err.metric_label());
+                        tracing::warn!(node = %request.node, error = %err, "drain failed");
+                    }
+                });
+            }
+        }
+    }
+
+    /// Reports each stranded resource, and repairs it once it has lasted
+    /// the grace period when repair is safe.
+    async fn repair(&self, findings: Vec<Finding>, running: &HashMap<String, Work>, now: Seconds) {
+        let grace = self.settings.stranded_grace.as_secs();
+        let due: Vec<Finding> = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let keys: BTreeSet<String> = findings.iter().map(Finding::key).collect();
+            state.stranded_since.retain(|k, _| keys.contains(k));
+            findings
+                .into_iter()
+                .filter(|f| now.saturating_sub(*state.stranded_since.entry(f.key()).or_insert(now)) >= grace)
+                .collect()
+        };
+        self.metrics().stranded.clear();
+        for f in &due {
+            self.metrics().stranded.get_or_create(&vec![("kind".into(), f.metric_label().into())]).inc();
+        }
+        let notes = &self.drainer.notes;
+        for f in due {
+            match f {
+                Finding::ServerOnUnused { server, maintenance: true } => {
+                    notes.warn(Kind::Server, &server, "Stranded", "powered on with no claim or node; left on: it is in maintenance").await;
+                }
+                Finding::ServerOnUnused { server, maintenance: false } => {
+                    if running.contains_key(&server) {
+                        continue;
+                    }
+                    let drainer = self.drainer.clone();
+                    let name = server.clone();
+                    self.start(server, Work::Repair, async move {
+                        let note = "quarantined, powered on with no claim or node: powered off";
+                        match drainer.power_off_and_release(&name, None).await {
+                            Ok(()) => drainer.notes.warn(Kind::Server, &name, "Stranded", note).await,
+                            Err(err) => tracing::warn!(server = %name, error = %err, "powering off a stranded server failed"),
+                        }
+                    });
+                }
+                Finding::NodeWithoutServer { node, server, workload_pods } => {
+                    if workload_pods > 0 {
+                        let note = format!("its server {server} is gone from the inventory; left alone: it runs {workload_pods} pod(s)");
+                        notes.warn(Kind::Node, &node, "Stranded", &note).await;
+                        continue;
+                    }
+                    match Api::<k8s_openapi::api::core::v1::Node>::all(self.drainer.client.clone()).delete(&node, &DeleteParams::default()).await {
+                        Ok(_) | Err(kube::Error::Api(_)) => {
+                            let note = format!("its server {server} is gone from the inventory and it runs no pod: deleted");
+                            notes.warn(Kind::Node, &node, "Stranded", &note).await;
+                        }
+                        Err(err) => tracing::warn!(%node, error = %err, "deleting a stranded node failed"),
+                    }
+                }
+                Finding::ClaimOnMaintenance { claim, server, node } => {
+                    let Some(node) = node else {
+                        let note = format!("claim {claim} holds it but it is in maintenance; left to the claim, which cannot power it on");
+                        notes.warn(Kind::Server, &server, "Stranded", &note).await;
+                        continue;
+                    };
+                    if running.contains_key(&node) {
+                        continue;
+                    }
+                    let request = DrainRequest {
+                        node: node.clone(),
+                        server: Some(server.clone()),
+                        reason: "maintenance".into(),
+                        planned: BTreeSet::new(),
+                        timeout: self.settings.drain.default_timeout,
+                        power_off: false,
+                    };
+                    let drainer = self.drainer.clone();
+                    notes.warn(Kind::Server, &server, "Stranded", &format!("in maintenance under claim {claim}: draining node {node}")).await;
+                    self.start(node, Work::Drain { server: Some(server) }, async move {
+                        if let Err(err) = drainer.drain(&request).await {
+                            tracing::warn!(node = %request.node, error = %err, "maintenance drain failed");
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// What is in flight counts in the decision: nodes being drained are
+/// disrupting, servers being powered on or off are in their new state.
+fn mark_in_flight(snapshot: &mut Snapshot, running: &HashMap<String, Work>) {
+    let draining_servers: BTreeSet<&str> =
+        running.values().filter_map(|w| if let Work::Drain { server } = w { server.as_deref() } else { None }).collect();
+    for n in snapshot.nodes.iter_mut() {
+        if running.contains_key(&n.name) || n.server.as_deref().is_some_and(|s| draining_servers.contains(s)) {
+            n.disrupting = true;
+        }
+    }
+    for s in snapshot.servers.iter_mut() {
+        match running.get(&s.name) {
+            Some(Work::PowerOn) => s.power_state = PowerState::On,
+            Some(Work::PowerOff) => s.power_state = PowerState::Off,
+            _ => {}
+        }
+    }
+}

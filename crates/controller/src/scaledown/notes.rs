@@ -1,0 +1,83 @@
+//! Events on Nodes and Servers: what scale-down did, and why it held back.
+//! The same note for the same object and reason is sent once, and a
+//! changing note for one object and reason at most once a minute, so a
+//! countdown ("idle 3 s of 10 s") does not flood the API.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+/// The shortest interval between two different notes of one key.
+const NOTE_INTERVAL: Duration = Duration::from_secs(60);
+/// Keys remembered at most; the oldest half is forgotten beyond it.
+const MAX_KEYS: usize = 10_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Node,
+    Server,
+}
+
+#[derive(Clone)]
+pub struct Notes {
+    recorder: Option<Recorder>,
+    last: Arc<Mutex<HashMap<(String, String), (String, Instant)>>>,
+}
+
+impl Notes {
+    pub fn new(client: Client, controller: &str, instance: &str) -> Self {
+        let reporter = Reporter { controller: controller.to_string(), instance: Some(instance.to_string()) };
+        Notes { recorder: Some(Recorder::new(client, reporter)), last: Arc::default() }
+    }
+
+    pub fn disabled() -> Self {
+        Notes { recorder: None, last: Arc::default() }
+    }
+
+    pub async fn normal(&self, kind: Kind, name: &str, reason: &str, note: &str) {
+        self.publish(kind, name, reason, note, EventType::Normal).await;
+    }
+
+    pub async fn warn(&self, kind: Kind, name: &str, reason: &str, note: &str) {
+        self.publish(kind, name, reason, note, EventType::Warning).await;
+    }
+
+    async fn publish(&self, kind: Kind, name: &str, reason: &str, note: &str, type_: EventType) {
+        tracing::info!(object = %format!("{kind:?}/{name}"), reason, note, "scale-down");
+        let Some(recorder) = &self.recorder else { return };
+        {
+            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = (format!("{kind:?}/{name}"), reason.to_string());
+            if let Some((text, at)) = last.get(&key)
+                && (text == note || at.elapsed() < NOTE_INTERVAL)
+            {
+                return;
+            }
+            if last.len() >= MAX_KEYS {
+                let mut ages: Vec<Instant> = last.values().map(|(_, at)| *at).collect();
+                ages.sort();
+                let cut = ages[ages.len() / 2];
+                last.retain(|_, (_, at)| *at > cut);
+            }
+            last.insert(key, (note.to_string(), Instant::now()));
+        }
+        let reference = match kind {
+            Kind::Node => ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.into()), ..Default::default() },
+            Kind::Server => ObjectReference {
+                api_version: Some("ironclaim.dev/v1alpha1".into()),
+                kind: Some("Server".into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+        };
+        let event =
+            Event { type_, reason: reason.to_string(), note: Some(note.chars().take(1000).collect()), action: "ScaleDown".into(), secondary: None };
+        if let Err(err) = recorder.publish(&event, &reference).await {
+            tracing::warn!(object = %name, error = %err, "publishing an event failed");
+        }
+    }
+}
