@@ -520,7 +520,11 @@ mod tests {
         let cpu = &w.servers[0].server.power;
         let off: f64 = w.servers.iter().map(|s| s.server.power.off_watts).sum();
         let on = cpu.idle_watts - cpu.off_watts;
-        let dynamic = (cpu.peak_watts - cpu.idle_watts) * 1000.0 / 32_000.0;
+        // Dynamic draw is bounded apart, on the class where the pod draws least:
+        // the GPU host's platform share per vCPU is lower than the CPU server's.
+        let g = &w.servers[4];
+        let platform_range = (g.server.power.peak_watts - g.server.power.idle_watts) * (1.0 - g.gpu_dynamic_share);
+        let dynamic = ((cpu.peak_watts - cpu.idle_watts) * 1000.0 / 32_000.0).min(platform_range * 1000.0 / 96_000.0);
         let expect = (off + on + dynamic) * 1000.0 / 3.6e6;
         assert!((b.energy_kwh - expect).abs() < 1e-9, "{} vs {expect}", b.energy_kwh);
     }

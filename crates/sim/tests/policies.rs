@@ -1,0 +1,92 @@
+//! What the comparison must show, on the embedded day and on a slice of
+//! the openb trace.
+
+mod common;
+
+use ironclaim_sim::compare::compare;
+use ironclaim_sim::embedded::default_day;
+use ironclaim_sim::report::Report;
+use ironclaim_sim::{Faults, PolicyKind, SimConfig};
+
+fn policy<'r>(r: &'r Report, name: &str) -> &'r ironclaim_sim::report::PolicyReport {
+    r.policies.iter().find(|p| p.policy == name).unwrap_or_else(|| panic!("no {name} in report"))
+}
+
+#[test]
+fn on_the_embedded_day_every_policy_saves_against_always_on_and_none_beats_the_oracle() {
+    let cfg = SimConfig { seed: 3, ..Default::default() };
+    let r = compare(&default_day(3), &cfg, &PolicyKind::ALL, &mut |_, _| {});
+    let always = policy(&r, "always-on");
+    assert_eq!(always.powered_servers.mean, 40.0);
+    for p in &r.policies {
+        assert!(p.violations.is_empty(), "{}: {:?}", p.policy, p.violations);
+        assert!(p.energy_kwh >= r.oracle.energy_kwh, "{} below the oracle bound", p.policy);
+        if p.policy != "always-on" {
+            assert!(p.energy_kwh < always.energy_kwh, "{} uses more than always-on", p.policy);
+            assert!(p.power_on_cycles > 0, "{} never powered a server on", p.policy);
+        }
+        assert_eq!(p.pods_pending_at_end, 0, "{} left pods pending: {:?}", p.policy, p.waiting_at_end);
+    }
+    // Always-on never waits for a boot; reactive has no spares and must.
+    assert_eq!(always.pending_s.p99, 0);
+    assert!(policy(&r, "reactive").pending_s.max > 0);
+    let scoring = r.scoring.as_ref().expect("ironclaim ran, so scoring is compared");
+    assert!(scoring.least_allocated_kwh > 0.0 && scoring.most_allocated_kwh > 0.0);
+}
+
+#[test]
+fn ironclaim_keeps_spares_and_waits_less_than_reactive_on_the_embedded_day() {
+    let cfg = SimConfig { seed: 8, faults: Faults::none(), ..Default::default() };
+    let r = compare(&default_day(8), &cfg, &[PolicyKind::Reactive, PolicyKind::Ironclaim], &mut |_, _| {});
+    let (reactive, ironclaim) = (policy(&r, "reactive"), policy(&r, "ironclaim"));
+    assert!(ironclaim.claims.spares > 0, "ironclaim powered no spare on");
+    assert!(
+        ironclaim.pending_s.mean < reactive.pending_s.mean,
+        "ironclaim mean pending {} not below reactive {}",
+        ironclaim.pending_s.mean,
+        reactive.pending_s.mean
+    );
+}
+
+#[test]
+fn without_faults_no_claim_fails_and_with_certain_bmc_errors_every_claim_fails_at_power_on() {
+    let w = common::small_rack(4, 3);
+    let clean = SimConfig { seed: 4, faults: Faults::none(), ..Default::default() };
+    let r = compare(&w, &clean, &[PolicyKind::Reactive], &mut |_, _| {});
+    assert_eq!(r.policies[0].claims.failed, 0);
+    assert!(r.policies[0].claims.ready > 0);
+
+    let broken = SimConfig {
+        seed: 4,
+        faults: Faults { bmc_error_probability: 1.0, ..Faults::none() },
+        ..Default::default()
+    };
+    let r = compare(&w, &broken, &[PolicyKind::Reactive], &mut |_, _| {});
+    let p = &r.policies[0];
+    assert_eq!(p.claims.ready, 0);
+    assert!(p.claims.failed > 0);
+    assert!(p.claims.failures.iter().all(|f| f.stage == "powering_on" && f.reason.label() == "bmc_error"));
+    // Three failures each: every server ends quarantined and pods wait.
+    assert_eq!(p.quarantined_servers, w.servers.len() as u64);
+    assert!(p.pods_placed == 0 && p.pods_pending_at_end + p.pods_withdrawn > 0);
+}
+
+#[test]
+fn an_openb_slice_replays_with_shares_and_reports_pods_no_server_can_host() {
+    let mut w = common::openb_slice(400, 30, 2);
+    // A pod asking for more GPUs than any server has.
+    let mut huge = w.pods[0].clone();
+    huge.pod.name = "too-big".into();
+    huge.pod.requests.set_extended(ironclaim_core::GPU, 64);
+    w.pods.push(huge);
+    let cfg = SimConfig { seed: 2, ..Default::default() };
+    let r = compare(&w, &cfg, &PolicyKind::ALL, &mut |_, _| {});
+    assert_eq!(r.workload.pods_unplaceable, 1);
+    assert_eq!(r.unplaceable[0].examples, vec!["trace/too-big".to_string()]);
+    assert!(r.unplaceable[0].reason.contains("nvidia.com/gpu"), "{}", r.unplaceable[0].reason);
+    for p in &r.policies {
+        assert!(p.violations.is_empty(), "{}: {:?}", p.policy, p.violations);
+        assert!(p.pods_placed > 300, "{} placed only {}", p.policy, p.pods_placed);
+        assert!(p.energy_kwh >= r.oracle.energy_kwh * 0.999, "{} below the oracle", p.policy);
+    }
+}

@@ -1,0 +1,125 @@
+//! Many seeds, random fault settings: the checkers must never trip, and
+//! once faults stop every pod a free server could host is placed within
+//! a bound. A failure prints the seed and the settings to replay it.
+
+mod common;
+
+use ironclaim_sim::engine::{Engine, Prepared};
+use ironclaim_sim::policy::{FleetView, PolicyKind, PowerPlan, PowerPolicy, ServerStatus};
+use ironclaim_sim::{rng, Faults, Scoring, SimConfig};
+use rand::RngExt;
+
+fn random_faults(seed: u64, until_s: u64) -> Faults {
+    let mut r = rng::stream(seed, "swarm-faults", 0);
+    Faults {
+        bmc_error_probability: r.random_range(0.0..0.3),
+        boot_failure_probability: r.random_range(0.0..0.3),
+        never_joins_probability: r.random_range(0.0..0.2),
+        gpu_gate_failure_probability: r.random_range(0.0..0.4),
+        slow_boot_probability: r.random_range(0.0..0.3),
+        slow_boot_factor: r.random_range(1.0..4.0),
+        faults_until_s: Some(until_s),
+    }
+}
+
+#[test]
+fn checkers_hold_under_random_faults_across_many_seeds() {
+    let seeds: u64 = std::env::var("SWARM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(24);
+    let mut failures = Vec::new();
+    for seed in 1..=seeds {
+        let w = common::small_rack(seed, 5);
+        let cfg = SimConfig {
+            seed,
+            faults: random_faults(seed, 3 * 3600),
+            scoring: if seed % 2 == 0 { Scoring::LeastAllocated } else { Scoring::MostAllocated },
+            quarantine_after_failures: 2 + (seed % 3) as u32,
+            ..Default::default()
+        };
+        let prep = Prepared::new(&w, None);
+        for kind in PolicyKind::ALL {
+            let stats = ironclaim_sim::run_policy(&w, &prep, &cfg, kind, &mut |_| {});
+            if !stats.violations.is_empty() {
+                failures.push(format!(
+                    "seed {seed} policy {} scoring {} faults {{{}}} quarantine_after {}: {:?}",
+                    kind.name(),
+                    cfg.scoring,
+                    cfg.faults,
+                    cfg.quarantine_after_failures,
+                    &stats.violations[..stats.violations.len().min(3)]
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "checker violations:\n{}", failures.join("\n"));
+}
+
+/// Powers off every Ready server, busy or not, and ignores its own floor.
+struct Reckless;
+
+impl PowerPolicy for Reckless {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Reactive
+    }
+    fn initially_on(&self, view: &FleetView<'_>) -> Vec<usize> {
+        (0..view.servers.len()).collect()
+    }
+    fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
+        let busy: Vec<usize> = view
+            .powered
+            .iter()
+            .copied()
+            .filter(|&s| matches!(view.status[s], ServerStatus::Ready { idle_since: None }))
+            .collect();
+        PowerPlan {
+            power_off: busy,
+            floors: vec![ironclaim_sim::policy::Floor { class: None, count: 2 }],
+            ..Default::default()
+        }
+    }
+}
+
+#[test]
+fn the_checkers_catch_a_policy_that_powers_off_busy_servers() {
+    let w = common::small_rack(7, 2);
+    let cfg = SimConfig { seed: 7, faults: Faults::none(), ..Default::default() };
+    let prep = Prepared::new(&w, None);
+    let stats = Engine::new(&w, &prep, &cfg, Box::new(Reckless)).run(&mut |_| {});
+    assert!(
+        stats.violations.iter().any(|v| v.checker == "powered-off-busy"),
+        "expected a powered-off-busy violation, got {:?}",
+        stats.violations
+    );
+}
+
+/// Keeps every server off and never lets the core's claims through: pods
+/// starve while servers sit free, which the liveness checker must see.
+struct Starver;
+
+impl PowerPolicy for Starver {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Reactive
+    }
+    fn initially_on(&self, _view: &FleetView<'_>) -> Vec<usize> {
+        Vec::new()
+    }
+    fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
+        // Power off whatever the core managed to bring up, as soon as it is Ready.
+        PowerPlan {
+            power_off: view.powered.iter().copied().filter(|&s| matches!(view.status[s], ServerStatus::Ready { .. })).collect(),
+            ..Default::default()
+        }
+    }
+}
+
+#[test]
+fn the_liveness_checker_flags_pods_starved_after_faults_stop() {
+    let w = common::small_rack(9, 4);
+    let cfg = SimConfig {
+        seed: 9,
+        faults: Faults { faults_until_s: Some(600), ..Faults::none() },
+        ..Default::default()
+    };
+    let prep = Prepared::new(&w, None);
+    let stats = Engine::new(&w, &prep, &cfg, Box::new(Starver)).run(&mut |_| {});
+    assert!(stats.violations.iter().any(|v| v.checker == "liveness"), "{:?}", stats.violations);
+}
