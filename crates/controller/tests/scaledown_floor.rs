@@ -1,0 +1,105 @@
+//! Scale-down end to end: once the workload is gone, empty servers are
+//! drained and powered off after their break-even time, except the
+//! warm-spare floor.
+
+mod scaledown_support;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use ironclaim_controller::Controller;
+use ironclaim_testenv::eventually;
+use kube::Api;
+use kube::api::DeleteParams;
+use scaledown_support::*;
+use serde_json::json;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_servers_power_off_after_break_even_and_the_warm_floor_stays_on() {
+    let (env, client) = setup().await;
+    let pool = "sd-floor";
+    let machines = machines("sd-floor", pool, 3, 1);
+    clean(&env, &client, &machines, pool).await;
+    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
+    // Break-even: 100 W x 15 s / 150 W = 10 s.
+    apply_servers(&env, &sushy, &machines, 100);
+    apply_pool(&env, pool, 1, json!({"budgets": [{"nodes": "100%"}]}));
+    let _harness = Machines::start(client.clone(), &sushy, machines.clone());
+    let c = client.clone();
+    let ms = machines.clone();
+    eventually("the servers' nodes ready", Duration::from_secs(30), || {
+        let (c, ms) = (c.clone(), ms.clone());
+        async move { nodes_ready(&c, &ms).await }
+    })
+    .await;
+    for m in &machines {
+        apply(&env, &pod(&format!("{}-work", m.name), "2", "2Gi", &[("kubernetes.io/hostname", &m.name)], 0));
+    }
+    let c = client.clone();
+    let ms = machines.clone();
+    eventually("every workload bound", Duration::from_secs(20), || {
+        let (c, ms) = (c.clone(), ms.clone());
+        async move {
+            for m in &ms {
+                pod_node(&c, &format!("{}-work", m.name)).await.ok_or(format!("{}-work pending", m.name))?;
+            }
+            Ok(())
+        }
+    })
+    .await;
+
+    let controller = Controller::new(client.clone(), redfish(&client), settings("sd-floor"));
+    let metrics = controller.metrics();
+    let running = run(controller);
+    let bmcs = Bmcs::new(&sushy);
+    // Busy servers stay on.
+    sleep_s(3).await;
+    assert_eq!(bmcs.on(&machines).await.len(), 3, "a busy server was powered off");
+
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    for m in &machines {
+        pods.delete(&format!("{}-work", m.name), &DeleteParams::default().grace_period(0)).await.expect("delete pod");
+    }
+    let emptied = Instant::now();
+
+    // Nothing is cordoned before break-even; then two of three go.
+    let mut first_cordon: Option<Duration> = None;
+    let deadline = Instant::now() + Duration::from_secs(50);
+    loop {
+        for m in &machines {
+            if first_cordon.is_none() && node(&client, &m.name).await.is_some_and(|n| is_disrupting(&n)) {
+                first_cordon = Some(emptied.elapsed());
+            }
+        }
+        let on = bmcs.on(&machines).await;
+        if on.len() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still on after 50 s: {on:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let first_cordon = first_cordon.expect("a drain was seen");
+    assert!(first_cordon >= Duration::from_secs(9), "drained {first_cordon:?} after the pods left, before the 10 s break-even");
+
+    // The floor holds: one spare stays on, with its node, pass after pass.
+    sleep_s(5).await;
+    let on = bmcs.on(&machines).await;
+    assert_eq!(on.len(), 1, "the warm floor was crossed: {on:?}");
+    assert!(node(&client, &on[0]).await.is_some(), "the warm spare lost its node");
+    for m in machines.iter().filter(|m| m.name != on[0]) {
+        let c = client.clone();
+        let name = m.name.clone();
+        eventually("the drained node deleted", Duration::from_secs(10), || {
+            let (c, name) = (c.clone(), name.clone());
+            async move { if node(&c, &name).await.is_none() { Ok(()) } else { Err(format!("{name} still has a node")) } }
+        })
+        .await;
+        let events = object_events(&client, "Node", &m.name).await;
+        assert!(events.iter().any(|e| e.starts_with("Drained:")), "{events:?}");
+    }
+    let text = metrics.render();
+    assert!(text.contains("ironclaim_scaledown_actions_total{action=\"drain\",reason=\"empty\",outcome=\"done\"} 2"), "{text}");
+    running.stop().await;
+    clean(&env, &client, &machines, pool).await;
+}
