@@ -447,25 +447,7 @@ impl Claims {
         let confirmed = match self.take_finished(&name) {
             Err(()) => return Ok(()),
             Ok(Some((Action::PowerOn, Ok(())))) => true,
-            Ok(Some((_, Err(err)))) => {
-                self.metrics.power_failure(err.metric_label());
-                let failed = self.failed_attempt(&name);
-                let message = format!("attempt {failed} of {}: {}", self.settings.retry.attempts, err.message);
-                if failed >= self.settings.retry.attempts {
-                    return self.fail(view, status, err.reason, message, false).await;
-                }
-                timeline::set_condition(
-                    &mut status.conditions,
-                    POWERED_ON_CONDITION,
-                    false,
-                    &timeline::reason_word(err.reason),
-                    &format!("{message}; retrying in {}s", self.settings.retry.delay(failed).as_secs()),
-                    now,
-                    claim.metadata.generation,
-                );
-                self.write_status(&name, &status).await?;
-                return Ok(());
-            }
+            Ok(Some((_, Err(err)))) => return self.power_failed(view, status, err).await,
             Ok(Some((Action::PowerOff, Ok(())))) | Ok(None) => false,
         };
         let on = confirmed || {
@@ -475,18 +457,8 @@ impl Claims {
             match self.power.power_state(server).await {
                 Ok(PowerState::On) => true,
                 Ok(_) => false,
-                Err(err) => {
-                    // The BMC cannot even be read: count it like a failed attempt.
-                    self.metrics.power_failure(err.metric_label());
-                    let failed = self.failed_attempt(&name);
-                    let message = format!("attempt {failed} of {}: {}", self.settings.retry.attempts, err.message);
-                    if failed >= self.settings.retry.attempts {
-                        return self.fail(view, status, err.reason, message, false).await;
-                    }
-                    timeline::set_condition(&mut status.conditions, POWERED_ON_CONDITION, false, &timeline::reason_word(err.reason), &message, now, claim.metadata.generation);
-                    self.write_status(&name, &status).await?;
-                    return Ok(());
-                }
+                // The BMC cannot even be read: count it like a failed attempt.
+                Err(err) => return self.power_failed(view, status, err).await,
             }
         };
         if on {
@@ -508,6 +480,30 @@ impl Claims {
         }
         self.spawn(&name, Action::PowerOn, server.clone());
         Ok(())
+    }
+
+    /// A failed power attempt: recorded on the claim's `PoweredOn`
+    /// condition with its typed reason and the next retry, or the claim
+    /// fails once the attempts are used up.
+    async fn power_failed(&self, view: &ClaimView, mut status: NodeClaimStatus, err: PowerError) -> Result<()> {
+        let name = view.claim.name_any();
+        self.metrics.power_failure(err.metric_label());
+        let failed = self.failed_attempt(&name);
+        let message = format!("attempt {failed} of {}: {}", self.settings.retry.attempts, err.message);
+        if failed >= self.settings.retry.attempts {
+            return self.fail(view, status, err.reason, message, false).await;
+        }
+        let delay = self.settings.retry.delay(failed);
+        timeline::set_condition(
+            &mut status.conditions,
+            POWERED_ON_CONDITION,
+            false,
+            &timeline::reason_word(err.reason),
+            &format!("{message}; retrying in {}", timeline::human(delay.as_secs().max(1))),
+            now_s(),
+            view.claim.metadata.generation,
+        );
+        self.write_status(&name, &status).await
     }
 
     async fn fail(&self, view: &ClaimView, mut status: NodeClaimStatus, reason: FailureReason, message: String, timed_out: bool) -> Result<()> {

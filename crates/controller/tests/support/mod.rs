@@ -516,3 +516,11 @@ pub async fn pod_events(client: &Client, pod: &str) -> Vec<String> {
 pub fn names(claims: &[NodeClaim]) -> Vec<String> {
     claims.iter().map(|c| format!("{} -> {} ({:?})", c.name_any(), c.spec.server, c.status.as_ref().and_then(|s| s.stage))).collect()
 }
+
+/// The node a pod is bound to, or what the claims look like while it waits.
+pub async fn bound(client: &Client, pod: &str) -> Result<String, String> {
+    match pod_node(client, pod).await {
+        Some(node) => Ok(node),
+        None => Err(format!("{pod} pending; claims: {:?}", names(&claims(client).await))),
+    }
+}

@@ -1,0 +1,60 @@
+//! A disruption budget of one node holds while ten servers are idle: they
+//! are drained one at a time.
+
+mod scaledown_support;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use ironclaim_controller::Controller;
+use ironclaim_testenv::eventually;
+use scaledown_support::*;
+use serde_json::json;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_of_one_node_drains_ten_idle_servers_one_at_a_time() {
+    let (env, client) = setup().await;
+    let pool = "sd-budget";
+    let machines = machines("sd-budget", pool, 10, 1);
+    clean(&env, &client, &machines, pool).await;
+    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
+    // Break-even: 10 W x 15 s / 150 W = 1 s.
+    apply_servers(&env, &sushy, &machines, 10);
+    apply_pool(&env, pool, 0, json!({"budgets": [{"nodes": "1"}]}));
+    let _harness = Machines::start(client.clone(), &sushy, machines.clone());
+    let (c, ms) = (client.clone(), machines.clone());
+    eventually("the servers' nodes ready", Duration::from_secs(30), || {
+        let (c, ms) = (c.clone(), ms.clone());
+        async move { nodes_ready(&c, &ms).await }
+    })
+    .await;
+
+    let controller = Controller::new(client.clone(), redfish(&client), settings("sd-budget"));
+    let running = run(controller);
+    let bmcs = Bmcs::new(&sushy);
+    let mut most_at_once = 0;
+    let mut drained_seen = std::collections::BTreeSet::new();
+    let watch_until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < watch_until {
+        let mut disrupting = Vec::new();
+        for m in &machines {
+            match node(&client, &m.name).await {
+                Some(n) if is_disrupting(&n) => {
+                    disrupting.push(m.name.clone());
+                    drained_seen.insert(m.name.clone());
+                }
+                _ => {}
+            }
+        }
+        assert!(disrupting.len() <= 1, "the budget of one node was exceeded: {disrupting:?}");
+        most_at_once = most_at_once.max(disrupting.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let off = machines.len() - bmcs.on(&machines).await.len();
+    assert_eq!(most_at_once, 1, "nothing was drained");
+    assert!(off >= 2, "only {off} server(s) powered off in 30 s: the drains did not follow one another");
+    assert!(drained_seen.len() >= off, "a server went off without a drain: seen {drained_seen:?}, off {off}");
+    running.stop().await;
+    clean(&env, &client, &machines, pool).await;
+}
