@@ -6,9 +6,13 @@
 
 mod bench;
 mod bmc;
+mod controller;
+mod crds;
 mod exit;
+mod explain;
 mod plan;
 mod render;
+mod servers;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +34,14 @@ enum Command {
     Bmc(bmc::Args),
     /// Replay a day on an embedded rack, or a trace, against every power policy.
     Simulate(simulate::Args),
+    /// Run the controller against a cluster (kubeconfig or in-cluster).
+    Controller(controller::Args),
+    /// Why a pod waits: its claim, server, stage and ETA, or the exact reason.
+    Explain(explain::Args),
+    /// The inventory: power, claim, node, watts, health.
+    Servers(servers::Args),
+    /// Print the CustomResourceDefinitions of the ironclaim.dev API.
+    Crds(crds::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,6 +51,10 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Bmc(args) => bmc::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Controller(args) => controller::run(args),
+        Command::Explain(args) => explain::run(args),
+        Command::Servers(args) => servers::run(args),
+        Command::Crds(args) => crds::run(args),
     };
     exit::report(result)
 }

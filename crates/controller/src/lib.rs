@@ -19,6 +19,7 @@
 
 pub mod batch;
 pub mod claims;
+pub mod cluster;
 pub mod controller;
 pub mod error;
 pub mod events;

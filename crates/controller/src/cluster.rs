@@ -1,0 +1,45 @@
+//! Reading the whole cluster once into an [`Index`], for the command line
+//! (`ironclaim explain`, `ironclaim servers`), which needs no watches.
+
+use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ListParams;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::index::{Index, Indexed};
+
+async fn list<K>(client: &Client) -> Result<Vec<K>>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|source| Error::ReadFailed { what: K::plural(&Default::default()).into_owned(), source })
+}
+
+fn reset<K: Indexed>(index: &mut Index, objects: Vec<K>) {
+    index.reset(objects);
+}
+
+/// Lists every kind the controller watches.
+///
+/// # Errors
+/// [`Error::ReadFailed`] naming the kind that could not be listed.
+pub async fn read(client: &Client) -> Result<Index> {
+    let mut index = Index::default();
+    reset(&mut index, list::<Pod>(client).await?);
+    reset(&mut index, list::<Node>(client).await?);
+    reset(&mut index, list::<DaemonSet>(client).await?);
+    reset(&mut index, list::<PodDisruptionBudget>(client).await?);
+    reset(&mut index, list::<Server>(client).await?);
+    reset(&mut index, list::<NodePool>(client).await?);
+    reset(&mut index, list::<NodeClaim>(client).await?);
+    Ok(index)
+}
