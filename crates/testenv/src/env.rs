@@ -187,6 +187,22 @@ impl Inner {
             });
         }
 
+        // A free port can be taken by another process between the moment
+        // `up` picks it and the moment a component binds it: start again on
+        // fresh ports, a bounded number of times.
+        let mut attempt = 1;
+        loop {
+            match Self::start_owned(&script) {
+                Err(Error::StartFailed { stderr, .. }) if attempt < 3 && stderr.contains("address already in use") => {
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn start_owned(script: &Path) -> Result<Inner> {
+        let script = script.to_path_buf();
         let state_dir = std::env::temp_dir().join(format!(
             "ironclaim-testenv-{}-{}",
             std::process::id(),
