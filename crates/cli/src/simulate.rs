@@ -248,6 +248,51 @@ pub fn run(args: Args) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct TestCli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(argv: &[&str]) -> Args {
+        let mut full = vec!["simulate"];
+        full.extend_from_slice(argv);
+        TestCli::try_parse_from(full).expect("arguments parse").args
+    }
+
+    fn temp_file(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ironclaim-simulate-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("temp file");
+        path
+    }
+
+    #[test]
+    fn a_bad_trace_row_is_bad_input_naming_file_line_and_column() {
+        let pods = temp_file("bad-pods.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\nbad,1000,lots,5\n");
+        let servers = temp_file("servers.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n");
+        let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap()]);
+        match run(a) {
+            Err(Failure::BadInput(e)) => {
+                let text = format!("{e:#}");
+                assert!(text.contains("bad-pods.csv:3:3"), "{text}");
+            }
+            other => panic!("expected bad input, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unreadable_trace_and_an_unknown_policy_are_bad_input() {
+        let a = args(&["--trace", "/nonexistent/pods.csv", "--servers", "/nonexistent/nodes.csv"]);
+        assert!(matches!(run(a), Err(Failure::BadInput(_))));
+        let a = args(&["--policies", "always-on,sometimes"]);
+        assert!(matches!(run(a), Err(Failure::BadInput(_))));
+        let a = args(&["--bmc-error-probability", "1.5"]);
+        assert!(matches!(run(a), Err(Failure::BadInput(_))));
+    }
 
     #[test]
     fn durations_parse_with_units_and_refuse_nonsense() {

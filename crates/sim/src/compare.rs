@@ -44,6 +44,8 @@ pub fn compare(
             policy: "ironclaim",
             least_allocated_kwh: least.energy_kwh,
             most_allocated_kwh: most.energy_kwh,
+            least_allocated_base_kwh: least.energy_kwh - least.dynamic_kwh,
+            most_allocated_base_kwh: most.energy_kwh - most.dynamic_kwh,
             least_allocated_powered_mean: least.powered_mean,
             most_allocated_powered_mean: most.powered_mean,
             most_allocated_saves: if least.energy_kwh > 0.0 { 1.0 - most.energy_kwh / least.energy_kwh } else { 0.0 },

@@ -203,6 +203,8 @@ struct Srv {
     pool: Option<usize>,
     rng: SimRng,
     watts: f64,
+    /// Watts above idle while Ready (utilisation).
+    dynamic_watts: f64,
     epoch: u64,
     claim: Option<usize>,
 }
@@ -289,6 +291,8 @@ pub struct RunStats {
     pub policy: PolicyKind,
     pub scoring: Scoring,
     pub energy_kwh: f64,
+    /// The part of the energy drawn above idle by utilisation.
+    pub dynamic_kwh: f64,
     pub powered_mean: f64,
     pub powered_peak: usize,
     /// Pending seconds of every placeable pod that arrived in the run:
@@ -345,7 +349,9 @@ pub struct Engine<'a> {
     reconciles: BTreeSet<Seconds>,
     in_reconcile: bool,
     fleet_watts: f64,
+    fleet_dynamic_watts: f64,
     energy_j: f64,
+    dynamic_j: f64,
     powered_area: f64,
     last_t: Seconds,
     peak_powered: usize,
@@ -386,6 +392,7 @@ impl<'a> Engine<'a> {
                 pool: prep.pool_of[i],
                 rng: stream(cfg.seed, "server", i as u64),
                 watts: w.servers[i].server.power.off_watts,
+                dynamic_watts: 0.0,
                 epoch: 0,
                 claim: None,
             })
@@ -435,7 +442,9 @@ impl<'a> Engine<'a> {
             reconciles: BTreeSet::new(),
             in_reconcile: false,
             fleet_watts,
+            fleet_dynamic_watts: 0.0,
             energy_j: 0.0,
+            dynamic_j: 0.0,
             powered_area: 0.0,
             last_t: 0,
             peak_powered: 0,
@@ -536,6 +545,7 @@ impl<'a> Engine<'a> {
         if t > self.last_t {
             let dt = (t - self.last_t) as f64;
             self.energy_j += self.fleet_watts * dt;
+            self.dynamic_j += self.fleet_dynamic_watts * dt;
             self.powered_area += self.powered.len() as f64 * dt;
             self.last_t = t;
         }
@@ -588,8 +598,11 @@ impl<'a> Engine<'a> {
                 p.idle_watts + (p.peak_watts - p.idle_watts) * ((1.0 - g) * cpu + g * gpu)
             }
         };
+        let dynamic = if srv.state == State::Ready { w - p.idle_watts } else { 0.0 };
         self.fleet_watts += w - self.srv[s].watts;
+        self.fleet_dynamic_watts += dynamic - self.srv[s].dynamic_watts;
         self.srv[s].watts = w;
+        self.srv[s].dynamic_watts = dynamic;
     }
 
     fn set_status(&mut self, s: usize) {
@@ -1238,6 +1251,7 @@ impl<'a> Engine<'a> {
             policy: self.policy.kind(),
             scoring: self.cfg.scoring,
             energy_kwh: self.energy_j / 3.6e6,
+            dynamic_kwh: self.dynamic_j / 3.6e6,
             powered_mean: if end > 0 { self.powered_area / end as f64 } else { self.powered.len() as f64 },
             powered_peak: self.peak_powered.max(self.powered.len()),
             pending_s,

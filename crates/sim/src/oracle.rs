@@ -17,10 +17,10 @@
 //! - servers are whole (an integer count per class, at most the class size).
 //!
 //! The cheapest such choice (idle minus off watts per server, found by
-//! branch and bound) plus the off watts of the whole inventory plus each
-//! pod's smallest possible dynamic draw (idle-to-peak by its share of the
-//! server, on the most frugal class it fits) is the oracle's power at that
-//! instant. Boot energy, boot time and fragmentation are ignored, so no
+//! branch and bound) plus the off watts of the whole inventory plus the
+//! smallest possible utilisation draw (the running cpu and milli-GPUs
+//! poured into the classes that draw least per unit, up to each class's
+//! whole capacity) is the oracle's power at that instant. Boot energy, boot time and fragmentation are ignored, so no
 //! policy can do better; a ratio near 1 is out of reach when pods are short
 //! compared with a boot.
 //!
@@ -64,6 +64,21 @@ struct ClassInfo {
 }
 
 const NODE_BUDGET: u64 = 400;
+
+/// Cheapest cost of `amount` units over (watts per unit, capacity) sorted
+/// cheapest first.
+fn fill(order: &[(f64, f64)], amount: f64) -> f64 {
+    let (mut left, mut cost) = (amount.max(0.0), 0.0);
+    for &(unit, cap) in order {
+        let take = left.min(cap);
+        cost += take * unit;
+        left -= take;
+        if left <= 0.0 {
+            break;
+        }
+    }
+    cost
+}
 
 /// Computes the oracle bound for the prepared workload, sampling the
 /// number of servers at `sample_at` times.
@@ -113,20 +128,17 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
     let mut fit_ids: BTreeMap<Vec<bool>, usize> = BTreeMap::new();
     let mut fit_sets: Vec<Vec<bool>> = Vec::new();
     let mut pod_fit = vec![usize::MAX; prep.pods.len()];
-    let mut pod_dyn = vec![0.0; prep.pods.len()];
-    let mut shape_cache: HashMap<String, (usize, f64)> = HashMap::new();
+    let mut shape_cache: HashMap<String, usize> = HashMap::new();
     for (i, pod) in prep.pods.iter().enumerate() {
         if prep.unplaceable[i].is_some() {
             continue;
         }
         let key = format!("{:?}|{:?}|{:?}|{:?}", pod.requests, pod.node_selector, pod.node_affinity, pod.tolerations);
-        if let Some(&(f, d)) = shape_cache.get(&key) {
+        if let Some(&f) = shape_cache.get(&key) {
             pod_fit[i] = f;
-            pod_dyn[i] = d;
             continue;
         }
         let mut set = vec![false; classes.len()];
-        let mut dyn_min = f64::INFINITY;
         for (c, info) in classes.iter().enumerate() {
             let sample = &w.servers[prep.classes[c].members[0]].server;
             let Some(pool) = prep.pool_of[prep.classes[c].members[0]].map(|p| &w.pools[p]) else { continue };
@@ -137,9 +149,6 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
                 && check_taints(pod, &pool.taints, false).is_ok()
             {
                 set[c] = true;
-                let d = info.cpu_dyn_per_milli * pod.requests.cpu_milli as f64
-                    + info.gpu_dyn_per_milli * gpu_milli_of(&pod.requests) as f64;
-                dyn_min = dyn_min.min(d);
             }
         }
         if !set.iter().any(|&b| b) {
@@ -150,9 +159,8 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
         if f == next {
             fit_sets.push(set);
         }
-        shape_cache.insert(key, (f, dyn_min));
+        shape_cache.insert(key, f);
         pod_fit[i] = f;
-        pod_dyn[i] = dyn_min;
     }
     // Fit sets as subsets of one another.
     let subset = |a: &[bool], b: &[bool]| a.iter().zip(b).all(|(&x, &y)| !x || y);
@@ -188,6 +196,18 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
     let dims = 4 + gpu_sizes.len();
     let mut demand = vec![vec![0i64; dims]; fit_sets.len()];
     let mut dyn_watts = 0.0f64;
+    let (mut cpu_total, mut gpu_total) = (0i64, 0i64);
+    // Utilisation watts, filled into the most frugal classes first up to
+    // their whole capacity (per unit: watts, capacity).
+    let fill_order = |per_unit: &dyn Fn(&ClassInfo) -> (f64, f64)| {
+        let mut v: Vec<(f64, f64)> =
+            classes.iter().filter(|c| c.available > 0).map(per_unit).filter(|&(_, cap)| cap > 0.0).collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let cpu_fill = fill_order(&|c: &ClassInfo| (c.cpu_dyn_per_milli, (c.alloc.cpu_milli * c.available) as f64));
+    let gpu_fill =
+        fill_order(&|c: &ClassInfo| (c.gpu_dyn_per_milli, (gpu_milli_of(&c.alloc) * c.available) as f64));
     let mut out = OracleBound::default();
     let mut memo: HashMap<Vec<i64>, (f64, u32, bool)> = HashMap::new();
     let mut energy_j = 0.0;
@@ -228,12 +248,11 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
                     d[4 + j] += sign;
                 }
             }
-            dyn_watts += sign as f64 * pod_dyn[i];
+            cpu_total += sign * r.cpu_milli;
+            gpu_total += sign * gpu_milli_of(r);
             k += 1;
         }
-        if dyn_watts.abs() < 1e-9 {
-            dyn_watts = 0.0;
-        }
+        dyn_watts = fill(&cpu_fill, cpu_total as f64) + fill(&gpu_fill, gpu_total as f64);
         let key: Vec<i64> = demand.iter().flatten().copied().collect();
         let (watts, servers, fell_back) = match memo.get(&key) {
             Some(&v) => v,

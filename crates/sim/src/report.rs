@@ -102,6 +102,9 @@ pub struct PolicyReport {
     pub policy: &'static str,
     pub scoring: Scoring,
     pub energy_kwh: f64,
+    /// Of which drawn above idle by utilisation; the rest is servers being
+    /// on (idle), booting, stopping or off.
+    pub dynamic_kwh: f64,
     /// Share of always-on's energy saved (0.45 = 45 % less); None when
     /// always-on was not run.
     pub saved_vs_always_on: Option<f64>,
@@ -130,6 +133,9 @@ pub struct ScoringComparison {
     pub policy: &'static str,
     pub least_allocated_kwh: f64,
     pub most_allocated_kwh: f64,
+    /// Energy other than utilisation (idle, boot, off): what packing saves.
+    pub least_allocated_base_kwh: f64,
+    pub most_allocated_base_kwh: f64,
     pub least_allocated_powered_mean: f64,
     pub most_allocated_powered_mean: f64,
     /// Energy MostAllocated saves against LeastAllocated (fraction).
@@ -179,6 +185,7 @@ impl PolicyReport {
             policy: s.policy.name(),
             scoring: s.scoring,
             energy_kwh: s.energy_kwh,
+            dynamic_kwh: s.dynamic_kwh,
             saved_vs_always_on: None,
             oracle_energy_kwh: oracle_kwh,
             oracle_ratio: if oracle_kwh > 0.0 { s.energy_kwh / oracle_kwh } else { 0.0 },
@@ -301,11 +308,14 @@ impl Report {
         }
         if let Some(s) = &self.scoring {
             out.push_str(&format!(
-                "scheduler scoring ({}): least-allocated {:.1} kWh, most-allocated {:.1} kWh: packing saves {:.1} %\n",
+                "scheduler scoring ({}): least-allocated {:.1} kWh ({:.1} servers on), most-allocated {:.1} kWh ({:.1} on): packing saves {:.1} % ({:.1} % of the energy beyond utilisation)\n",
                 s.policy,
                 s.least_allocated_kwh,
+                s.least_allocated_powered_mean,
                 s.most_allocated_kwh,
-                s.most_allocated_saves * 100.0
+                s.most_allocated_powered_mean,
+                s.most_allocated_saves * 100.0,
+                if s.least_allocated_base_kwh > 0.0 { (1.0 - s.most_allocated_base_kwh / s.least_allocated_base_kwh) * 100.0 } else { 0.0 }
             ));
         }
         if !self.unplaceable.is_empty() {

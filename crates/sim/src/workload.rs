@@ -131,8 +131,9 @@ pub fn gpu_watts(model: &str) -> (f64, f64) {
 pub fn estimated_power(cpu_milli: i64, memory_bytes: i64, gpus: i64, model: &str) -> (PowerProfile, f64) {
     let vcpu = cpu_milli as f64 / 1000.0;
     let gib = memory_bytes as f64 / GIB;
+    // Busy cores and memory add the same watts whatever the server's size.
     let platform_idle = 40.0 + 1.25 * vcpu + 0.05 * gib;
-    let platform_peak = 60.0 + 4.4 * vcpu + 0.1 * gib;
+    let platform_peak = platform_idle + 3.0 * vcpu + 0.05 * gib;
     let (gi, gp) = if gpus > 0 { gpu_watts(model) } else { (0.0, 0.0) };
     let n = gpus as f64;
     let idle = platform_idle + n * gi;
