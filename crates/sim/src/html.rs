@@ -54,15 +54,15 @@ fn line_chart(out: &mut String, title: &str, y_label: &str, at: &[u64], series: 
     let x = |t: u64| LEFT + pw * t as f64 / span as f64;
     let y = |v: f64| TOP + ph * (1.0 - v / ymax);
     let _ = write!(out, "<h2>{}</h2><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\">", esc(title));
-    for k in 0..=4 {
-        let v = ymax * k as f64 / 4.0;
+    for k in 0..=5 {
+        let v = ymax * k as f64 / 5.0;
         let _ = write!(
             out,
             "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"{}\" y=\"{:.1}\" class=\"yl\">{}</text>",
             W - RIGHT,
             LEFT - 6.0,
             y(v) + 4.0,
-            if ymax >= 10.0 { format!("{v:.0}") } else { format!("{v:.1}") },
+            if ymax >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") },
             y = y(v)
         );
     }

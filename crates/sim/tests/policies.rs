@@ -90,3 +90,18 @@ fn an_openb_slice_replays_with_shares_and_reports_pods_no_server_can_host() {
         assert!(p.energy_kwh >= r.oracle.energy_kwh * 0.999, "{} below the oracle", p.policy);
     }
 }
+
+#[test]
+fn the_html_report_is_one_self_contained_page_with_the_four_plots() {
+    let cfg = SimConfig { seed: 6, ..Default::default() };
+    let r = compare(&default_day(6), &cfg, &PolicyKind::ALL, &mut |_, _| {});
+    let html = ironclaim_sim::html::render(&r);
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_eq!(html.matches("<svg").count(), 4);
+    for needle in ["Demand against powered servers", "Fleet power", "Pending pods", "Pending time"] {
+        assert!(html.contains(needle), "missing {needle}");
+    }
+    for forbidden in ["http://", "https://", "<script", "<link"] {
+        assert!(!html.contains(forbidden), "page reaches out: {forbidden}");
+    }
+}
