@@ -558,14 +558,14 @@ impl<'a> Engine<'a> {
             Event::Depart(p) => self.depart(p),
             Event::StageDone { server, epoch } if self.srv[server].epoch == epoch => self.stage_done(server),
             Event::StopDone { server, epoch } if self.srv[server].epoch == epoch => self.stop_done(server),
-            Event::BackoffOver { server, epoch } if self.srv[server].epoch == epoch => {
-                if self.srv[server].health == Health::Failed {
-                    self.srv[server].health = Health::Healthy;
-                    if self.srv[server].state == State::Off {
-                        self.status[server] = ServerStatus::Off;
-                    }
-                    self.world_changed();
+            Event::BackoffOver { server, epoch }
+                if self.srv[server].epoch == epoch && self.srv[server].health == Health::Failed =>
+            {
+                self.srv[server].health = Health::Healthy;
+                if self.srv[server].state == State::Off {
+                    self.status[server] = ServerStatus::Off;
                 }
+                self.world_changed();
             }
             Event::BatchClose => self.batch_close(),
             Event::Reconcile => {
