@@ -7,7 +7,7 @@ use ironclaim_core::provision;
 use proptest::prelude::*;
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
     #[test]
     fn every_plan_passes_the_independent_checker(seed in any::<u64>()) {

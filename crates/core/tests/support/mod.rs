@@ -423,14 +423,19 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
         for s in &pod.topology_spread {
             let sel = s.label_selector.clone();
             let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-            // Domains: hosts the pod could run on by selection and taints. A
-            // claim opened later for other pods (say, a tainted GPU host) is a
-            // domain kube-scheduler only sees once it joins, after this plan.
+            // Domains: Ready nodes the pod could run on (by selection and
+            // taints), and new servers that hold pods of its own group. A
+            // server claimed for other pods is a domain kube-scheduler only
+            // sees once it joins, after this plan placed the group.
+            let group_member = |o: &Pod| o.namespace == pod.namespace && sel.as_ref().is_some_and(|x| x.matches(&o.labels));
             for (name, h) in &hosts {
                 let tolerated_all = h.taints.iter().all(|t| t.effect == TaintEffect::PreferNoSchedule || tolerated(pod, t));
+                let is_node = snap.nodes.iter().any(|n| &n.name == name);
+                let holds_group = everyone.iter().any(|(o, oh)| oh == name && group_member(o));
                 if let Some(d) = h.labels.get(&s.topology_key)
                     && selector_ok(pod, &h.labels, name)
                     && tolerated_all
+                    && (is_node || holds_group)
                 {
                     counts.entry(d.clone()).or_insert(0);
                 }
