@@ -125,6 +125,9 @@ pub struct Claims {
     events: Events,
     running: Mutex<HashMap<String, Running>>,
     attempts: Mutex<HashMap<String, Attempts>>,
+    /// The resourceVersion of each claim's last status write by this
+    /// process: a view older than it is stale and waits for the watch.
+    written: Mutex<HashMap<String, u64>>,
 }
 
 fn now_s() -> Seconds {
@@ -145,6 +148,7 @@ impl Claims {
             events,
             running: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         }
     }
 
@@ -264,11 +268,24 @@ impl Claims {
 
     async fn write_status(&self, claim: &str, status: &NodeClaimStatus) -> Result<()> {
         let patch = serde_json::json!({ "status": status });
-        self.claims_api()
+        let written = self
+            .claims_api()
             .patch_status(claim, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|source| Error::ApplyStatusFailed { claim: claim.into(), source })?;
+        if let Some(version) = written.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()) {
+            self.written.lock().unwrap_or_else(PoisonError::into_inner).insert(claim.to_string(), version);
+        }
         Ok(())
+    }
+
+    /// Whether the view predates this process's last write of the claim.
+    /// (resourceVersions are opaque by contract; kube-apiserver on etcd
+    /// gives increasing integers, and anything else is never "stale".)
+    fn stale(&self, claim: &NodeClaim) -> bool {
+        let seen = claim.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+        let written = self.written.lock().unwrap_or_else(PoisonError::into_inner).get(&claim.name_any()).copied();
+        matches!((seen, written), (Some(seen), Some(written)) if seen < written)
     }
 
     fn record(&self, ended: Option<Ended>, pool: &str) {
@@ -334,6 +351,9 @@ impl Claims {
     pub async fn reconcile(&self, view: &ClaimView) -> Result<()> {
         let claim = &view.claim;
         let name = claim.name_any();
+        if self.stale(claim) {
+            return Ok(());
+        }
         let mut status = claim.status.clone().unwrap_or_default();
         if status.failure_reason.is_some() {
             return self.release_failed(view).await;

@@ -90,6 +90,8 @@ pub struct Decision {
     pub claims_failed: usize,
     /// From the start of the decision to the last power-on request sent.
     pub latency: Duration,
+    /// From the start of the decision to the first power-on request sent.
+    pub first_power_on: Option<Duration>,
     /// The core's share of it.
     pub provision_time: Duration,
 }
@@ -340,12 +342,21 @@ impl Controller {
             self.metrics.pending_pods.get_or_create(&vec![("decision".into(), label.into())]).inc();
         }
 
-        let opening: Vec<_> = plan.claims.iter().map(|new| self.claims.open(new, &uids)).collect();
-        let results: Vec<Result<String>> = futures::stream::iter(opening)
+        let opening: Vec<_> = plan
+            .claims
+            .iter()
+            .map(|new| {
+                let open = self.claims.open(new, &uids);
+                async move { (open.await, started.elapsed()) }
+            })
+            .collect();
+        let timed: Vec<(Result<String>, Duration)> = futures::stream::iter(opening)
             .buffer_unordered(self.settings.open_concurrency.max(1))
             .collect()
             .await;
         let latency = started.elapsed();
+        let first_power_on = timed.iter().filter(|(r, _)| r.is_ok()).map(|(_, t)| *t).min();
+        let results: Vec<Result<String>> = timed.into_iter().map(|(r, _)| r).collect();
         let mut failed = 0;
         for r in &results {
             if let Err(err) = r {
@@ -363,6 +374,7 @@ impl Controller {
             claims_opened: results.len() - failed,
             claims_failed: failed,
             latency,
+            first_power_on,
             provision_time,
         };
         tracing::info!(pending = pending_pods, opened = decision.claims_opened, failed, latency_ms = latency.as_millis() as u64, "decided");

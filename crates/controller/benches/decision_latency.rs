@@ -1,0 +1,151 @@
+//! Decision latency against the real API server: from the start of a
+//! decision (the batching window excluded) to the last power-on request
+//! it sent, at 1,000 pending pods and 500 servers.
+//!
+//!     cargo bench -p ironclaim-controller --bench decision_latency
+//!
+//! The power provider records calls and answers at once, so the figure is
+//! the controller's own: snapshot, core, NodeClaim creation, the atomic
+//! server claim and the status writes, against a real kube-apiserver.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ironclaim_controller::batch::Windows;
+use ironclaim_controller::provider::PowerFuture;
+use ironclaim_controller::{Controller, Power, Settings};
+use ironclaim_k8s::api::Server;
+use ironclaim_k8s::api::server::PowerState;
+use ironclaim_testenv::TestEnv;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+
+const SERVERS: usize = 500;
+const PODS: usize = 1000;
+const NAMESPACE: &str = "bench";
+
+struct Recording {
+    power_ons: AtomicUsize,
+}
+
+impl Power for Recording {
+    fn power_on<'a>(&'a self, _: &'a Server) -> PowerFuture<'a, ()> {
+        self.power_ons.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok(()) })
+    }
+    fn power_off<'a>(&'a self, _: &'a Server) -> PowerFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn power_state<'a>(&'a self, _: &'a Server) -> PowerFuture<'a, PowerState> {
+        Box::pin(async { Ok(PowerState::Off) })
+    }
+    fn watts<'a>(&'a self, _: &'a Server) -> PowerFuture<'a, Option<f64>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+async fn create_all<K>(api: Api<K>, objects: Vec<K>)
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    let shared = Arc::new(tokio::sync::Semaphore::new(32));
+    for o in objects {
+        let (api, permit) = (api.clone(), shared.clone());
+        tasks.spawn(async move {
+            let _p = permit.acquire().await;
+            let _ = api.create(&PostParams::default(), &o).await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    ironclaim_redfish::install_crypto_provider();
+    let env = TestEnv::shared().expect("test environment (hack/testenv build)");
+    let client: Client = env.client().await.expect("client");
+    env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &ironclaim_k8s::api::crds_yaml().unwrap()).unwrap();
+    for crd in ["servers", "nodepools", "nodeclaims"] {
+        env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev")]).unwrap();
+    }
+    let _ = env.kubectl(["create", "namespace", NAMESPACE]);
+    let pool: ironclaim_k8s::api::NodePool =
+        serde_json::from_value(json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool", "metadata": {"name": "bench"}, "spec": {}})).unwrap();
+    let _ = Api::<ironclaim_k8s::api::NodePool>::all(client.clone()).create(&PostParams::default(), &pool).await;
+    let servers: Vec<Server> = (0..SERVERS)
+        .map(|i| {
+            let (cpu, memory) = [("16", "64Gi"), ("32", "128Gi"), ("64", "256Gi")][i % 3];
+            let zone = ["a", "b", "c", "d"][i % 4];
+            serde_json::from_value(json!({
+                "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": format!("s-{i:03}")},
+                "spec": {
+                    "bmc": {"address": format!("https://10.0.{}.{}/redfish/v1/Systems/1", i / 250, i % 250), "credentialsSecretRef": {"name": "bmc", "namespace": NAMESPACE}},
+                    "hardware": {"cpu": cpu, "memory": memory},
+                    "labels": {"topology.kubernetes.io/zone": zone}
+                }
+            }))
+            .unwrap()
+        })
+        .collect();
+    let started = Instant::now();
+    create_all(Api::<Server>::all(client.clone()), servers).await;
+    eprintln!("{SERVERS} servers created in {:?}", started.elapsed());
+
+    let power = Arc::new(Recording { power_ons: AtomicUsize::new(0) });
+    let settings = Settings {
+        windows: Windows { idle: Duration::from_secs(2), max: Duration::from_secs(30) },
+        redecide_every: Duration::from_secs(3600),
+        power_sweep_every: Duration::from_secs(3600),
+        publish_events: false,
+        open_concurrency: 64,
+        instance: "bench".into(),
+        ..Settings::default()
+    };
+    let controller = Controller::new(client.clone(), power.clone(), settings);
+    let decisions = controller.decisions();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let pods: Vec<Pod> = (0..PODS)
+        .map(|i| {
+            let (cpu, memory) = [("1", "2Gi"), ("2", "4Gi"), ("4", "8Gi"), ("8", "16Gi")][i % 4];
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p-{i:04}"), "namespace": NAMESPACE},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
+            }))
+            .unwrap()
+        })
+        .collect();
+    let started = Instant::now();
+    create_all(Api::<Pod>::namespaced(client.clone(), NAMESPACE), pods).await;
+    eprintln!("{PODS} pods created in {:?}", started.elapsed());
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let decision = loop {
+        let found = decisions.lock().unwrap().iter().find(|d| d.pending_pods >= PODS && d.claims_opened > 0).cloned();
+        if let Some(d) = found {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "no decision over {PODS} pods: {:?}", decisions.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = stop.send(());
+    let _ = task.await;
+    println!(
+        "decision latency at {} pending pods and {SERVERS} servers: {:.1} ms to the last power-on request, {:.1} ms to the first (core {:.1} ms), {} claims opened, {} failed, {} power-on requests",
+        decision.pending_pods,
+        decision.latency.as_secs_f64() * 1e3,
+        decision.first_power_on.unwrap_or_default().as_secs_f64() * 1e3,
+        decision.provision_time.as_secs_f64() * 1e3,
+        decision.claims_opened,
+        decision.claims_failed,
+        power.power_ons.load(Ordering::SeqCst)
+    );
+}
