@@ -52,11 +52,16 @@ impl Events {
             uid: uid.map(str::to_string),
             ..ObjectReference::default()
         };
+        // The recorder folds events with the same key (which leaves the note
+        // out) into one series that keeps the first note; a distinct action
+        // per note keeps each stage's words.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(note, &mut hasher);
         let event = Event {
             type_,
             reason: reason.to_string(),
             note: Some(note.chars().take(1000).collect()),
-            action: "Provisioning".into(),
+            action: format!("Provisioning-{:08x}", std::hash::Hasher::finish(&hasher) as u32),
             secondary: None,
         };
         if let Err(err) = recorder.publish(&event, &reference).await {
