@@ -370,6 +370,17 @@ pub struct Engine<'a> {
     last_liveness_check: Seconds,
 }
 
+/// Whether `request` fits next to `used` on `capacity`, with the rules of
+/// [`Resources::fits`], without building the free vector.
+fn fits_beside(request: &Resources, used: &Resources, capacity: &Resources) -> bool {
+    let ok = |r: i64, u: i64, c: i64| r <= 0 || r <= c - u;
+    ok(request.pods, used.pods, capacity.pods)
+        && ok(request.cpu_milli, used.cpu_milli, capacity.cpu_milli)
+        && ok(request.memory_bytes, used.memory_bytes, capacity.memory_bytes)
+        && ok(request.ephemeral_bytes, used.ephemeral_bytes, capacity.ephemeral_bytes)
+        && request.extended.iter().all(|(name, r)| ok(*r, used.extended(name), capacity.extended(name)))
+}
+
 fn ds_owner() -> Option<Owner> {
     Some(Owner { kind: "DaemonSet".into(), name: String::new() })
 }
@@ -871,8 +882,7 @@ impl<'a> Engine<'a> {
         for &s in &self.ready {
             let srv = &self.srv[s];
             let cap = &self.w.servers[s].server.capacity;
-            let free = cap.minus(&srv.allocated);
-            if !pod.requests.fits(&free)
+            if !fits_beside(&pod.requests, &srv.allocated, cap)
                 || check_node_affinity(pod, &srv.labels, &self.w.servers[s].server.name).is_err()
                 || check_taints(pod, &srv.taints, false).is_err()
             {

@@ -68,7 +68,8 @@ fn line_chart(out: &mut String, title: &str, y_label: &str, at: &[u64], series: 
     }
     for k in 0..=6 {
         let t = span * k / 6;
-        let _ = write!(out, "<text x=\"{:.1}\" y=\"{}\" class=\"xl\">{}</text>", x(t), H - 8.0, axis_time_label(t, span));
+        let anchor = if k == 6 { " style=\"text-anchor:end\"" } else { "" };
+        let _ = write!(out, "<text x=\"{:.1}\" y=\"{}\" class=\"xl\"{anchor}>{}</text>", x(t), H - 8.0, axis_time_label(t, span));
     }
     let _ = write!(out, "<text x=\"12\" y=\"{:.1}\" class=\"yt\" transform=\"rotate(-90 12 {:.1})\">{}</text>", TOP + ph / 2.0, TOP + ph / 2.0, esc(y_label));
     for s in series {
@@ -121,7 +122,8 @@ fn cdf_chart(out: &mut String, report: &Report) {
         );
     }
     for (i, &b) in CDF_BOUNDS_S.iter().enumerate() {
-        let _ = write!(out, "<text x=\"{:.1}\" y=\"{}\" class=\"xl\">{}</text>", x(i), H - 8.0, human_s(b));
+        let anchor = if i + 1 == n { " style=\"text-anchor:end\"" } else { "" };
+        let _ = write!(out, "<text x=\"{:.1}\" y=\"{}\" class=\"xl\"{anchor}>{}</text>", x(i), H - 8.0, human_s(b));
     }
     let mut items = Vec::new();
     for (k, p) in report.timeline.policies.iter().enumerate() {
