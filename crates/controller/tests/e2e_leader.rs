@@ -60,7 +60,8 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
         async move { bound(&c, "first").await }
     })
     .await;
-    assert_eq!(claims(&client).await.len(), 1, "only the leader opened a claim");
+    let opened = claims(&client).await;
+    assert_eq!(opened.len(), 1, "only the leader opened a claim: {:?}", opened.iter().map(|c| (c.metadata.name.clone(), c.metadata.labels.clone(), c.status.clone())).collect::<Vec<_>>());
     assert!(metrics_a.render().contains("ironclaim_leader 1"));
     assert!(metrics_b.render().contains("ironclaim_leader 0"));
     assert!(!metrics_b.render().contains("ironclaim_claims_total{"), "the standby ended no claim");
