@@ -917,11 +917,30 @@ impl<'a> Engine<'a> {
         run.bound_at = Some(self.now);
         run.covered_by = None;
         if was_idle {
-            self.policy.observe(FirstPod { at_s: self.now, class: self.prep.class_of[s], deadline_s: pod.deadline_s });
+            // Fresh demand only if no busy node had room: a scheduler that
+            // spreads onto an idle spare is not a burst.
+            if !self.busy_node_has_room(p, s) {
+                self.policy.observe(FirstPod { at_s: self.now, class: self.prep.class_of[s], deadline_s: pod.deadline_s });
+            }
             self.request_reconcile(self.now);
         }
         self.set_status(s);
         self.refresh_watts(s);
+    }
+
+    /// Whether a Ready node other than `except` that runs workload pods
+    /// could also have taken pod `p`.
+    fn busy_node_has_room(&self, p: usize, except: usize) -> bool {
+        let pod = &self.prep.pods[p];
+        self.ready.iter().any(|&s| {
+            let srv = &self.srv[s];
+            let sim = &self.w.servers[s].server;
+            s != except
+                && !srv.workload_pods.is_empty()
+                && fits_beside(&pod.requests, &srv.allocated, &sim.capacity)
+                && check_node_affinity(pod, &srv.labels, &sim.name).is_ok()
+                && check_taints(pod, &srv.taints, false).is_ok()
+        })
     }
 
     fn bind_pending(&mut self) {
