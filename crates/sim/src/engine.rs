@@ -277,6 +277,23 @@ impl Ord for Queued {
     }
 }
 
+/// Failed claims listed one by one in the report, beyond which they are
+/// only counted.
+const MAX_FAILED_CLAIMS_KEPT: usize = 200;
+
+/// One failed claim: which server, when, at which stage, why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailedClaim {
+    pub claim: String,
+    pub server: String,
+    /// Opened by the power policy for a warm spare, not for pods.
+    pub spare: bool,
+    pub opened_s: Seconds,
+    pub failed_s: Seconds,
+    pub stage: &'static str,
+    pub reason: FailureReason,
+}
+
 /// A claim failure, counted by stage and reason.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct FailureCount {
@@ -316,6 +333,8 @@ pub struct RunStats {
     pub violations: Vec<crate::check::Violation>,
     pub timeline: Timeline,
     pub quarantined: u64,
+    /// The first failed claims, one by one.
+    pub failed_claims: Vec<FailedClaim>,
 }
 
 /// Series sampled at regular times, for plots.
@@ -360,6 +379,7 @@ pub struct Engine<'a> {
     sample_every: Seconds,
     next_sample: Seconds,
     failures: BTreeMap<(u8, FailureReason), u64>,
+    failed_claims: Vec<FailedClaim>,
     cold_to_ready: Vec<Seconds>,
     claims_for_pods: u64,
     claims_spare: u64,
@@ -464,6 +484,7 @@ impl<'a> Engine<'a> {
             sample_every: (end / points).max(1),
             next_sample: 0,
             failures: BTreeMap::new(),
+            failed_claims: Vec::new(),
             cold_to_ready: Vec::new(),
             claims_for_pods: 0,
             claims_spare: 0,
@@ -773,6 +794,20 @@ impl<'a> Engine<'a> {
 
     fn fail_claim(&mut self, s: usize, stage: Stage, reason: FailureReason) {
         *self.failures.entry((stage_rank(stage), reason)).or_insert(0) += 1;
+        if self.failed_claims.len() < MAX_FAILED_CLAIMS_KEPT
+            && let Some(c) = self.srv[s].claim
+        {
+            let claim = &self.claims[c];
+            self.failed_claims.push(FailedClaim {
+                claim: format!("c{c}"),
+                server: self.w.servers[s].server.name.clone(),
+                spare: claim.spare,
+                opened_s: claim.opened_s,
+                failed_s: self.now,
+                stage: stage_label(stage),
+                reason,
+            });
+        }
         self.checker.claim_closed(s);
         let srv = &mut self.srv[s];
         srv.failures += 1;
@@ -1301,6 +1336,7 @@ impl<'a> Engine<'a> {
             violations: self.checker.violations,
             timeline: self.timeline,
             quarantined: self.srv.iter().filter(|s| s.health == Health::Quarantined).count() as u64,
+            failed_claims: self.failed_claims,
         }
     }
 }

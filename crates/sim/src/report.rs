@@ -87,6 +87,8 @@ pub struct Claims {
     pub failed: u64,
     pub in_flight_at_end: u64,
     pub failures: Vec<FailureCount>,
+    /// The first failed claims one by one (server, stage, reason, times).
+    pub failed_claims: Vec<crate::engine::FailedClaim>,
     /// Time from claim to Ready of the claims that got there.
     pub to_ready_s: Percentiles,
 }
@@ -208,6 +210,7 @@ impl PolicyReport {
                 failed,
                 in_flight_at_end: s.claims_in_flight_at_end,
                 failures: s.failures.clone(),
+                failed_claims: s.failed_claims.clone(),
                 to_ready_s: percentiles(&s.cold_to_ready_s),
             },
             stale_accounting: s.stale_accounting,
