@@ -20,6 +20,9 @@
 //!   restrictive active budget.
 //! - Only servers with no node are powered off directly; a node's server is
 //!   powered off after its drain.
+//! - Per NodePool with a headroom, no power-off or drain takes the pool's
+//!   free capacity (on its nodes and warm spares) below it; when it is
+//!   already below, spares are powered on.
 
 use crate::model::*;
 use crate::provision::{provision, NODEPOOL_LABEL};
@@ -51,6 +54,9 @@ pub enum Action {
     },
     /// Power a spare on to restore the warm floor of its class.
     PowerOn { server: String, class: String, floor: u32, on: u32 },
+    /// Power a spare on because the pool's free capacity is short of its
+    /// headroom (`short` says by what).
+    PowerOnForHeadroom { server: String, pool: String, short: String },
 }
 
 /// Something the plan could have done and did not, and why.
@@ -121,6 +127,47 @@ fn budget_left(pool: &NodePool, reason: DisruptionReason, nodes: u32, disrupting
     limit.saturating_sub(disrupting)
 }
 
+/// Free capacity beyond each pool's headroom: what scale-down may still take.
+struct Headroom {
+    left: BTreeMap<String, crate::Resources>,
+    wanted: BTreeMap<String, crate::Resources>,
+}
+
+impl Headroom {
+    fn short(&self, pool: &str) -> Option<String> {
+        let (left, want) = (self.left.get(pool)?, self.wanted.get(pool)?);
+        let mut parts = Vec::new();
+        if want.cpu_milli > 0 && left.cpu_milli < 0 {
+            parts.push(format!("cpu {}", crate::quantity::format_cpu_milli(-left.cpu_milli)));
+        }
+        if want.memory_bytes > 0 && left.memory_bytes < 0 {
+            parts.push(format!("memory {}", crate::quantity::format_bytes(-left.memory_bytes)));
+        }
+        if want.gpus() > 0 && left.gpus() < 0 {
+            parts.push(format!("{} GPUs", -left.gpus()));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
+    /// Takes `capacity` away from the pool's free capacity if the headroom
+    /// still holds afterwards.
+    fn take(&mut self, pool: &str, capacity: &crate::Resources) -> bool {
+        let Some(left) = self.left.get_mut(pool) else { return true };
+        left.sub(capacity);
+        if self.short(pool).is_some() {
+            self.left.get_mut(pool).map(|l| l.add(capacity));
+            return false;
+        }
+        true
+    }
+
+    fn give(&mut self, pool: &str, capacity: &crate::Resources) {
+        if let Some(left) = self.left.get_mut(pool) {
+            left.add(capacity);
+        }
+    }
+}
+
 struct Candidate<'s> {
     node: &'s Node,
     server: Option<&'s Server>,
@@ -185,6 +232,25 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         }
     }
 
+    let mut headroom = Headroom { left: BTreeMap::new(), wanted: BTreeMap::new() };
+    for pool in pools {
+        let Some(want) = &pool.warm.headroom else { continue };
+        let mut free = crate::Resources::default();
+        for c in candidates.iter().filter(|c| c.pool.name == pool.name) {
+            free.add(&c.node.allocatable);
+            for p in c.pods.iter().chain(&c.daemonset_pods) {
+                free.sub(&p.requests);
+            }
+        }
+        for s in snapshot.servers.iter().filter(|s| s.is_available() && s.is_warm()) {
+            if pool_of(pools, s, None).is_some_and(|p| p.name == pool.name) {
+                free.add(&s.capacity);
+            }
+        }
+        headroom.left.insert(pool.name.clone(), free.minus(want));
+        headroom.wanted.insert(pool.name.clone(), want.clone());
+    }
+
     let mut pdb_left: Vec<i64> = snapshot.pdbs.iter().map(|p| p.disruptions_allowed).collect();
     let mut drained: Vec<usize> = Vec::new();
     let mut drains_by_pool: BTreeMap<String, u32> = BTreeMap::new();
@@ -231,6 +297,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 });
                 continue;
             }
+            if !headroom.take(pool_name, &s.capacity) {
+                out.held.push(Held { subject: s.name.clone(), why: format!("kept for the headroom of NodePool {pool_name}") });
+                continue;
+            }
             excess -= 1;
             out.actions.push(Action::PowerOff {
                 server: s.name.clone(),
@@ -266,6 +336,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             let used = drains_by_pool.get(&c.pool.name).copied().unwrap_or(0);
             if budget_left(c.pool, DisruptionReason::Empty, nodes, disrupting, now_s) <= used {
                 out.held.push(Held { subject: c.node.name.clone(), why: format!("disruption budget of NodePool {} is used up", c.pool.name) });
+                continue;
+            }
+            if !headroom.take(&c.pool.name, &c.node.allocatable) {
+                out.held.push(Held { subject: c.node.name.clone(), why: format!("kept for the headroom of NodePool {}", c.pool.name) });
                 continue;
             }
             excess -= 1;
@@ -334,6 +408,12 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             });
             continue;
         }
+        // Its pods move onto the others' free capacity: the pool loses the
+        // node's whole allocatable.
+        if !headroom.take(&c.pool.name, &c.node.allocatable) {
+            out.held.push(Held { subject: c.node.name.clone(), why: format!("kept for the headroom of NodePool {}", c.pool.name) });
+            continue;
+        }
         // Re-simulate: the node gone, its pods pending, no new servers.
         let mut trial = snapshot.clone();
         removed.push(c.node.name.as_str());
@@ -354,6 +434,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         let all_fit = plan.pods.iter().all(|d| matches!(d.outcome, Outcome::Existing { .. }));
         if !all_fit {
             removed.pop();
+            headroom.give(&c.pool.name, &c.node.allocatable);
             out.held.push(Held { subject: c.node.name.clone(), why: "its pods do not all fit on the other nodes".into() });
             continue;
         }
@@ -370,6 +451,44 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             daemonset_pods: c.daemonset_pods.iter().map(|p| p.key()).collect(),
             saves_watts: c.server.map_or(0.0, |s| s.power.idle_watts - s.power.off_watts),
         });
+    }
+
+    // Pools short of their headroom power spares on, largest first.
+    let powering: Vec<String> = out
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PowerOn { server, .. } => Some(server.clone()),
+            _ => None,
+        })
+        .collect();
+    for pool in pools.iter().filter(|p| p.warm.headroom.is_some()) {
+        for s in &powering {
+            if let Some(server) = servers.get(s.as_str())
+                && pool_of(pools, server, None).is_some_and(|p| p.name == pool.name)
+            {
+                headroom.give(&pool.name, &server.capacity);
+            }
+        }
+        let mut cold: Vec<&Server> = snapshot
+            .servers
+            .iter()
+            .filter(|s| s.is_available() && !s.is_warm() && !powering.contains(&s.name))
+            .filter(|s| pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
+            .collect();
+        cold.sort_by(|a, b| {
+            b.capacity.cpu_milli.cmp(&a.capacity.cpu_milli).then(a.power.idle_watts.total_cmp(&b.power.idle_watts)).then(a.name.cmp(&b.name))
+        });
+        for s in cold {
+            let Some(short) = headroom.short(&pool.name) else { break };
+            if snapshot.power_budget_watts.is_some_and(|b| fleet_on_peak + s.power.peak_watts > b) {
+                out.held.push(Held { subject: s.name.clone(), why: format!("NodePool {} is short of its headroom by {short}, but the power budget is reached", pool.name) });
+                break;
+            }
+            fleet_on_peak += s.power.peak_watts;
+            headroom.give(&pool.name, &s.capacity);
+            out.actions.push(Action::PowerOnForHeadroom { server: s.name.clone(), pool: pool.name.clone(), short });
+        }
     }
     out
 }

@@ -430,6 +430,10 @@ pub struct WarmPolicy {
     /// Idle powered-on servers (or empty nodes) to keep, per class.
     #[serde(default)]
     pub floor: BTreeMap<String, u32>,
+    /// Capacity to keep free on the pool's nodes and warm spares (cpu,
+    /// memory, GPUs), so that a burst of pods this size schedules at once.
+    #[serde(default)]
+    pub headroom: Option<crate::resources::Resources>,
     /// When the floor applies; always when None.
     #[serde(default)]
     pub window: Option<crate::schedule::Window>,

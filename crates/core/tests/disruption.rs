@@ -151,6 +151,30 @@ fn a_node_whose_pods_fit_nowhere_else_stays() {
     assert!(d.held.iter().any(|h| h.subject == "a" && h.why.contains("do not all fit")), "{d:?}");
 }
 
+#[test]
+fn headroom_keeps_an_empty_node_on_and_powers_a_spare_on_when_short() {
+    let mut p = pool();
+    p.warm.headroom = Some(Resources::new(8000, 16 * GI));
+    let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    node_with(&mut snap, "n0", Some(0), &[]);
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert!(d.held.iter().any(|h| h.subject == "n0" && h.why.contains("headroom")), "{d:?}");
+
+    // Busy nodes, no spare: the pool is short and a cold server comes on.
+    let mut snap = Snapshot { pools: snap.pools.clone(), ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 30_000)]);
+    snap.servers.push(server("cold-1"));
+    let d = disrupt(&snap, 10 * HOUR);
+    match &d.actions[..] {
+        [Action::PowerOnForHeadroom { server, pool, short }] => {
+            assert_eq!((server.as_str(), pool.as_str()), ("cold-1", "general"));
+            assert!(short.contains("cpu 6"), "{short}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 fn random_fleet(seed: u64) -> (Snapshot, u64) {
     let mut x = seed | 1;
     let mut next = |n: u64| {
@@ -162,6 +186,9 @@ fn random_fleet(seed: u64) -> (Snapshot, u64) {
     let mut p = pool();
     p.disruption.budgets = vec![Budget { nodes: BudgetNodes::Count(1 + next(3) as u32), window: None, reasons: vec![] }];
     p.warm.floor.insert("general-32".into(), next(3) as u32);
+    if next(3) == 0 {
+        p.warm.headroom = Some(Resources::new(4000 * next(12) as i64, GI * next(64) as i64));
+    }
     let mut snap = Snapshot { pools: vec![p], ..Default::default() };
     for i in 0..next(8) {
         let pods: Vec<(String, i64)> = (0..next(4)).map(|k| (format!("p{i}-{k}"), 500 * (1 + next(12) as i64))).collect();
@@ -227,7 +254,7 @@ proptest! {
                     let s = snap.servers.iter().find(|s| &s.name == server).unwrap();
                     prop_assert!(s.node.is_none() && s.claim.is_none(), "seed {seed}: powered off a busy server");
                 }
-                Action::PowerOn { server, .. } => {
+                Action::PowerOn { server, .. } | Action::PowerOnForHeadroom { server, .. } => {
                     let s = snap.servers.iter().find(|s| &s.name == server).unwrap();
                     prop_assert!(s.is_available() && !s.is_warm(), "seed {seed}: powered on {server}");
                 }
@@ -235,6 +262,31 @@ proptest! {
         }
         for (k, pdb) in snap.pdbs.iter().enumerate() {
             prop_assert!(evictions_by_pdb[k] <= pdb.disruptions_allowed, "seed {seed}: PDB crossed");
+        }
+        // Headroom: what scale-down takes away leaves the free capacity at
+        // or above it, or takes nothing when it was already short.
+        if let Some(want) = &snap.pools[0].warm.headroom {
+            let mut free = Resources::default();
+            for n in snap.nodes.iter().filter(|n| !n.disrupting) {
+                free.add(&n.allocatable);
+                for p in snap.pods.iter().filter(|p| p.node_name.as_deref() == Some(&n.name)) {
+                    free.sub(&p.requests);
+                }
+            }
+            for s in snap.servers.iter().filter(|s| s.is_available() && s.is_warm()) {
+                free.add(&s.capacity);
+            }
+            let mut taken = Resources::default();
+            for a in &d.actions {
+                match a {
+                    Action::PowerOff { server, .. } => taken.add(&snap.servers.iter().find(|s| &s.name == server).unwrap().capacity),
+                    Action::Drain { node, .. } => taken.add(&snap.nodes.iter().find(|n| &n.name == node).unwrap().allocatable),
+                    _ => {}
+                }
+            }
+            let after = free.minus(&taken);
+            let holds = |f: &Resources| (want.cpu_milli == 0 || f.cpu_milli >= want.cpu_milli) && (want.memory_bytes == 0 || f.memory_bytes >= want.memory_bytes);
+            prop_assert!(taken.is_zero() || holds(&after), "seed {seed}: headroom {want:?} crossed: free {free:?}, taken {taken:?}");
         }
         let budget = match snap.pools[0].disruption.budgets[0].nodes { BudgetNodes::Count(n) => n, BudgetNodes::Percent(_) => u32::MAX };
         let disrupting = snap.nodes.iter().filter(|n| n.disrupting).count() as u32;

@@ -186,9 +186,8 @@ fn taints(list: &[NodeTaint]) -> Vec<ironclaim_core::Taint> {
 }
 
 /// Converts a NodePool: requirements, template, limits, weight, default
-/// deadline, warm-spare floors and disruption policy. Readiness gates and
-/// warm-spare headroom have no counterpart in the core's model and are not
-/// carried.
+/// deadline, warm-spare floors and headroom, and disruption policy.
+/// Readiness gates are read by the controller from the NodePool itself.
 ///
 /// # Errors
 /// The first field that cannot be read, with its path.
@@ -263,9 +262,29 @@ fn warm_policy(w: &WarmSpares) -> Result<core::WarmPolicy> {
             return Err(ConvertError::invalid(format!("spec.warmSpares.floor[{i}].class"), format!("class {:?} is listed twice", f.class)));
         }
     }
+    let headroom = match &w.headroom {
+        None => None,
+        Some(h) => {
+            let mut r = ironclaim_core::Resources::default();
+            if let Some(q) = &h.cpu {
+                r.cpu_milli = quantity(q, 1000, || "spec.warmSpares.headroom.cpu".into())?;
+            }
+            if let Some(q) = &h.memory {
+                r.memory_bytes = quantity(q, 1, || "spec.warmSpares.headroom.memory".into())?;
+            }
+            if let Some(g) = h.gpus {
+                if g < 0 {
+                    return Err(ConvertError::invalid("spec.warmSpares.headroom.gpus".into(), format!("must not be negative, found {g}")));
+                }
+                r.set_extended(ironclaim_core::GPU, g);
+            }
+            Some(r)
+        }
+    };
     Ok(core::WarmPolicy {
         class_label: w.class_label.clone(),
         floor,
+        headroom,
         window: window(w.schedule.as_ref(), w.duration.as_ref(), "spec.warmSpares")?,
     })
 }

@@ -628,6 +628,7 @@ spec:
   warmSpares:
     classLabel: example.com/class
     floor: [{class: general-32, count: 2}, {class: small, count: 0}]
+    headroom: {cpu: '8', memory: 16Gi, gpus: 1}
     schedule: '0 8 * * 1-5'
     duration: 10h
   disruption:
@@ -647,6 +648,8 @@ spec:
     let warm = &snap.pools[0].warm;
     assert_eq!(warm.class_label.as_deref(), Some("example.com/class"));
     assert_eq!(warm.floor.iter().map(|(c, n)| (c.as_str(), *n)).collect::<Vec<_>>(), vec![("general-32", 2), ("small", 0)]);
+    let headroom = warm.headroom.as_ref().expect("a headroom");
+    assert_eq!((headroom.cpu_milli, headroom.memory_bytes, headroom.gpus()), (8000, 16 << 30, 1));
     let window = warm.window.as_ref().expect("a window");
     assert_eq!((window.cron.text.as_str(), window.duration_s), ("0 8 * * 1-5", 36_000));
     // Monday 2026-01-05 09:00 UTC is inside, 19:00 is not.
