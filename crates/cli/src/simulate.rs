@@ -81,6 +81,12 @@ pub struct Args {
     /// Seconds between reconciles.
     #[arg(long, default_value_t = 10)]
     reconcile_interval: u64,
+    /// A scale-up batch closes after this many seconds without a new pod...
+    #[arg(long, default_value_t = 1)]
+    batch_idle: u64,
+    /// ...or after this many seconds in all.
+    #[arg(long, default_value_t = 10)]
+    batch_max: u64,
     /// Idle timeout of the reactive and warm-spares policies (e.g. `10m`).
     #[arg(long, default_value = "10m")]
     idle_timeout: String,
@@ -139,6 +145,11 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
         return Err(anyhow!("--reconcile-interval must be at least 1 second"));
     }
     cfg.reconcile_interval_s = args.reconcile_interval;
+    if args.batch_max < args.batch_idle {
+        return Err(anyhow!("--batch-max ({}) must be at least --batch-idle ({})", args.batch_max, args.batch_idle));
+    }
+    cfg.batch_idle_s = args.batch_idle;
+    cfg.batch_max_s = args.batch_max;
     cfg.duration_s = args.duration.as_deref().map(parse_duration).transpose()?;
     cfg.policy.idle_timeout_s = parse_duration(&args.idle_timeout)?;
     cfg.policy.warm_spares = args.warm_spares;
