@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::gates;
 use crate::index::CLAIM_FAILED_CONDITION;
+use crate::leader::Gate;
 use crate::metrics::Metrics;
 use crate::provider::{Power, PowerError};
 use crate::timeline::{self, Deadlines, Ended};
@@ -128,6 +129,8 @@ pub struct Claims {
     /// The resourceVersion of each claim's last status write by this
     /// process: a view older than it is stale and waits for the watch.
     written: Mutex<HashMap<String, u64>>,
+    /// Nothing is claimed, written or powered while it is shut.
+    gate: Gate,
 }
 
 fn now_s() -> Seconds {
@@ -149,7 +152,22 @@ impl Claims {
             running: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            gate: Gate::always(),
         }
+    }
+
+    /// Acts only while `gate` is open (leader election).
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = gate;
+        self
+    }
+
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    fn ensure_acting(&self) -> Result<()> {
+        if self.gate.acting() { Ok(()) } else { Err(Error::NotLeading) }
     }
 
     pub fn events(&self) -> &Events {
@@ -176,6 +194,7 @@ impl Claims {
     /// claim wrote the server first (the NodeClaim is then failed with
     /// `ClaimConflict`); status write failures.
     pub async fn open(&self, new: &NewClaim, uids: &HashMap<String, String>) -> Result<String> {
+        self.ensure_acting()?;
         let pods = new
             .pods
             .iter()
@@ -210,6 +229,7 @@ impl Claims {
     async fn select(&self, claim: &NodeClaim, server_name: &str) -> Result<()> {
         let name = claim.name_any();
         let now = now_s();
+        self.ensure_acting()?;
         let server = match self.claim_server(server_name, &name).await {
             Ok(server) => server,
             Err(err @ Error::ServerHeld { .. }) => {
@@ -295,11 +315,26 @@ impl Claims {
         }
     }
 
+    /// Starts a power action, only while the gate is open; the action is
+    /// cut short when the gate shuts.
     fn spawn(&self, claim: &str, action: Action, server: Server) {
+        if !self.gate.acting() {
+            return;
+        }
         let power = self.power.clone();
+        let gate = self.gate.clone();
+        let cut_short = || PowerError {
+            reason: FailureReason::PowerActionFailed,
+            label: "not_leading",
+            message: "this replica stopped leading before the power action finished".into(),
+        };
         let handle = match action {
-            Action::PowerOn => tokio::spawn(async move { power.power_on(&server).await }),
-            Action::PowerOff => tokio::spawn(async move { power.power_off(&server).await }),
+            Action::PowerOn => tokio::spawn(async move {
+                tokio::select! { r = power.power_on(&server) => r, _ = gate.lost() => Err(cut_short()) }
+            }),
+            Action::PowerOff => tokio::spawn(async move {
+                tokio::select! { r = power.power_off(&server) => r, _ = gate.lost() => Err(cut_short()) }
+            }),
         };
         self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(claim.to_string(), Running { action, handle });
     }
@@ -351,7 +386,7 @@ impl Claims {
     pub async fn reconcile(&self, view: &ClaimView) -> Result<()> {
         let claim = &view.claim;
         let name = claim.name_any();
-        if self.stale(claim) {
+        if self.stale(claim) || !self.gate.acting() {
             return Ok(());
         }
         let mut status = claim.status.clone().unwrap_or_default();

@@ -33,7 +33,7 @@ use crate::claims::{ClaimSettings, ClaimView, Claims};
 use crate::error::Result;
 use crate::events::Events;
 use crate::index::{FailureBackoff, Index, Indexed};
-use crate::leader::{self, LeaseSettings};
+use crate::leader::{self, Gate, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::provider::Power;
 use crate::timeline;
@@ -155,7 +155,9 @@ impl Controller {
         } else {
             Events::disabled()
         };
-        let claims = Arc::new(Claims::new(client.clone(), power, settings.claims.clone(), metrics.clone(), events));
+        let gate = if settings.lease.is_some() { Gate::closed() } else { Gate::always() };
+        let claims =
+            Arc::new(Claims::new(client.clone(), power, settings.claims.clone(), metrics.clone(), events).with_gate(gate));
         Controller {
             client,
             settings,
@@ -219,12 +221,25 @@ impl Controller {
         }
         self.ready.store(true, Ordering::Relaxed);
         tracing::info!("caches synced");
+        let gate = self.claims.gate().clone();
+        let renewal = self.settings.lease.clone().map(|lease| {
+            leader::spawn_renewal(self.client.clone(), lease, gate.clone(), self.metrics.clone())
+        });
+        // Power tasks stop the moment the lease is lost, not at the next pass.
+        let stand_down = {
+            let (gate, claims) = (gate.clone(), self.claims.clone());
+            tokio::spawn(async move {
+                loop {
+                    gate.gained().await;
+                    gate.lost().await;
+                    claims.abort_all();
+                }
+            })
+        };
         let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(self.client.clone(), self.index.clone(), self.claims.clone(), self.metrics.clone(), self.settings.failure_backoff, &self.settings.instance, Default::default())).spawn();
 
         let mut batcher = Batcher::new(self.settings.windows);
-        let mut leading = self.settings.lease.is_none();
         let mut was_leading = false;
-        let mut next_lease = Instant::now();
         let mut last_decision = Instant::now();
         let mut next_sweep = Instant::now();
         let mut in_flight: BTreeSet<String> = BTreeSet::new();
@@ -236,19 +251,7 @@ impl Controller {
                 _ = tokio::time::sleep(self.settings.tick) => {}
             }
             let now = Instant::now();
-            if let Some(lease) = &self.settings.lease
-                && now >= next_lease
-            {
-                match leader::try_acquire(&self.client, lease).await {
-                    Ok(held) => leading = held,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "lease renewal failed");
-                        self.metrics.error(err.metric_label());
-                        leading = false;
-                    }
-                }
-                next_lease = now + lease.renew_every();
-            }
+            let leading = gate.acting();
             self.metrics.leader.set(i64::from(leading));
             if !leading {
                 if was_leading {
@@ -304,6 +307,11 @@ impl Controller {
                 });
             }
         }
+        if let Some(renewal) = renewal {
+            renewal.abort();
+        }
+        stand_down.abort();
+        gate.revoke();
         self.claims.abort_all();
         watches.abort_all();
         if let Some(lease) = &self.settings.lease

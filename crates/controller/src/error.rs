@@ -63,6 +63,9 @@ pub enum Error {
         source: kube::Error,
     },
 
+    #[error("this replica does not hold a valid lease; it does not act")]
+    NotLeading,
+
     #[error("serving metrics on {address} failed")]
     ServeFailed {
         address: String,
@@ -84,6 +87,7 @@ impl Error {
             Error::PowerFailed { .. } => "power_failed",
             Error::ReadFailed { .. } => "read_failed",
             Error::LeaseFailed { .. } => "lease_failed",
+            Error::NotLeading => "not_leading",
             Error::ServeFailed { .. } => "serve_failed",
         }
     }

@@ -136,16 +136,24 @@ impl ScaleDown {
     }
 
     /// Runs a pass every [`ScaleDownSettings::every`] while this replica
-    /// leads (the controller's `leader` gauge is 1), until the returned
-    /// handle is dropped.
+    /// may act (the claims' leader [`Gate`](crate::leader::Gate) is open),
+    /// until the returned handle is dropped. A pass, and every drain it
+    /// started, is cut short the moment the gate shuts.
     pub fn spawn(self: Arc<Self>) -> Running {
         let this = self.clone();
         let task = tokio::spawn(async move {
+            let gate = this.drainer.claims.gate().clone();
             loop {
                 tokio::time::sleep(this.settings.every).await;
-                if this.metrics.leader.get() == 1 {
-                    this.reconcile(now_s()).await;
-                } else {
+                if !gate.acting() {
+                    this.abort_all();
+                    continue;
+                }
+                tokio::select! {
+                    _ = this.reconcile(now_s()) => {}
+                    _ = gate.lost() => {}
+                }
+                if !gate.acting() {
                     this.abort_all();
                 }
             }
@@ -245,9 +253,17 @@ impl ScaleDown {
 
     fn start(&self, key: String, work: Work, job: impl std::future::Future<Output = ()> + Send + 'static) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.tasks.contains_key(&key) {
+        let gate = self.drainer.claims.gate().clone();
+        if state.tasks.contains_key(&key) || !gate.acting() {
             return;
         }
+        // A drain or power action stops the moment this replica stops leading.
+        let job = async move {
+            tokio::select! {
+                _ = job => {}
+                _ = gate.lost() => {}
+            }
+        };
         state.tasks.insert(key, (work, tokio::spawn(job)));
     }
 
