@@ -123,6 +123,12 @@ pub struct UserDocument {
     pub pods: Vec<PodRow>,
 }
 
+/// Largest integer any field may hold (keeps sums far from overflow).
+const MAX_FIELD: i64 = 1 << 40;
+
+/// Longest stage duration a row may state.
+const MAX_STAGE_S: i64 = 7 * 86_400;
+
 /// Deadline by quality-of-service class when a row states none:
 /// latency-sensitive pods 5 minutes, best-effort 30, others 10.
 pub fn deadline_for_qos(qos: &str) -> Seconds {
@@ -168,6 +174,9 @@ impl Row<'_> {
         let v: i64 = t.parse().map_err(|_| self.bad(col, format!("{what}: `{t}` is not an integer")))?;
         if v < 0 {
             return Err(self.bad(col, format!("{what}: {v} is negative")));
+        }
+        if v > MAX_FIELD {
+            return Err(self.bad(col, format!("{what}: {v} is implausibly large")));
         }
         Ok(v)
     }
@@ -317,10 +326,21 @@ pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
         if cpu_milli == 0 {
             return Err(row.bad(cpu, "a server needs some cpu_milli".into()));
         }
-        let u = |c: Option<usize>, what: &str| row.opt_int(c, what).map(|v| v.map(|v| v as Seconds));
+        let u = |c: Option<usize>, what: &str| -> Result<Option<Seconds>> {
+            let v = row.opt_int(c, what)?;
+            if let (Some(v), Some(col)) = (v, c)
+                && v > MAX_STAGE_S
+            {
+                return Err(row.bad(col, format!("{what}: {v} s is more than a week")));
+            }
+            Ok(v.map(|v| v as Seconds))
+        };
         rows.push(ServerRow {
             name: server_name.to_string(),
-            count: row.opt_int(count, "count")?.map(|c| c.min(100_000) as u32),
+            count: match row.opt_int(count, "count")? {
+                Some(c) if c > 100_000 => return Err(row.bad(count.unwrap_or(0), format!("count {c} is more than 100000"))),
+                c => c.map(|c| c as u32),
+            },
             cpu_milli,
             memory_mib: row.int(mem, "memory_mib")?,
             gpu: row.opt_int(gpu, "gpu")?.unwrap_or(0),
@@ -333,7 +353,12 @@ pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
             boot_s: u(boot, "boot_s")?,
             join_s: u(join, "join_s")?,
             ready_s: u(ready, "ready_s")?,
-            tail_percent: row.opt_int(tail, "tail_percent")?.map(|t| t.min(10_000) as u32),
+            tail_percent: match row.opt_int(tail, "tail_percent")? {
+                Some(t) if !(100..=1000).contains(&t) => {
+                    return Err(row.bad(tail.unwrap_or(0), format!("tail_percent: {t} is not between 100 and 1000")));
+                }
+                t => t.map(|t| t as u32),
+            },
         });
     }
     if rows.is_empty() {
@@ -360,9 +385,56 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodRow>> {
         if doc.pods.is_empty() {
             return Err(TraceError::Empty { path: path.display().to_string(), what: "pods".into() });
         }
+        check_yaml_pods(path, &doc.pods)?;
         return Ok(doc.pods);
     }
     parse_pods_csv(path, &text)
+}
+
+/// Checks what the CSV reader checks per field on rows read from YAML.
+fn check_yaml_servers(path: &Path, rows: &[ServerRow]) -> Result<()> {
+    for (i, r) in rows.iter().enumerate() {
+        let bad = |message: String| TraceError::BadDocument {
+            path: path.display().to_string(),
+            message: format!("servers[{i}] ({}): {message}", r.name),
+        };
+        if r.name.is_empty() || r.cpu_milli <= 0 || r.memory_mib < 0 || r.gpu < 0 {
+            return Err(bad("needs a name, cpu_milli > 0, memory_mib and gpu >= 0".into()));
+        }
+        for (what, v) in [("power_on_s", r.power_on_s), ("boot_s", r.boot_s), ("join_s", r.join_s), ("ready_s", r.ready_s)] {
+            if v.is_some_and(|v| v > MAX_STAGE_S as Seconds) {
+                return Err(bad(format!("{what} is more than a week")));
+            }
+        }
+        for (what, v) in [("idle_watts", r.idle_watts), ("peak_watts", r.peak_watts), ("boot_watts", r.boot_watts), ("off_watts", r.off_watts)] {
+            if v.is_some_and(|w| !w.is_finite() || !(0.0..=1e6).contains(&w)) {
+                return Err(bad(format!("{what} is not between 0 and 1000000")));
+            }
+        }
+        if r.tail_percent.is_some_and(|t| !(100..=1000).contains(&t)) {
+            return Err(bad("tail_percent is not between 100 and 1000".into()));
+        }
+    }
+    Ok(())
+}
+
+fn check_yaml_pods(path: &Path, rows: &[PodRow]) -> Result<()> {
+    for (i, r) in rows.iter().enumerate() {
+        let bad = |message: String| TraceError::BadDocument {
+            path: path.display().to_string(),
+            message: format!("pods[{i}] ({}): {message}", r.name),
+        };
+        if r.cpu_milli < 0 || r.memory_mib < 0 || r.num_gpu < 0 || r.gpu_milli.is_some_and(|m| !(0..=1000).contains(&m)) {
+            return Err(bad("requests must be non-negative and gpu_milli at most 1000".into()));
+        }
+        if r.departure_s.is_some_and(|d| d < r.arrival_s) {
+            return Err(bad("departure_s is before arrival_s".into()));
+        }
+        if r.count.is_some_and(|c| c > 1_000_000) {
+            return Err(bad("count is more than 1000000".into()));
+        }
+    }
+    Ok(())
 }
 
 /// Reads servers from a CSV or YAML file.
@@ -373,6 +445,7 @@ pub fn read_servers(path: &Path) -> Result<Vec<ServerRow>> {
         if doc.servers.is_empty() {
             return Err(TraceError::Empty { path: path.display().to_string(), what: "servers".into() });
         }
+        check_yaml_servers(path, &doc.servers)?;
         return Ok(doc.servers);
     }
     parse_servers_csv(path, &text)
@@ -513,6 +586,22 @@ mod tests {
         assert_eq!(w.servers[0].server.power.idle_watts, 150.0);
         assert_eq!(w.pods.len(), 2);
         assert_eq!(w.end_s, 70);
+    }
+
+    #[test]
+    fn absurd_stage_durations_and_tails_are_refused() {
+        let text = "sn,cpu_milli,memory_mib,boot_s\nn0,32000,1024,99999999999\n";
+        let err = parse_servers_csv(Path::new("n.csv"), text).unwrap_err();
+        assert!(matches!(err, TraceError::BadField { line: 2, column: 4, .. }), "{err}");
+        let text = "sn,cpu_milli,memory_mib,tail_percent\nn0,32000,1024,50\n";
+        assert!(parse_servers_csv(Path::new("n.csv"), text).is_err());
+        let dir = std::env::temp_dir().join(format!("ironclaim-trace-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let yaml = dir.join("bad.yaml");
+        std::fs::write(&yaml, "servers:\n  - name: a\n    cpu_milli: 1000\n    memory_mib: 1\n    boot_s: 99999999999\n").unwrap();
+        assert!(read_servers(&yaml).is_err());
+        std::fs::write(&yaml, "pods:\n  - name: a\n    cpu_milli: 1\n    memory_mib: 1\n    arrival_s: 9\n    departure_s: 3\n").unwrap();
+        assert!(read_pods(&yaml).is_err());
     }
 
     #[test]
