@@ -401,6 +401,9 @@ fn check_yaml_servers(path: &Path, rows: &[ServerRow]) -> Result<()> {
         if r.name.is_empty() || r.cpu_milli <= 0 || r.memory_mib < 0 || r.gpu < 0 {
             return Err(bad("needs a name, cpu_milli > 0, memory_mib and gpu >= 0".into()));
         }
+        if [r.cpu_milli, r.memory_mib, r.gpu].iter().any(|&v| v > MAX_FIELD) || r.count.is_some_and(|c| c > 100_000) {
+            return Err(bad("implausibly large cpu_milli, memory_mib, gpu or count".into()));
+        }
         for (what, v) in [("power_on_s", r.power_on_s), ("boot_s", r.boot_s), ("join_s", r.join_s), ("ready_s", r.ready_s)] {
             if v.is_some_and(|v| v > MAX_STAGE_S as Seconds) {
                 return Err(bad(format!("{what} is more than a week")));
@@ -426,6 +429,12 @@ fn check_yaml_pods(path: &Path, rows: &[PodRow]) -> Result<()> {
         };
         if r.cpu_milli < 0 || r.memory_mib < 0 || r.num_gpu < 0 || r.gpu_milli.is_some_and(|m| !(0..=1000).contains(&m)) {
             return Err(bad("requests must be non-negative and gpu_milli at most 1000".into()));
+        }
+        if [r.cpu_milli, r.memory_mib, r.num_gpu].iter().any(|&v| v > MAX_FIELD)
+            || r.arrival_s > MAX_FIELD as Seconds
+            || r.departure_s.is_some_and(|d| d > MAX_FIELD as Seconds)
+        {
+            return Err(bad("implausibly large request or time".into()));
         }
         if r.departure_s.is_some_and(|d| d < r.arrival_s) {
             return Err(bad("departure_s is before arrival_s".into()));
