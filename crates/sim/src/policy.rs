@@ -71,7 +71,8 @@ impl FleetView<'_> {
     }
 }
 
-/// A demand signal: a server that had no workload pod received one.
+/// A demand signal: a server that had no workload pod received one, and no
+/// server already running workload pods had room for it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FirstPod {
     pub at_s: Seconds,
@@ -250,8 +251,9 @@ impl PowerPolicy for WarmSpares {
 ///
 /// # Warm-spare floor
 /// Per hardware class, the policy counts the servers that received a first
-/// workload pod whose deadline is shorter than the class's cold path, over
-/// a sliding window. With that rate `r` and the cold path `t`, a burst of
+/// workload pod no busy node had room for (the engine reports only those),
+/// whose deadline is shorter than the class's cold path, over a sliding
+/// window. With that rate `r` and the cold path `t`, a burst of
 /// `m = r * t` fresh servers is expected while a cold one boots; the floor
 /// is `ceil(m + z * sqrt(m))` idle servers of the class (0 with no recent
 /// demand), taken from the most recently idle servers.
