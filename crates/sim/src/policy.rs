@@ -356,3 +356,92 @@ impl PowerPolicy for Ironclaim {
         plan
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{hardware_server, Workload};
+
+    fn fleet() -> (Vec<SimServer>, Vec<HardwareClass>, Vec<usize>) {
+        let servers: Vec<SimServer> = (0..6).map(|i| hardware_server(&format!("s{i}"), 32_000, 131_072, 0, "")).collect();
+        let w = Workload {
+            name: "t".into(),
+            servers: servers.clone(),
+            pools: vec![],
+            daemonsets: vec![],
+            pods: vec![],
+            end_s: 0,
+        };
+        let (classes, class_of) = w.hardware_classes();
+        (servers, classes, class_of)
+    }
+
+    #[test]
+    fn break_even_is_boot_energy_over_the_saving_of_being_off() {
+        let mut s = hardware_server("s", 32_000, 131_072, 0, "");
+        s.server.power = ironclaim_core::PowerProfile { idle_watts: 110.0, peak_watts: 300.0, boot_watts: 200.0, off_watts: 10.0 };
+        s.server.durations = ironclaim_core::StageDurations { power_on_s: 30, boot_s: 240, join_s: 30, ready_s: 0, tail_percent: 150 };
+        // 200 W for 300 s = 60 kJ; staying on costs 100 W more than off: 600 s.
+        assert_eq!(Ironclaim::break_even_s(&s), 600);
+    }
+
+    #[test]
+    fn the_floor_follows_urgent_fresh_demand_and_ignores_patient_pods() {
+        let (servers, classes, class_of) = fleet();
+        let cold = servers[0].server.durations.cold_s();
+        let status = vec![ServerStatus::Off; servers.len()];
+        let cycles = vec![0; servers.len()];
+        let view = |now_s| FleetView {
+            now_s,
+            servers: &servers,
+            classes: &classes,
+            class_of: &class_of,
+            status: &status,
+            power_on_cycles: &cycles,
+            powered: &[],
+        };
+        let mut p = Ironclaim::new(&PolicySettings::default());
+        assert!(p.decide(&view(0)).floors.is_empty(), "no demand, no floor");
+        // Patient pods (deadline longer than a cold boot) never raise it.
+        for t in 0..20 {
+            p.observe(FirstPod { at_s: t * 60, class: 0, deadline_s: Some(cold + 60) });
+        }
+        assert!(p.decide(&view(1200)).floors.is_empty());
+        // 20 urgent fresh servers in the first hour: m = 20 * cold / 3600.
+        for t in 0..20 {
+            p.observe(FirstPod { at_s: 1200 + t * 60, class: 0, deadline_s: Some(60) });
+        }
+        let plan = p.decide(&view(2400));
+        let m = 20.0 * cold as f64 / 3600.0;
+        let want = (m + m.sqrt()).ceil() as u32;
+        assert_eq!(plan.floors, vec![Floor { class: Some(0), count: want }]);
+        assert_eq!(plan.power_on.len(), want as usize, "missing spares are powered on");
+        // Once the window has passed, the floor drops back to zero.
+        let later = p.decide(&view(2400 + 5 * 3600));
+        assert!(later.floors.is_empty());
+    }
+
+    #[test]
+    fn idle_servers_above_the_floor_go_off_at_break_even_and_not_before() {
+        let (servers, classes, class_of) = fleet();
+        let be = Ironclaim::break_even_s(&servers[0]);
+        let mut status = vec![ServerStatus::Off; servers.len()];
+        status[1] = ServerStatus::Ready { idle_since: Some(1000) };
+        let cycles = vec![0; servers.len()];
+        let powered = [1];
+        let view = |now_s| FleetView {
+            now_s,
+            servers: &servers,
+            classes: &classes,
+            class_of: &class_of,
+            status: &status,
+            power_on_cycles: &cycles,
+            powered: &powered,
+        };
+        let mut p = Ironclaim::new(&PolicySettings::default());
+        let early = p.decide(&view(1000 + be - 1));
+        assert!(early.power_off.is_empty());
+        assert_eq!(early.wake_at_s, Some(1000 + be));
+        assert_eq!(p.decide(&view(1000 + be)).power_off, vec![1]);
+    }
+}
