@@ -100,9 +100,15 @@ pub struct ClaimView {
     pub pods_bound: usize,
 }
 
+/// A pod of a claim, as events address it: namespace, name, uid.
+type PodKey = (String, String, Option<String>);
+
 #[derive(Debug)]
 enum Action {
-    PowerOn,
+    /// Powers on, then tells these pods the server is on: on the BMC's
+    /// confirmation itself, before the node can register and before the
+    /// loop's next pass records the stage.
+    PowerOn(Vec<PodKey>),
     PowerOff,
 }
 
@@ -248,7 +254,8 @@ impl Claims {
         let ended = timeline::enter(&mut status, Stage::PoweringOn, now, None);
         self.write_status(&name, &status).await?;
         self.record(ended, &claim.spec.pool);
-        self.spawn(&name, Action::PowerOn, server);
+        let pods = claim.spec.pods.iter().map(|p| (p.namespace.clone(), p.name.clone(), p.uid.clone())).collect();
+        self.spawn(&name, Action::PowerOn(pods), server);
         Ok(())
     }
 
@@ -328,10 +335,18 @@ impl Claims {
             label: "not_leading",
             message: "this replica stopped leading before the power action finished".into(),
         };
-        let handle = match action {
-            Action::PowerOn => tokio::spawn(async move {
-                tokio::select! { r = power.power_on(&server) => r, _ = gate.lost() => Err(cut_short()) }
-            }),
+        let handle = match &action {
+            Action::PowerOn(pods) => {
+                let (events, pods) = (self.events.clone(), pods.clone());
+                tokio::spawn(async move {
+                    tokio::select! { r = power.power_on(&server) => r, _ = gate.lost() => Err(cut_short()) }?;
+                    let note = timeline::powered_on_note(&server.name_any(), 0, &durations_of(&server));
+                    for (namespace, pod, uid) in &pods {
+                        events.pod(namespace, pod, uid.as_deref(), "WaitingForServer", &note).await;
+                    }
+                    Ok(())
+                })
+            }
             Action::PowerOff => tokio::spawn(async move {
                 tokio::select! { r = power.power_off(&server) => r, _ = gate.lost() => Err(cut_short()) }
             }),
@@ -501,7 +516,7 @@ impl Claims {
         let durations = durations_of(server);
         let confirmed = match self.take_finished(&name) {
             Err(()) => return Ok(()),
-            Ok(Some((Action::PowerOn, Ok(())))) => true,
+            Ok(Some((Action::PowerOn(_), Ok(())))) => true,
             Ok(Some((_, Err(err)))) => return self.power_failed(view, status, err).await,
             Ok(Some((Action::PowerOff, Ok(())))) | Ok(None) => false,
         };
@@ -522,8 +537,12 @@ impl Claims {
             self.write_status(&name, &status).await?;
             self.record(ended, &claim.spec.pool);
             self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+            if !confirmed {
+                // Found on by a read (a power-on of an earlier run): the
+                // power task that would have told the pods is not ours.
+                self.tell_pods(view, &status, &durations, now).await;
+            }
             self.set_server_power(server, PowerState::On).await?;
-            self.tell_pods(view, &status, &durations, now).await;
             return Ok(());
         }
         // Off. A power-on sent by an earlier run of the controller (or this
@@ -533,7 +552,7 @@ impl Claims {
         if !self.attempted(&name) && age < budget {
             return Ok(());
         }
-        self.spawn(&name, Action::PowerOn, server.clone());
+        self.spawn(&name, Action::PowerOn(view.pods_pending.clone()), server.clone());
         Ok(())
     }
 
@@ -598,7 +617,7 @@ impl Claims {
                     self.failed_attempt(&name);
                     return Ok(());
                 }
-                Ok(Some((Action::PowerOn, Ok(())))) | Ok(None) => {
+                Ok(Some((Action::PowerOn(_), Ok(())))) | Ok(None) => {
                     if !self.retry_due(&name) {
                         return Ok(());
                     }

@@ -8,6 +8,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
+/// Tries to publish one event this many times.
+const PUBLISH_ATTEMPTS: u32 = 3;
+
 /// Publishes Events; the same note for the same pod and reason is sent once.
 #[derive(Clone)]
 pub struct Events {
@@ -42,7 +45,7 @@ impl Events {
             if last.get(&key).map(String::as_str) == Some(note) {
                 return;
             }
-            last.insert(key, note.to_string());
+            last.insert(key.clone(), note.to_string());
         }
         let reference = ObjectReference {
             api_version: Some("v1".into()),
@@ -64,8 +67,20 @@ impl Events {
             action: format!("Provisioning-{:08x}", std::hash::Hasher::finish(&hasher) as u32),
             secondary: None,
         };
-        if let Err(err) = recorder.publish(&event, &reference).await {
-            tracing::warn!(pod = %format!("{namespace}/{name}"), error = %err, "publishing an event failed");
+        // A busy API server may time out: a few quick retries, then the note
+        // is forgotten so the same note can be sent again later.
+        for attempt in 1..=PUBLISH_ATTEMPTS {
+            match recorder.publish(&event, &reference).await {
+                Ok(()) => return,
+                Err(err) if attempt == PUBLISH_ATTEMPTS => {
+                    tracing::warn!(pod = %format!("{namespace}/{name}"), error = %err, "publishing an event failed");
+                    let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+                    if last.get(&key).map(String::as_str) == Some(note) {
+                        last.remove(&key);
+                    }
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt))).await,
+            }
         }
     }
 

@@ -191,6 +191,15 @@ pub fn human(s: Seconds) -> String {
     }
 }
 
+/// What a pod waiting on a server hears once the server is confirmed on.
+pub fn powered_on_note(server: &str, ago_s: Seconds, d: &StageDurations) -> String {
+    format!(
+        "waiting for server {server}: powered on {} ago, node not registered yet, usually registers in {}",
+        human(ago_s),
+        human(d.boot_s)
+    )
+}
+
 /// What a pod waiting on this claim is told: where the claim stands and
 /// what happens next.
 pub fn waiting_note(server: &str, status: &NodeClaimStatus, d: &StageDurations, now_s: Seconds) -> String {
@@ -204,11 +213,7 @@ pub fn waiting_note(server: &str, status: &NodeClaimStatus, d: &StageDurations, 
             human(ago),
             human(d.power_on_s)
         ),
-        Stage::Booting => format!(
-            "waiting for server {server}: powered on {} ago, node not registered yet, usually registers in {}",
-            human(ago),
-            human(d.boot_s)
-        ),
+        Stage::Booting => powered_on_note(server, ago, d),
         Stage::Joined => format!(
             "waiting for server {server}: node {node} registered {} ago, readiness gates not passed yet, usually ready in {}",
             human(ago),
