@@ -43,6 +43,11 @@ pub fn openb_slice(pods: usize, servers: usize, seed: u64) -> Workload {
 /// A small mixed rack and a random stream of pods drawn from `seed`:
 /// enough capacity for the demand, so every pod can eventually land.
 pub fn small_rack(seed: u64, hours: u64) -> Workload {
+    rack_with_load(seed, hours, 900)
+}
+
+/// Like [`small_rack`], with arrivals at most `max_gap_s` apart.
+pub fn rack_with_load(seed: u64, hours: u64, max_gap_s: u64) -> Workload {
     let mut servers: Vec<SimServer> = Vec::new();
     for i in 0..6 {
         servers.push(hardware_server(&format!("cpu-{i}"), 32_000, 131_072, 0, ""));
@@ -56,7 +61,7 @@ pub fn small_rack(seed: u64, hours: u64) -> Workload {
     let mut t: u64 = 0;
     let mut k = 0;
     while t < end {
-        t += r.random_range(30..900);
+        t += r.random_range(10..max_gap_s.max(11));
         let gpu = r.random_bool(0.3);
         let (cpu, gpus, milli) = if gpu {
             (r.random_range(1..8) * 1000, 1, if r.random_bool(0.5) { 1000 } else { r.random_range(100..900) })
