@@ -409,20 +409,22 @@ impl Bmc {
                     let value = payload::parse_body(&reply.body).map_err(|err| malformed(&reply.url, err))?;
                     return payload::service_root(&value).map_err(|err| malformed(&reply.url, err));
                 }
-                Ok(reply) => Error::HttpStatus {
-                    step: Step::Discover,
-                    url: reply.url.clone(),
-                    status: reply.status.as_u16(),
-                    message: reply.message(),
-                },
+                Ok(reply) => unexpected_status(Step::Discover, &reply),
                 Err(err) => err,
             };
-            if !err.is_transient() || attempt >= self.inner.timing.retries {
-                return Err(err);
-            }
-            attempt += 1;
-            tokio::time::sleep(jittered_backoff(self.inner.timing.retry_backoff, attempt)).await;
+            self.pause_before_retry(err, &mut attempt).await?;
         }
+    }
+
+    /// Waits out a jittered backoff before the next attempt, or gives the
+    /// error back when it is not transient or the retries are spent.
+    async fn pause_before_retry(&self, err: Error, attempt: &mut u32) -> Result<()> {
+        if !err.is_transient() || *attempt >= self.inner.timing.retries {
+            return Err(err);
+        }
+        *attempt += 1;
+        tokio::time::sleep(jittered_backoff(self.inner.timing.retry_backoff, *attempt)).await;
+        Ok(())
     }
 
     async fn login(&self, root: &ServiceRoot) -> Result<Auth> {
@@ -470,19 +472,10 @@ impl Bmc {
                     tracing::debug!(endpoint = %self.inner.endpoint, status = reply.status.as_u16(), "sessions unavailable; using Basic auth");
                     return Ok(Auth::Basic);
                 }
-                Ok(reply) => Error::HttpStatus {
-                    step: Step::Login,
-                    url: reply.url.clone(),
-                    status: reply.status.as_u16(),
-                    message: reply.message(),
-                },
+                Ok(reply) => unexpected_status(Step::Login, &reply),
                 Err(err) => err,
             };
-            if !err.is_transient() || attempt >= self.inner.timing.retries {
-                return Err(err);
-            }
-            attempt += 1;
-            tokio::time::sleep(jittered_backoff(self.inner.timing.retry_backoff, attempt)).await;
+            self.pause_before_retry(err, &mut attempt).await?;
         }
     }
 
@@ -651,4 +644,9 @@ mod tests {
             }
         }
     }
+}
+
+/// An answer that is neither success nor a case the step handles.
+fn unexpected_status(step: Step, reply: &Reply) -> Error {
+    Error::HttpStatus { step, url: reply.url.clone(), status: reply.status.as_u16(), message: reply.message() }
 }
