@@ -62,7 +62,7 @@ impl Workload {
         let mut classes: Vec<HardwareClass> = Vec::new();
         let mut class_of = Vec::with_capacity(self.servers.len());
         for (i, s) in self.servers.iter().enumerate() {
-            let key = hardware_key(&s.server);
+            let key = ironclaim_core::provision::hardware_key(&s.server);
             let next = classes.len();
             let c = *by_key.entry(key).or_insert(next);
             if c == next {
@@ -86,20 +86,6 @@ impl Workload {
     }
 }
 
-fn hardware_key(s: &Server) -> String {
-    let mut labels = s.labels.clone();
-    labels.remove(ironclaim_core::labels::HOSTNAME);
-    format!(
-        "{:?}|{:?}|{}|{}|{}|{}|{:?}",
-        s.capacity,
-        labels,
-        s.power.idle_watts.to_bits(),
-        s.power.peak_watts.to_bits(),
-        s.power.boot_watts.to_bits(),
-        s.power.off_watts.to_bits(),
-        s.durations
-    )
-}
 
 /// A short name for a hardware shape: `cpu96-mem384g-8xG2`.
 pub fn describe_capacity(c: &Resources, model: Option<&String>) -> String {
