@@ -4,8 +4,10 @@
 //!
 //! # Restart safety
 //! Every step is written to the API before the action it announces: the
-//! NodeClaim exists before its server is claimed, and the claim is in
-//! stage `PoweringOn` before the power-on is sent. A restarted controller
+//! NodeClaim exists before its server is claimed, and the write that claims
+//! the server also sets its power state to `PoweringOn`, before the
+//! power-on is sent (the claim's own `PoweringOn` stage follows, while the
+//! power-on is under way). A restarted controller
 //! reads where each claim stands and asks the BMC before acting: a server
 //! already on is not powered on again, and a power-on sent less than the
 //! server's power-on budget ago is waited for, not repeated. A server
@@ -123,6 +125,14 @@ struct Attempts {
     next_at: Option<Instant>,
 }
 
+/// A claim just opened.
+#[derive(Clone, Debug)]
+pub struct Opened {
+    pub name: String,
+    /// When its power-on was handed to the provider.
+    pub power_on_sent: Option<Instant>,
+}
+
 /// Opens and drives claims. Cheap to share.
 pub struct Claims {
     client: Client,
@@ -199,7 +209,11 @@ impl Claims {
     /// [`Error::CreateClaimFailed`]; [`Error::ServerHeld`] when another
     /// claim wrote the server first (the NodeClaim is then failed with
     /// `ClaimConflict`); status write failures.
-    pub async fn open(&self, new: &NewClaim, uids: &HashMap<String, String>) -> Result<String> {
+    ///
+    /// `known` is the server as the index last saw it: the claim is written
+    /// on its resourceVersion without reading it again (a stale copy only
+    /// costs a 409 and a fresh read).
+    pub async fn open(&self, new: &NewClaim, uids: &HashMap<String, String>, known: Option<Server>) -> Result<Opened> {
         self.ensure_acting()?;
         let pods = new
             .pods
@@ -226,18 +240,25 @@ impl Claims {
             .await
             .map_err(|source| Error::CreateClaimFailed { server: new.server.clone(), source })?;
         let name = created.name_any();
-        self.select(&created, &new.server).await?;
-        Ok(name)
+        let power_on_sent = self.select(&created, &new.server, known).await?;
+        Ok(Opened { name, power_on_sent })
     }
 
-    /// Claims the server for `claim`, records the claim's first two
-    /// stages, and sends the power-on.
-    async fn select(&self, claim: &NodeClaim, server_name: &str) -> Result<()> {
+    /// Claims the server for `claim` (recording the power-on request in
+    /// the same write), sends the power-on, and records the claim's first
+    /// two stages.
+    ///
+    /// # Guarantees
+    /// A power-on is sent only by the call whose write claimed the server.
+    /// When the server was already held by this claim (a restart, or a
+    /// retried write), nothing is sent here: the `PoweringOn` stage waits
+    /// through the power-on budget and asks the BMC before sending again.
+    async fn select(&self, claim: &NodeClaim, server_name: &str, known: Option<Server>) -> Result<Option<Instant>> {
         let name = claim.name_any();
         let now = now_s();
         self.ensure_acting()?;
-        let server = match self.claim_server(server_name, &name).await {
-            Ok(server) => server,
+        let (server, newly) = match self.claim_server_from(server_name, &name, known).await {
+            Ok(claimed) => claimed,
             Err(err @ Error::ServerHeld { .. }) => {
                 let mut status = claim.status.clone().unwrap_or_default();
                 timeline::enter(&mut status, Stage::Selected, now, None);
@@ -249,14 +270,18 @@ impl Claims {
             }
             Err(err) => return Err(err),
         };
+        let mut power_on_sent = None;
+        if newly {
+            let pods = claim.spec.pods.iter().map(|p| (p.namespace.clone(), p.name.clone(), p.uid.clone())).collect();
+            self.spawn(&name, Action::PowerOn(pods), server);
+            power_on_sent = Some(Instant::now());
+        }
         let mut status = claim.status.clone().unwrap_or_default();
         timeline::enter(&mut status, Stage::Selected, claim.metadata.creation_timestamp.as_ref().map_or(now, timeline::seconds), None);
         let ended = timeline::enter(&mut status, Stage::PoweringOn, now, None);
         self.write_status(&name, &status).await?;
         self.record(ended, &claim.spec.pool);
-        let pods = claim.spec.pods.iter().map(|p| (p.namespace.clone(), p.name.clone(), p.uid.clone())).collect();
-        self.spawn(&name, Action::PowerOn(pods), server);
-        Ok(())
+        Ok(power_on_sent)
     }
 
     /// Writes `claim` into the server's status, only if no other claim
@@ -266,12 +291,23 @@ impl Claims {
     /// [`Error::ServerHeld`] when another claim holds the server (also when
     /// it won a race for it); [`Error::ClaimServerFailed`] otherwise.
     pub async fn claim_server(&self, server: &str, claim: &str) -> Result<Server> {
+        self.claim_server_from(server, claim, None).await.map(|(server, _)| server)
+    }
+
+    /// [`Claims::claim_server`], starting from `known` (the index's copy)
+    /// instead of a read when given, and marking the server `PoweringOn` in
+    /// the same write; true when this call's write claimed it.
+    async fn claim_server_from(&self, server: &str, claim: &str, known: Option<Server>) -> Result<(Server, bool)> {
         let api = self.servers_api();
+        let mut known = known.filter(|k| k.metadata.resource_version.is_some());
         for _ in 0..5 {
-            let mut current = api.get_status(server).await.map_err(|source| Error::ClaimServerFailed { server: server.into(), source })?;
+            let mut current = match known.take() {
+                Some(k) => k,
+                None => api.get_status(server).await.map_err(|source| Error::ClaimServerFailed { server: server.into(), source })?,
+            };
             let mut status = current.status.clone().unwrap_or_default();
             match status.claim.as_deref() {
-                Some(holder) if holder == claim => return Ok(current),
+                Some(holder) if holder == claim => return Ok((current, false)),
                 Some(holder) if !holder.is_empty() => {
                     return Err(Error::ServerHeld { server: server.into(), holder: holder.into() });
                 }
@@ -281,11 +317,14 @@ impl Claims {
                 return Err(Error::ServerHeld { server: server.into(), holder: "maintenance or quarantine".into() });
             }
             status.claim = Some(claim.to_string());
+            if status.power_state != Some(PowerState::On) {
+                status.power_state = Some(PowerState::PoweringOn);
+            }
             current.status = Some(status);
             // replace_status sends metadata.resourceVersion: a concurrent
             // write makes this one fail with 409 Conflict.
             match api.replace_status(server, &PostParams::default(), &current).await {
-                Ok(written) => return Ok(written),
+                Ok(written) => return Ok((written, true)),
                 Err(kube::Error::Api(status)) if status.code == 409 => continue,
                 Err(source) => return Err(Error::ClaimServerFailed { server: server.into(), source }),
             }
@@ -428,7 +467,7 @@ impl Claims {
         let age = now.saturating_sub(started);
         let budget = self.settings.deadlines.budget(stage, &durations);
         match stage {
-            Stage::Selected => self.select(claim, &claim.spec.server).await,
+            Stage::Selected => self.select(claim, &claim.spec.server, None).await.map(|_| ()),
             Stage::PoweringOn => self.reconcile_power_on(view, status, &server, age).await,
             Stage::Booting => {
                 if let Some(node) = &view.node {

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::batch::{Batcher, Windows};
-use crate::claims::{ClaimSettings, ClaimView, Claims};
+use crate::claims::{ClaimSettings, ClaimView, Claims, Opened};
 use crate::error::Result;
 use crate::events::Events;
 use crate::index::{FailureBackoff, Index, Indexed};
@@ -339,6 +339,11 @@ impl Controller {
         }
         let plan = provision(&snapshot, now);
         let provision_time = started.elapsed();
+        // Each claimed server is written from the index's copy, not read again.
+        let mut known: HashMap<String, Server> = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            plan.claims.iter().filter_map(|c| index.servers.get(&c.server).map(|s| (c.server.clone(), s.clone()))).collect()
+        };
         let pending_pods = plan.pods.len();
 
         self.metrics.pending_pods.clear();
@@ -354,17 +359,15 @@ impl Controller {
             .claims
             .iter()
             .map(|new| {
-                let open = self.claims.open(new, &uids);
-                async move { (open.await, started.elapsed()) }
+                self.claims.open(new, &uids, known.remove(&new.server))
             })
             .collect();
-        let timed: Vec<(Result<String>, Duration)> = futures::stream::iter(opening)
-            .buffer_unordered(self.settings.open_concurrency.max(1))
-            .collect()
-            .await;
-        let latency = started.elapsed();
-        let first_power_on = timed.iter().filter(|(r, _)| r.is_ok()).map(|(_, t)| *t).min();
-        let results: Vec<Result<String>> = timed.into_iter().map(|(r, _)| r).collect();
+        let results: Vec<Result<Opened>> =
+            futures::stream::iter(opening).buffer_unordered(self.settings.open_concurrency.max(1)).collect().await;
+        let sent: Vec<Duration> =
+            results.iter().filter_map(|r| r.as_ref().ok()?.power_on_sent).map(|at| at.saturating_duration_since(started)).collect();
+        let latency = sent.iter().max().copied().unwrap_or_else(|| started.elapsed());
+        let first_power_on = sent.iter().min().copied();
         let mut failed = 0;
         for r in &results {
             if let Err(err) = r {
