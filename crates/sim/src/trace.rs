@@ -211,6 +211,24 @@ fn open_csv<'d>(path: &Path, data: &'d str) -> Result<(csv::Reader<&'d [u8]>, Co
     Ok((reader, Columns { header }))
 }
 
+/// Reads the next row that is not blank into `record` and returns its line,
+/// or None at the end.
+fn next_record(reader: &mut csv::Reader<&[u8]>, record: &mut csv::StringRecord, path: &str) -> Result<Option<u64>> {
+    loop {
+        match reader.read_record(record) {
+            Ok(false) => return Ok(None),
+            Ok(true) => {}
+            Err(e) => {
+                let line = e.position().map(|pos| pos.line()).unwrap_or(0);
+                return Err(TraceError::BadRow { path: path.to_string(), line, message: e.to_string() });
+            }
+        }
+        if !record.iter().all(|f| f.trim().is_empty()) {
+            return Ok(Some(record.position().map(|pos| pos.line()).unwrap_or(0)));
+        }
+    }
+}
+
 fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|source| TraceError::Read { path: path.display().to_string(), source })
 }
@@ -232,19 +250,7 @@ pub fn parse_pods_csv(path: &Path, data: &str) -> Result<Vec<PodRow>> {
     let deadline = cols.find(&["deadline_s"]);
     let mut rows = Vec::new();
     let mut record = csv::StringRecord::new();
-    loop {
-        match reader.read_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => {
-                let line = e.position().map(|pos| pos.line()).unwrap_or(0);
-                return Err(TraceError::BadRow { path: p.clone(), line, message: e.to_string() });
-            }
-        }
-        let line = record.position().map(|pos| pos.line()).unwrap_or(0);
-        if record.iter().all(|f| f.trim().is_empty()) {
-            continue;
-        }
+    while let Some(line) = next_record(&mut reader, &mut record, &p)? {
         let row = Row { path: &p, line, record: &record };
         let arrival_s = row.int(arrival, "arrival time")? as Seconds;
         let departure_s = row.opt_int(departure, "departure time")?.map(|d| d as Seconds);
@@ -304,19 +310,7 @@ pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
     let (pon, boot, join, ready, tail) = (f("power_on_s"), f("boot_s"), f("join_s"), f("ready_s"), f("tail_percent"));
     let mut rows = Vec::new();
     let mut record = csv::StringRecord::new();
-    loop {
-        match reader.read_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => {
-                let line = e.position().map(|pos| pos.line()).unwrap_or(0);
-                return Err(TraceError::BadRow { path: p.clone(), line, message: e.to_string() });
-            }
-        }
-        let line = record.position().map(|pos| pos.line()).unwrap_or(0);
-        if record.iter().all(|f| f.trim().is_empty()) {
-            continue;
-        }
+    while let Some(line) = next_record(&mut reader, &mut record, &p)? {
         let row = Row { path: &p, line, record: &record };
         let server_name = row.text(Some(name));
         if server_name.is_empty() {
