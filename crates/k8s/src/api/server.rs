@@ -2,7 +2,7 @@
 
 use super::schema;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -196,6 +196,15 @@ pub struct ServerStatus {
     /// The NodeClaim holding the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<String>,
+    /// When `claim` was written. The claim is written before its NodeClaim
+    /// exists (the power-on waits for one write only); a claim whose
+    /// NodeClaim is missing this soon after is being opened, not orphaned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<Time>,
+    /// Since when the server's node has been idle, as the controller last
+    /// saw it: kept here so break-even waits survive a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<Time>,
     /// The node the server became.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
