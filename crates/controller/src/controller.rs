@@ -61,6 +61,8 @@ pub struct Settings {
     pub open_concurrency: usize,
     /// Events on pods; off only for benchmarks.
     pub publish_events: bool,
+    /// Scale-down: pacing, drains, stranded-resource repair.
+    pub scaledown: crate::scaledown::ScaleDownSettings,
 }
 
 impl Default for Settings {
@@ -77,6 +79,7 @@ impl Default for Settings {
             instance: "ironclaim".into(),
             open_concurrency: 32,
             publish_events: true,
+            scaledown: crate::scaledown::ScaleDownSettings::default(),
         }
     }
 }
@@ -236,7 +239,7 @@ impl Controller {
                 }
             })
         };
-        let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(self.client.clone(), self.index.clone(), self.claims.clone(), self.metrics.clone(), self.settings.failure_backoff, &self.settings.instance, Default::default())).spawn();
+        let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(self.client.clone(), self.index.clone(), self.claims.clone(), self.metrics.clone(), self.settings.failure_backoff, &self.settings.instance, self.settings.scaledown.clone())).spawn();
 
         let mut batcher = Batcher::new(self.settings.windows);
         let mut was_leading = false;

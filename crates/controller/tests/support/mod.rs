@@ -452,6 +452,7 @@ pub fn settings(instance: &str) -> Settings {
         instance: instance.into(),
         open_concurrency: 8,
         publish_events: true,
+        scaledown: Default::default(),
     }
 }
 
