@@ -40,8 +40,21 @@ pub const DEFAULT_GPU_RESOURCE: &str = ironclaim_core::GPU;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.bmc) || (has(self.provider) && self.provider.type == 'Metal3')",
+        "message": "bmc is required unless provider.type is Metal3"
+    }
+]))]
 pub struct ServerSpec {
-    pub bmc: Bmc,
+    /// The machine's own BMC, which the Redfish provider powers it through.
+    /// Required unless `provider.type` is `Metal3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmc: Option<Bmc>,
+    /// What powers the machine on and off: its BMC over Redfish (the
+    /// default), or Metal3 through a BareMetalHost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<Provider>,
     pub hardware: Hardware,
     /// Zone, rack, class and anything else; NodePool requirements match
     /// these, and the server's node gets them.
@@ -83,6 +96,55 @@ pub struct Bmc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 65536))]
     pub ca_bundle: Option<String>,
+}
+
+/// What powers a machine on and off. `type` says which; a provider that
+/// needs more says it in the member of its name (`metal3`), as a
+/// Deployment's `strategy` does.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.type == 'Metal3' ? has(self.metal3) : !has(self.metal3)",
+        "message": "metal3 is required when type is Metal3, and only then"
+    }
+]))]
+pub struct Provider {
+    /// `Redfish` (the default: the machine's own BMC, `spec.bmc`) or
+    /// `Metal3` (`spec.online` of the BareMetalHost `metal3` names).
+    #[serde(default, rename = "type")]
+    pub type_: ProviderType,
+    /// The BareMetalHost to power, with `type: Metal3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metal3: Option<Metal3Host>,
+}
+
+/// Which provider powers a machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ProviderType {
+    /// The machine's own BMC (`spec.bmc`), over Redfish.
+    #[default]
+    Redfish,
+    /// `spec.online` of an already provisioned Metal3 BareMetalHost; the
+    /// baremetal-operator does the BMC work with its own credentials.
+    Metal3,
+}
+
+/// A Metal3 BareMetalHost (`metal3.io/v1alpha1`), by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Metal3Host {
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: String,
+    #[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub name: String,
+}
+
+impl ServerSpec {
+    /// The BareMetalHost that powers this server, when its provider is Metal3.
+    pub fn metal3_host(&self) -> Option<&Metal3Host> {
+        self.provider.as_ref().filter(|p| p.type_ == ProviderType::Metal3).and_then(|p| p.metal3.as_ref())
+    }
 }
 
 /// What the machine offers pods once it is a node (its allocatable).
