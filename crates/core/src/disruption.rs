@@ -23,10 +23,13 @@
 //! - Per NodePool with a headroom, no power-off or drain takes the pool's
 //!   free capacity (on its nodes and warm spares) below it; when it is
 //!   already below, spares are powered on.
+//! - The floor of a class is its static floor, raised by the adaptive
+//!   floor ([`crate::warm`]) where the pool enables it.
 
 use crate::model::*;
-use crate::provision::{provision, NODEPOOL_LABEL};
+use crate::provision::provision;
 use crate::outcome::Outcome;
+use crate::warm::{class_of, pool_of};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -80,32 +83,6 @@ pub fn break_even_s(server: &Server) -> Seconds {
     (boot_joules / saved_per_s).ceil() as Seconds
 }
 
-fn pool_of<'a>(pools: &'a [NodePool], server: &Server, node: Option<&Node>) -> Option<&'a NodePool> {
-    if let Some(name) = node.and_then(|n| n.labels.get(NODEPOOL_LABEL)) {
-        return pools.iter().find(|p| &p.name == name);
-    }
-    let mut admitting: Vec<&NodePool> = pools.iter().filter(|p| p.admits(server)).collect();
-    admitting.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.name.cmp(&b.name)));
-    admitting.first().copied()
-}
-
-fn class_of(server: &Server, pool: Option<&NodePool>) -> String {
-    let label = pool.and_then(|p| p.warm.class_label.as_deref()).unwrap_or(CLASS_LABEL);
-    server
-        .labels
-        .get(label)
-        .cloned()
-        .unwrap_or_else(|| format!("{}", server.capacity))
-}
-
-fn floor_of(pool: Option<&NodePool>, class: &str, now_s: Seconds) -> u32 {
-    let Some(pool) = pool else { return 0 };
-    if pool.warm.window.as_ref().is_some_and(|w| !w.is_active(now_s)) {
-        return 0;
-    }
-    pool.warm.floor.get(class).copied().unwrap_or(0)
-}
-
 /// How many more nodes of the pool may be disrupted now for this reason.
 fn budget_left(pool: &NodePool, reason: DisruptionReason, nodes: u32, disrupting: u32, now_s: Seconds) -> u32 {
     let allowed = |b: &BudgetNodes| match b {
@@ -155,7 +132,9 @@ impl Headroom {
         let Some(left) = self.left.get_mut(pool) else { return true };
         left.sub(capacity);
         if self.short(pool).is_some() {
-            self.left.get_mut(pool).map(|l| l.add(capacity));
+            if let Some(l) = self.left.get_mut(pool) {
+                l.add(capacity);
+            }
             return false;
         }
         true
@@ -231,6 +210,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             classes.entry(key).or_default().empty_nodes.push(i);
         }
     }
+    let floors = crate::warm::floors(snapshot, now_s);
 
     let mut headroom = Headroom { left: BTreeMap::new(), wanted: BTreeMap::new() };
     for pool in pools {
@@ -263,8 +243,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         .sum();
 
     for ((pool_name, class), st) in &classes {
-        let pool = pools.iter().find(|p| &p.name == pool_name);
-        let floor = floor_of(pool, class, now_s);
+        let floor = floors.get(&(pool_name.clone(), class.clone())).copied().unwrap_or(0);
         let on = (st.spares.len() + st.empty_nodes.len()) as u32;
         if on < floor {
             // Restore the floor from cold spares, most efficient first.

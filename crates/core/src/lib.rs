@@ -13,6 +13,7 @@ pub mod outcome;
 pub mod predicates;
 pub mod provision;
 pub mod topology;
+pub mod warm;
 pub mod quantity;
 pub mod resources;
 pub mod scenario;

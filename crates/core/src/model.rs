@@ -434,9 +434,49 @@ pub struct WarmPolicy {
     /// memory, GPUs), so that a burst of pods this size schedules at once.
     #[serde(default)]
     pub headroom: Option<crate::resources::Resources>,
-    /// When the floor applies; always when None.
+    /// When the static floor and the headroom apply; always when None.
     #[serde(default)]
     pub window: Option<crate::schedule::Window>,
+    /// Sizes the floor from recent fresh demand as well
+    /// ([`crate::warm::adaptive_floor`]); the static floor stays a minimum.
+    #[serde(default)]
+    pub adaptive: Option<AdaptiveFloor>,
+}
+
+/// The floor of a class follows the fresh demand of a look-back window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdaptiveFloor {
+    /// How far back arrivals count.
+    pub window_s: Seconds,
+    /// Standard deviations of margin above the demand expected during one
+    /// cold boot.
+    #[serde(default = "one")]
+    pub z: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl AdaptiveFloor {
+    pub fn new(window_s: Seconds) -> Self {
+        AdaptiveFloor { window_s, z: 1.0 }
+    }
+}
+
+/// A pod that needed a server of its own when it arrived: nothing already
+/// running workload pods had room for it. One server's worth of fresh
+/// demand, which adaptive warm floors are sized from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arrival {
+    /// When the pod was created.
+    pub at_s: Seconds,
+    /// The server its demand opened; its NodePool and class are that
+    /// server's.
+    pub server: String,
+    /// From the pod's creation; None: its NodePool's default deadline.
+    #[serde(default)]
+    pub deadline_s: Option<Seconds>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -581,4 +621,12 @@ pub struct Snapshot {
     /// Peak watts the whole fleet may draw, if capped.
     #[serde(default)]
     pub power_budget_watts: Option<f64>,
+    /// Recent fresh demand, for adaptive warm floors. Drivers may pass
+    /// more than any window needs; older arrivals are ignored.
+    #[serde(default)]
+    pub arrivals: Vec<Arrival>,
+    /// Since when `arrivals` is complete (the driver's start, or 0): a rate
+    /// is measured over no longer than that.
+    #[serde(default)]
+    pub arrivals_since_s: Seconds,
 }

@@ -2,6 +2,7 @@
 //! properties that hold on random fleets.
 
 use ironclaim_core::disruption::{break_even_s, disrupt, Action};
+use ironclaim_core::warm;
 use ironclaim_core::provision::{NODEPOOL_LABEL, SERVER_LABEL};
 use ironclaim_core::*;
 use proptest::prelude::*;
@@ -173,6 +174,37 @@ fn headroom_keeps_an_empty_node_on_and_powers_a_spare_on_when_short() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn the_adaptive_floor_powers_spares_on_for_urgent_fresh_demand() {
+    let mut p = pool();
+    p.warm.adaptive = Some(AdaptiveFloor::new(4 * HOUR));
+    p.warm.floor.insert("general-32".into(), 1);
+    let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    for i in 0..8 {
+        snap.servers.push(server(&format!("cold{i}")));
+    }
+    let cold = snap.servers[0].durations.cold_s();
+    let floor = |snap: &Snapshot| warm::floors(snap, 2 * HOUR)[&("general".to_string(), "general-32".to_string())];
+    assert_eq!(floor(&snap), 1, "no demand: the static floor");
+    // 30 urgent fresh servers over two hours.
+    snap.arrivals = (0..30).map(|k| Arrival { at_s: k * 240, server: format!("cold{}", k % 8), deadline_s: Some(60) }).collect();
+    let m = 30.0 * cold as f64 / (2 * HOUR) as f64;
+    let want = (m + m.sqrt()).ceil() as u32;
+    assert!(want > 1);
+    assert_eq!(floor(&snap), want);
+    let d = disrupt(&snap, 2 * HOUR);
+    let on = d.actions.iter().filter(|a| matches!(a, Action::PowerOn { floor, .. } if *floor == want)).count();
+    assert_eq!(on as u32, want, "{d:?}");
+    // Patient pods, and a pool without the adaptive floor, keep the static one.
+    let mut patient = snap.clone();
+    for a in &mut patient.arrivals {
+        a.deadline_s = Some(cold);
+    }
+    assert_eq!(floor(&patient), 1);
+    snap.pools[0].warm.adaptive = None;
+    assert_eq!(floor(&snap), 1);
 }
 
 fn random_fleet(seed: u64) -> (Snapshot, u64) {

@@ -281,13 +281,36 @@ fn warm_policy(w: &WarmSpares) -> Result<core::WarmPolicy> {
             Some(r)
         }
     };
+    let adaptive = match &w.adaptive {
+        None => None,
+        Some(a) => {
+            let window_s = match &a.window {
+                None => DEFAULT_ADAPTIVE_WINDOW_S,
+                Some(text) => duration(text, || "spec.warmSpares.adaptive.window".into())?,
+            };
+            if !(MIN_ADAPTIVE_WINDOW_S..=MAX_ADAPTIVE_WINDOW_S).contains(&window_s) {
+                return Err(ConvertError::invalid(
+                    "spec.warmSpares.adaptive.window".into(),
+                    format!("must be between 1m and 168h, found {window_s}s"),
+                ));
+            }
+            Some(core::AdaptiveFloor::new(window_s))
+        }
+    };
     Ok(core::WarmPolicy {
         class_label: w.class_label.clone(),
         floor,
         headroom,
         window: window(w.schedule.as_ref(), w.duration.as_ref(), "spec.warmSpares")?,
+        adaptive,
     })
 }
+
+/// The adaptive floor's look-back window when the NodePool names none.
+pub const DEFAULT_ADAPTIVE_WINDOW_S: Seconds = 4 * 3600;
+/// Shorter windows measure noise; longer ones remember a load long gone.
+pub const MIN_ADAPTIVE_WINDOW_S: Seconds = 60;
+pub const MAX_ADAPTIVE_WINDOW_S: Seconds = 168 * 3600;
 
 fn disruption_policy(d: &Disruption) -> Result<core::DisruptionPolicy> {
     let (consolidate_after_s, never) = match d.consolidate_after.as_deref() {

@@ -135,6 +135,7 @@ fn cel_rules_sit_where_a_rule_spans_fields() {
         ["In and NotIn need at least one value", "Exists and DoesNotExist take no values", "Gt and Lt take exactly one integer value"]
     );
     assert_eq!(rules_at(&pool, &["spec", "warmSpares"]), ["schedule and duration go together"]);
+    assert_eq!(rules_at(&pool, &["spec", "warmSpares", "adaptive"]), ["window must be between 1m and 168h"]);
     assert_eq!(rules_at(&pool, &["spec", "disruption", "budgets", "[]"]), ["schedule and duration go together"]);
     let claim = schema(&crd("NodeClaim"));
     assert_eq!(rules_at(&claim, &["spec"]), ["server is immutable", "pool is immutable"]);

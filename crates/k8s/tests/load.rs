@@ -631,6 +631,7 @@ spec:
     headroom: {cpu: '8', memory: 16Gi, gpus: 1}
     schedule: '0 8 * * 1-5'
     duration: 10h
+    adaptive: {window: 2h}
   disruption:
     consolidateAfter: 30m
     budgets:
@@ -655,6 +656,8 @@ spec:
     // Monday 2026-01-05 09:00 UTC is inside, 19:00 is not.
     assert!(window.is_active(1_767_603_600));
     assert!(!window.is_active(1_767_639_600));
+    assert_eq!(warm.adaptive.as_ref().map(|a| (a.window_s, a.z)), Some((7200, 1.0)));
+    assert_eq!(snap.pools[1].warm.adaptive, None);
     let d = &snap.pools[0].disruption;
     assert_eq!((d.consolidate_after_s, d.never, d.drain_timeout_s), (Some(1800), false, Some(900)));
     assert_eq!(d.budgets.len(), 2);
@@ -671,6 +674,9 @@ spec:
         ("  warmSpares: {schedule: '1-5/4294967295 * * * *', duration: 1h}\n", "spec.warmSpares.schedule: a step in"),
         ("  warmSpares: {floor: [{class: a, count: 1}, {class: a, count: 2}]}\n", "spec.warmSpares.floor[1].class: class \"a\" is listed twice"),
         ("  warmSpares: {floor: [{class: a, count: -1}]}\n", "spec.warmSpares.floor[0].count: must not be negative"),
+        ("  warmSpares: {adaptive: {window: 30s}}\n", "spec.warmSpares.adaptive.window: must be between 1m and 168h"),
+        ("  warmSpares: {adaptive: {window: 169h}}\n", "spec.warmSpares.adaptive.window: must be between 1m and 168h"),
+        ("  warmSpares: {adaptive: {window: soon}}\n", "spec.warmSpares.adaptive.window: invalid duration"),
         ("  disruption: {budgets: [{nodes: '150%'}]}\n", "spec.disruption.budgets[0].nodes: expected a count or a percentage"),
         ("  disruption: {budgets: [{nodes: some}]}\n", "spec.disruption.budgets[0].nodes: expected a count or a percentage"),
         ("  disruption: {budgets: [{nodes: '1', duration: 1h}]}\n", "spec.disruption.budgets[0]: schedule and duration go together"),
@@ -682,6 +688,8 @@ spec:
         let want = format!("pool.yaml:1: document 1 (NodePool p): {want}");
         assert!(got.starts_with(&want), "got:  {got}\nwant: {want}");
     }
+    let by_default = load(&pool("  warmSpares: {adaptive: {}}\n"));
+    assert_eq!(by_default.pools[0].warm.adaptive.as_ref().map(|a| a.window_s), Some(4 * 3600));
 }
 
 #[test]

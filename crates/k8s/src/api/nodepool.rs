@@ -156,6 +156,27 @@ pub struct WarmSpares {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::duration")]
     pub duration: Option<String>,
+    /// Raise each class's floor to the fresh demand of the recent past;
+    /// `floor` stays the minimum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveWarmSpares>,
+}
+
+/// The adaptive floor: over `window`, the pods that needed a server of the
+/// class of their own and would miss their deadline waiting for a cold boot
+/// give a rate; the floor is the servers expected to be needed during one
+/// cold boot, plus one standard deviation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.window) || (duration(self.window) >= duration('1m') && duration(self.window) <= duration('168h'))",
+     "message": "window must be between 1m and 168h"}
+]))]
+pub struct AdaptiveWarmSpares {
+    /// How far back arrivals count; 4h when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub window: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
