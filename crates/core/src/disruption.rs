@@ -2,6 +2,14 @@
 //! which warm spares to power on, within warm-spare floors, disruption
 //! budgets and PodDisruptionBudgets.
 //!
+//! # Replace several underutilized nodes by one server
+//! Underutilized nodes whose pods fit on no other node may still fit, all
+//! together, on one idle server of their pool that draws clearly fewer
+//! watts than they do. That server is powered on (or, already on, kept
+//! on); nothing is drained until it is a Ready node, when the underutilized
+//! consolidation finds room for their pods on it and drains them one by
+//! one, each under the budgets and PodDisruptionBudgets.
+//!
 //! # Power off only when it pays
 //! Powering a server off and on again costs its boot energy. An idle server
 //! becomes a candidate once it has idled longer than its break-even time:
@@ -25,6 +33,13 @@
 //!   already below, spares are powered on.
 //! - The floor of a class is its static floor, raised by the adaptive
 //!   floor ([`crate::warm`]) where the pool enables it.
+//! - A replacement replaces at least two nodes with no pod that must stay,
+//!   whose evictions their PodDisruptionBudgets allow now, while the pool's
+//!   budget allows a drain and no drain of the pool is under way; all their
+//!   pods fit on it, as the scheduler would place them; it idles at most
+//!   [`REPLACEMENT_MAX_IDLE_SHARE`] of their watts; it stays within the
+//!   fleet's power budget. A server kept on as a replacement is neither
+//!   powered off nor counted as a warm spare.
 
 use crate::model::*;
 use crate::provision::provision;
@@ -60,6 +75,12 @@ pub enum Action {
     /// Power a spare on because the pool's free capacity is short of its
     /// headroom (`short` says by what).
     PowerOnForHeadroom { server: String, pool: String, short: String },
+    /// Power a server on to take over the pods of several underutilized
+    /// nodes that fit nowhere else and together idle at more watts. Nothing
+    /// is drained yet: once the server is a Ready node, the underutilized
+    /// consolidation moves their pods onto it, each drain under the usual
+    /// budgets and PodDisruptionBudgets.
+    PowerOnForReplacement { server: String, pool: String, replaces: Vec<String>, watts_saved: f64 },
 }
 
 /// Something the plan could have done and did not, and why.
@@ -155,6 +176,152 @@ struct Candidate<'s> {
     daemonset_pods: Vec<&'s Pod>,
 }
 
+impl Candidate<'_> {
+    /// The larger of the cpu and memory shares its workload pods request.
+    fn utilization(&self) -> f64 {
+        let mut used = crate::Resources::default();
+        for p in &self.pods {
+            used.add(&p.requests);
+        }
+        let a = &self.node.allocatable;
+        let share = |u: i64, t: i64| if t > 0 { u as f64 / t as f64 } else { 1.0 };
+        share(used.cpu_milli, a.cpu_milli).max(share(used.memory_bytes, a.memory_bytes))
+    }
+
+    /// What its server draws idle above standby: what powering it off saves.
+    fn saves_watts(&self) -> f64 {
+        self.server.map_or(0.0, |s| s.power.idle_watts - s.power.off_watts)
+    }
+}
+
+/// Evictions a drain of the node makes, per PodDisruptionBudget.
+fn evictions_by_pdb(snapshot: &Snapshot, c: &Candidate<'_>) -> Vec<i64> {
+    let mut needed = vec![0i64; snapshot.pdbs.len()];
+    for p in &c.pods {
+        for (k, pdb) in snapshot.pdbs.iter().enumerate() {
+            if pdb.namespace == p.namespace && pdb.selector.matches(&p.labels) {
+                needed[k] += 1;
+            }
+        }
+    }
+    needed
+}
+
+/// Why the node's pods cannot be evicted now, if they cannot: a pod that
+/// must not be disrupted, one no controller would recreate, or a
+/// PodDisruptionBudget with too few disruptions left.
+fn drain_blocker(snapshot: &Snapshot, c: &Candidate<'_>, pdb_left: &[i64]) -> Option<String> {
+    if let Some(p) = c.pods.iter().find(|p| p.do_not_disrupt) {
+        return Some(format!("pod {} must not be disrupted", p.key()));
+    }
+    if let Some(p) = c.pods.iter().find(|p| p.owner.is_none()) {
+        return Some(format!("pod {} has no controller to recreate it", p.key()));
+    }
+    let needed = evictions_by_pdb(snapshot, c);
+    let k = (0..needed.len()).find(|&k| needed[k] > pdb_left[k])?;
+    let pdb = &snapshot.pdbs[k];
+    Some(format!("PodDisruptionBudget {}/{} allows {} more evictions, the drain needs {}", pdb.namespace, pdb.name, pdb_left[k], needed[k]))
+}
+
+/// A replacement pays only when the server draws at most this share of
+/// the idle watts of the nodes it replaces together.
+pub const REPLACEMENT_MAX_IDLE_SHARE: f64 = 0.8;
+/// Distinct servers tried as a replacement, per pool and decision.
+pub const MAX_REPLACEMENT_TARGETS: usize = 8;
+
+/// A server that could take over the pods of several underutilized nodes.
+#[derive(Clone, Copy)]
+struct Target<'s> {
+    server: &'s Server,
+    /// Already an empty node.
+    node: Option<&'s Node>,
+    daemonset_pods: &'s [&'s Pod],
+}
+
+struct Replacement<'s> {
+    target: Target<'s>,
+    /// Candidates, by index.
+    replaces: Vec<usize>,
+    watts_saved: f64,
+}
+
+/// Whether every pod of `nodes` would run on the target alone, as the
+/// core's scheduler places them there (DaemonSets, taints, affinity and
+/// spread among themselves included).
+fn all_fit_on(snapshot: &Snapshot, candidates: &[Candidate<'_>], nodes: &[usize], target: Target<'_>, now_s: Seconds) -> bool {
+    let mut trial = Snapshot { pools: snapshot.pools.clone(), daemonsets: snapshot.daemonsets.clone(), ..Default::default() };
+    match target.node {
+        Some(node) => {
+            trial.nodes.push(node.clone());
+            trial.pods.extend(target.daemonset_pods.iter().map(|p| (*p).clone()));
+        }
+        None => trial.servers.push(target.server.clone()),
+    }
+    for &i in nodes {
+        for p in &candidates[i].pods {
+            let mut moved = (*p).clone();
+            moved.node_name = None;
+            moved.phase = PodPhase::Pending;
+            trial.pods.push(moved);
+        }
+    }
+    let plan = provision(&trial, now_s);
+    plan.pods.iter().all(|d| matches!(d.outcome, Outcome::Existing { .. } | Outcome::NewClaim { .. }))
+}
+
+/// The replacement that saves the most watts: for each target (cheapest
+/// idle first, one per kind of hardware), the underutilized nodes taken in
+/// order while all their pods still fit on it; at least two nodes, and the
+/// target idling at most [`REPLACEMENT_MAX_IDLE_SHARE`] of their watts.
+fn best_replacement<'s>(
+    snapshot: &Snapshot,
+    candidates: &[Candidate<'s>],
+    eligible: &[usize],
+    mut targets: Vec<Target<'s>>,
+    now_s: Seconds,
+) -> Option<Replacement<'s>> {
+    let eligible: Vec<usize> = eligible.iter().copied().filter(|&i| candidates[i].server.is_some()).collect();
+    if eligible.len() < 2 {
+        return None;
+    }
+    targets.sort_by(|a, b| {
+        a.server.power.idle_watts.total_cmp(&b.server.power.idle_watts).then(a.server.failures.cmp(&b.server.failures)).then(a.server.name.cmp(&b.server.name))
+    });
+    // Identical cold servers give identical answers: try one of each.
+    let mut kinds: Vec<String> = Vec::new();
+    targets.retain(|t| {
+        let kind = format!("{:?}|{:?}|{:?}|{:?}|{:?}", t.node.map(|n| &n.name), t.server.capacity, t.server.power, t.server.labels, t.server.power_state);
+        if kinds.contains(&kind) {
+            return false;
+        }
+        kinds.push(kind);
+        true
+    });
+    let mut best: Option<Replacement<'s>> = None;
+    for target in targets.into_iter().take(MAX_REPLACEMENT_TARGETS) {
+        let mut replaces: Vec<usize> = Vec::new();
+        for &i in &eligible {
+            replaces.push(i);
+            if !all_fit_on(snapshot, candidates, &replaces, target, now_s) {
+                replaces.pop();
+            }
+        }
+        if replaces.len() < 2 {
+            continue;
+        }
+        let idle: f64 = replaces.iter().filter_map(|&i| candidates[i].server).map(|s| s.power.idle_watts).sum();
+        let p = &target.server.power;
+        let watts_saved = replaces.iter().map(|&i| candidates[i].saves_watts()).sum::<f64>() - (p.idle_watts - p.off_watts);
+        if p.idle_watts > REPLACEMENT_MAX_IDLE_SHARE * idle || watts_saved <= 0.0 {
+            continue;
+        }
+        if best.as_ref().is_none_or(|b| watts_saved > b.watts_saved) {
+            best = Some(Replacement { target, replaces, watts_saved });
+        }
+    }
+    best
+}
+
 /// Decides the scale-down half of a plan. Pure: same inputs, same output.
 pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     let mut out = Disruption::default();
@@ -241,10 +408,81 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         .filter(|s| s.power_state == PowerState::On || s.node.is_some() || s.claim.is_some())
         .map(|s| s.power.peak_watts)
         .sum();
+    let underutilized_budget_left = |pool: &NodePool, drains_by_pool: &BTreeMap<String, u32>| {
+        let (nodes, disrupting) = pool_nodes.get(pool.name.as_str()).copied().unwrap_or_default();
+        let used = drains_by_pool.get(&pool.name).copied().unwrap_or(0);
+        budget_left(pool, DisruptionReason::Underutilized, nodes, disrupting, now_s).saturating_sub(used)
+    };
+
+    // Underutilized nodes, emptiest first.
+    let mut under: Vec<(f64, usize)> = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.pods.is_empty() && !c.pool.disruption.never)
+        .map(|(i, c)| (c.utilization(), i))
+        .filter(|(u, _)| *u < UNDERUTILIZED_BELOW)
+        .collect();
+    under.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    under.truncate(MAX_CONSOLIDATION_CANDIDATES);
+    // Underutilized nodes of a pool that could be drained now, were there room.
+    let replaceable = |pool: &NodePool, pdb_left: &[i64], skip: &[usize]| -> Vec<usize> {
+        under
+            .iter()
+            .map(|&(_, i)| i)
+            .filter(|i| candidates[*i].pool.name == pool.name && !skip.contains(i))
+            .filter(|&i| drain_blocker(snapshot, &candidates[i], pdb_left).is_none())
+            .collect()
+    };
+
+    // An idle server already on that could take over several underutilized
+    // nodes stays on, not counted as a spare, until they are drained onto it.
+    let mut kept_for_replacement: BTreeMap<&str, String> = BTreeMap::new();
+    let mut replacing_pools: Vec<&str> = Vec::new();
+    for pool in pools.iter().filter(|p| !p.disruption.never) {
+        if underutilized_budget_left(pool, &drains_by_pool) == 0 {
+            continue;
+        }
+        let eligible = replaceable(pool, &pdb_left, &[]);
+        let mut on: Vec<Target<'_>> = candidates
+            .iter()
+            .filter(|c| c.pods.is_empty() && c.pool.name == pool.name && c.node.ready && !c.node.unschedulable)
+            .filter_map(|c| c.server.map(|server| Target { server, node: Some(c.node), daemonset_pods: &c.daemonset_pods }))
+            .collect();
+        on.extend(
+            snapshot
+                .servers
+                .iter()
+                .filter(|s| s.is_available() && s.is_warm() && pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
+                .map(|server| Target { server, node: None, daemonset_pods: &[] }),
+        );
+        if let Some(r) = best_replacement(snapshot, &candidates, &eligible, on, now_s) {
+            let names: Vec<&str> = r.replaces.iter().map(|&i| candidates[i].node.name.as_str()).collect();
+            let why = format!("kept on to take over {} (saves {:.0} W)", names.join(", "), r.watts_saved);
+            kept_for_replacement.insert(r.target.server.name.as_str(), why);
+            if let Some(node) = r.target.node {
+                kept_for_replacement.insert(node.name.as_str(), format!("empty, {}", kept_for_replacement[r.target.server.name.as_str()]));
+            }
+            replacing_pools.push(pool.name.as_str());
+        }
+    }
 
     for ((pool_name, class), st) in &classes {
         let floor = floors.get(&(pool_name.clone(), class.clone())).copied().unwrap_or(0);
-        let on = (st.spares.len() + st.empty_nodes.len()) as u32;
+        let mut spares: Vec<&Server> = Vec::new();
+        for s in &st.spares {
+            match kept_for_replacement.get(s.name.as_str()) {
+                Some(why) => out.held.push(Held { subject: s.name.clone(), why: why.clone() }),
+                None => spares.push(s),
+            }
+        }
+        let mut empties: Vec<usize> = Vec::new();
+        for &i in &st.empty_nodes {
+            match kept_for_replacement.get(candidates[i].node.name.as_str()) {
+                Some(why) => out.held.push(Held { subject: candidates[i].node.name.clone(), why: why.clone() }),
+                None => empties.push(i),
+            }
+        }
+        let on = (spares.len() + empties.len()) as u32;
         if on < floor {
             // Restore the floor from cold spares, most efficient first.
             let mut cold = st.cold.clone();
@@ -261,7 +499,6 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         }
         let mut excess = on - floor;
         // Warm spares go first (no drain needed), longest idle first.
-        let mut spares = st.spares.clone();
         spares.sort_by(|a, b| idle_for(b).cmp(&idle_for(a)).then(a.name.cmp(&b.name)));
         for s in spares {
             if excess == 0 {
@@ -289,7 +526,6 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 saves_watts: s.power.idle_watts - s.power.off_watts,
             });
         }
-        let mut empties = st.empty_nodes.clone();
         empties.sort_by(|&a, &b| {
             let (x, y) = (candidates[a].server.map_or(0, idle_for), candidates[b].server.map_or(0, idle_for));
             y.cmp(&x).then(candidates[a].node.name.cmp(&candidates[b].node.name))
@@ -337,54 +573,16 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     }
 
     // Underutilized nodes whose pods all fit on the nodes that stay.
-    let mut under: Vec<(f64, usize)> = candidates
-        .iter()
-        .enumerate()
-        .filter(|(i, c)| !c.pods.is_empty() && !drained.contains(i) && !c.pool.disruption.never)
-        .map(|(i, c)| {
-            let mut used = crate::Resources::default();
-            for p in &c.pods {
-                used.add(&p.requests);
-            }
-            let a = &c.node.allocatable;
-            let share = |u: i64, t: i64| if t > 0 { u as f64 / t as f64 } else { 1.0 };
-            (share(used.cpu_milli, a.cpu_milli).max(share(used.memory_bytes, a.memory_bytes)), i)
-        })
-        .filter(|(u, _)| *u < UNDERUTILIZED_BELOW)
-        .collect();
-    under.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let mut removed: Vec<&str> = drained.iter().map(|&i| candidates[i].node.name.as_str()).collect();
-    for &(_, i) in under.iter().take(MAX_CONSOLIDATION_CANDIDATES) {
+    let mut drained_under: Vec<usize> = Vec::new();
+    for &(_, i) in &under {
         let c = &candidates[i];
-        if let Some(p) = c.pods.iter().find(|p| p.do_not_disrupt) {
-            out.held.push(Held { subject: c.node.name.clone(), why: format!("pod {} must not be disrupted", p.key()) });
+        if let Some(why) = drain_blocker(snapshot, c, &pdb_left) {
+            out.held.push(Held { subject: c.node.name.clone(), why });
             continue;
         }
-        if let Some(p) = c.pods.iter().find(|p| p.owner.is_none()) {
-            out.held.push(Held { subject: c.node.name.clone(), why: format!("pod {} has no controller to recreate it", p.key()) });
-            continue;
-        }
-        let (nodes, disrupting) = pool_nodes.get(c.pool.name.as_str()).copied().unwrap_or_default();
-        let used = drains_by_pool.get(&c.pool.name).copied().unwrap_or(0);
-        if budget_left(c.pool, DisruptionReason::Underutilized, nodes, disrupting, now_s) <= used {
+        if underutilized_budget_left(c.pool, &drains_by_pool) == 0 {
             out.held.push(Held { subject: c.node.name.clone(), why: format!("disruption budget of NodePool {} is used up", c.pool.name) });
-            continue;
-        }
-        // PodDisruptionBudgets must allow every eviction of the drain now.
-        let mut needed = vec![0i64; snapshot.pdbs.len()];
-        for p in &c.pods {
-            for (k, pdb) in snapshot.pdbs.iter().enumerate() {
-                if pdb.namespace == p.namespace && pdb.selector.matches(&p.labels) {
-                    needed[k] += 1;
-                }
-            }
-        }
-        if let Some(k) = (0..needed.len()).find(|&k| needed[k] > pdb_left[k]) {
-            let pdb = &snapshot.pdbs[k];
-            out.held.push(Held {
-                subject: c.node.name.clone(),
-                why: format!("PodDisruptionBudget {}/{} allows {} more evictions, the drain needs {}", pdb.namespace, pdb.name, pdb_left[k], needed[k]),
-            });
             continue;
         }
         // Its pods move onto the others' free capacity: the pool loses the
@@ -417,10 +615,11 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             out.held.push(Held { subject: c.node.name.clone(), why: "its pods do not all fit on the other nodes".into() });
             continue;
         }
-        for (k, n) in needed.iter().enumerate() {
+        for (k, n) in evictions_by_pdb(snapshot, c).iter().enumerate() {
             pdb_left[k] -= n;
         }
         *drains_by_pool.entry(c.pool.name.clone()).or_default() += 1;
+        drained_under.push(i);
         out.actions.push(Action::Drain {
             node: c.node.name.clone(),
             server: c.server.map(|s| s.name.clone()),
@@ -428,7 +627,51 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             reason: DisruptionReason::Underutilized,
             evict: moved,
             daemonset_pods: c.daemonset_pods.iter().map(|p| p.key()).collect(),
-            saves_watts: c.server.map_or(0.0, |s| s.power.idle_watts - s.power.off_watts),
+            saves_watts: c.saves_watts(),
+        });
+    }
+
+    let powering: Vec<String> = out
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PowerOn { server, .. } => Some(server.clone()),
+            _ => None,
+        })
+        .collect();
+
+    // Underutilized nodes whose pods fit nowhere else, but together on one
+    // cold server that idles at clearly fewer watts: power it on. They are
+    // drained onto it by the pass above once it is a Ready node.
+    for pool in pools.iter().filter(|p| !p.disruption.never && !replacing_pools.contains(&p.name.as_str())) {
+        // While pods of the pool move (drains under way or just planned),
+        // which nodes end up underutilized is not known yet.
+        let (_, disrupting) = pool_nodes.get(pool.name.as_str()).copied().unwrap_or_default();
+        if disrupting > 0 || drains_by_pool.get(&pool.name).is_some_and(|&n| n > 0) {
+            continue;
+        }
+        if underutilized_budget_left(pool, &drains_by_pool) == 0 {
+            continue;
+        }
+        let eligible = replaceable(pool, &pdb_left, &drained_under);
+        if eligible.len() < 2 {
+            continue;
+        }
+        let cold: Vec<Target<'_>> = snapshot
+            .servers
+            .iter()
+            .filter(|s| s.is_available() && !s.is_warm() && !powering.contains(&s.name))
+            .filter(|s| pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
+            .filter(|s| snapshot.power_budget_watts.is_none_or(|b| fleet_on_peak + s.power.peak_watts <= b))
+            .map(|server| Target { server, node: None, daemonset_pods: &[] })
+            .collect();
+        let Some(r) = best_replacement(snapshot, &candidates, &eligible, cold, now_s) else { continue };
+        fleet_on_peak += r.target.server.power.peak_watts;
+        out.actions.push(Action::PowerOnForReplacement {
+            server: r.target.server.name.clone(),
+            pool: pool.name.clone(),
+            replaces: r.replaces.iter().map(|&i| candidates[i].node.name.clone()).collect(),
+            watts_saved: r.watts_saved,
         });
     }
 
@@ -437,7 +680,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         .actions
         .iter()
         .filter_map(|a| match a {
-            Action::PowerOn { server, .. } => Some(server.clone()),
+            Action::PowerOn { server, .. } | Action::PowerOnForReplacement { server, .. } => Some(server.clone()),
             _ => None,
         })
         .collect();

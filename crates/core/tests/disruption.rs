@@ -1,7 +1,7 @@
 //! Scale-down decisions: break-even, warm floors, budgets, PDBs, and
 //! properties that hold on random fleets.
 
-use ironclaim_core::disruption::{break_even_s, disrupt, Action};
+use ironclaim_core::disruption::{break_even_s, disrupt, Action, Disruption};
 use ironclaim_core::warm;
 use ironclaim_core::provision::{NODEPOOL_LABEL, SERVER_LABEL};
 use ironclaim_core::*;
@@ -176,6 +176,133 @@ fn headroom_keeps_an_empty_node_on_and_powers_a_spare_on_when_short() {
     }
 }
 
+/// A server of the big class: 64 cores, idling at `idle_watts`.
+fn big(name: &str, idle_watts: f64) -> Server {
+    let mut s = Server::new(name, Resources::new(64_000, 256 * GI).with_pods(110)).with_labels(&[(CLASS_LABEL, "general-64")]);
+    s.power = PowerProfile { idle_watts, peak_watts: 2.0 * idle_watts + 200.0, boot_watts: 1.5 * idle_watts, off_watts: 10.0 };
+    s
+}
+
+/// Every node runs an agent DaemonSet pod of `cpu_milli`; new nodes will too.
+fn with_agent(snap: &mut Snapshot, cpu_milli: i64) {
+    let mut template = Pod::new("kube-system", "agent", Resources::new(cpu_milli, GI / 2));
+    template.owner = Some(Owner { kind: "DaemonSet".into(), name: "agent".into() });
+    snap.daemonsets.push(DaemonSet { namespace: "kube-system".into(), name: "agent".into(), template: template.clone() });
+    let nodes: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
+    for n in nodes {
+        let mut p = template.clone();
+        p.name = format!("agent-{n}");
+        snap.pods.push(p.bound_to(&n));
+    }
+}
+
+/// Two nodes at 15 of 32 cores, with a 4-core agent each: neither has room
+/// for the other's pods, one 64-core server has room for both.
+fn two_half_empty_nodes() -> Snapshot {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "a", None, &[("a1", 8000), ("a2", 7000)]);
+    node_with(&mut snap, "b", None, &[("b1", 15_000)]);
+    with_agent(&mut snap, 4000);
+    snap
+}
+
+fn replacements(d: &Disruption) -> Vec<(&str, &[String], f64)> {
+    d.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PowerOnForReplacement { server, replaces, watts_saved, .. } => Some((server.as_str(), replaces.as_slice(), *watts_saved)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn two_underutilized_nodes_are_replaced_by_one_server_that_idles_lower() {
+    let mut snap = two_half_empty_nodes();
+    snap.servers.push(big("big-hot", 300.0));
+    snap.servers.push(big("big", 240.0));
+    let d = disrupt(&snap, HOUR);
+    // 2 x (170 - 8) W off, 240 - 10 W on.
+    assert_eq!(replacements(&d), vec![("big", &["a".to_string(), "b".to_string()][..], 324.0 - 230.0)], "{d:?}");
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::Drain { .. })), "nothing is drained before the replacement is Ready: {d:?}");
+}
+
+#[test]
+fn once_the_replacement_is_a_ready_node_the_nodes_drain_onto_it_and_it_stays_on() {
+    let mut snap = two_half_empty_nodes();
+    let mut r = big("big", 240.0);
+    r.power_state = PowerState::On;
+    r.node = Some("big".into());
+    // Long past its break-even and beyond a floor of zero: only the
+    // replacement keeps it on.
+    r.idle_since_s = Some(0);
+    let mut n = Node::new("big", r.capacity.clone()).with_labels(&[(NODEPOOL_LABEL, "general"), (SERVER_LABEL, "big")]);
+    n.server = Some("big".into());
+    snap.nodes.push(n);
+    snap.servers.push(r);
+    let mut agent = snap.pods.iter().find(|p| p.name == "agent-a").unwrap().clone();
+    agent.name = "agent-big".into();
+    snap.pods.push(agent.bound_to("big"));
+    let d = disrupt(&snap, 10 * HOUR);
+    let drained: Vec<&str> = d
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Drain { node, reason: DisruptionReason::Underutilized, .. } => Some(node.as_str()),
+            Action::Drain { node, .. } | Action::PowerOff { server: node, .. } => panic!("{node} must stay: {d:?}"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(drained, vec!["a", "b"], "{d:?}");
+    assert!(d.held.iter().any(|h| h.subject == "big" && h.why.contains("take over a, b")), "{d:?}");
+    assert!(replacements(&d).is_empty());
+}
+
+#[test]
+fn no_replacement_when_the_pods_do_not_fit_or_it_would_not_save_clearly() {
+    let mut snap = two_half_empty_nodes();
+    // Same size as the nodes: the pods of both do not fit.
+    let mut small = server("small");
+    small.power.idle_watts = 100.0;
+    snap.servers.push(small);
+    // Fits, but idles at more than 80 % of the two nodes' 340 W.
+    snap.servers.push(big("big", 280.0));
+    let d = disrupt(&snap, HOUR);
+    assert!(replacements(&d).is_empty(), "{d:?}");
+}
+
+#[test]
+fn replacement_waits_for_budgets_pdbs_do_not_disrupt_and_the_power_budget() {
+    let base = {
+        let mut snap = two_half_empty_nodes();
+        snap.servers.push(big("big", 240.0));
+        snap
+    };
+    let mut no_budget = base.clone();
+    no_budget.pools[0].disruption.budgets = vec![Budget { nodes: BudgetNodes::Count(0), window: None, reasons: vec![] }];
+    assert!(replacements(&disrupt(&no_budget, HOUR)).is_empty());
+
+    let mut pdb = base.clone();
+    pdb.pdbs.push(PodDisruptionBudget {
+        namespace: "app".into(),
+        name: "web".into(),
+        selector: LabelSelector::matching(&[("app", "web")]),
+        disruptions_allowed: 0,
+    });
+    assert!(replacements(&disrupt(&pdb, HOUR)).is_empty());
+
+    let mut pinned = base.clone();
+    pinned.pods.iter_mut().find(|p| p.name == "b1").unwrap().do_not_disrupt = true;
+    assert!(replacements(&disrupt(&pinned, HOUR)).is_empty());
+
+    let mut capped = base.clone();
+    let on: f64 = capped.servers.iter().filter(|s| s.node.is_some()).map(|s| s.power.peak_watts).sum();
+    capped.power_budget_watts = Some(on + 100.0);
+    assert!(replacements(&disrupt(&capped, HOUR)).is_empty());
+
+    assert_eq!(replacements(&disrupt(&base, HOUR)).len(), 1);
+}
+
 #[test]
 fn the_adaptive_floor_powers_spares_on_for_urgent_fresh_demand() {
     let mut p = pool();
@@ -221,14 +348,29 @@ fn random_fleet(seed: u64) -> (Snapshot, u64) {
     if next(3) == 0 {
         p.warm.headroom = Some(Resources::new(4000 * next(12) as i64, GI * next(64) as i64));
     }
+    if next(2) == 0 {
+        p.warm.adaptive = Some(AdaptiveFloor::new(HOUR * (1 + next(4))));
+    }
     let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    // Often every node is a little under half used: neither has room for
+    // another's pods beside its agent, a bigger server may have.
+    let half_used = next(2) == 0;
     for i in 0..next(8) {
-        let pods: Vec<(String, i64)> = (0..next(4)).map(|k| (format!("p{i}-{k}"), 500 * (1 + next(12) as i64))).collect();
+        let pods: Vec<(String, i64)> = if half_used {
+            vec![(format!("p{i}-0"), 14_000 + 500 * next(4) as i64)]
+        } else {
+            (0..next(4)).map(|k| (format!("p{i}-{k}"), 500 * (4 + next(28) as i64))).collect()
+        };
         let refs: Vec<(&str, i64)> = pods.iter().map(|(n, c)| (n.as_str(), *c)).collect();
         node_with(&mut snap, &format!("n{i}"), Some(next(3 * HOUR)), &refs);
         if next(5) == 0 {
             snap.nodes.last_mut().unwrap().disrupting = true;
         }
+    }
+    if half_used {
+        with_agent(&mut snap, 5000 + 1000 * next(3) as i64);
+    } else if next(2) == 0 {
+        with_agent(&mut snap, 1000 * next(6) as i64);
     }
     for i in 0..next(5) {
         spare(&mut snap, &format!("s{i}"), next(3 * HOUR));
@@ -236,7 +378,15 @@ fn random_fleet(seed: u64) -> (Snapshot, u64) {
     for i in 0..next(3) {
         snap.servers.push(server(&format!("cold{i}")));
     }
-    for p in snap.pods.iter_mut() {
+    for i in 0..next(3) {
+        let mut b = big(&format!("big{i}"), 150.0 + next(250) as f64);
+        if next(3) == 0 {
+            b = b.warm();
+            b.idle_since_s = Some(next(3 * HOUR));
+        }
+        snap.servers.push(b);
+    }
+    for p in snap.pods.iter_mut().filter(|p| !p.is_daemonset_pod()) {
         if next(6) == 0 {
             p.do_not_disrupt = true;
         }
@@ -249,87 +399,185 @@ fn random_fleet(seed: u64) -> (Snapshot, u64) {
             disruptions_allowed: next(3) as i64,
         });
     }
-    (snap, 3 * HOUR + next(2 * HOUR))
+    if next(4) == 0 {
+        let on: f64 = snap.servers.iter().filter(|s| s.is_warm() || s.node.is_some()).map(|s| s.power.peak_watts).sum();
+        snap.power_budget_watts = Some(on + next(1500) as f64);
+    }
+    let now = 3 * HOUR + next(2 * HOUR);
+    let names: Vec<String> = snap.servers.iter().map(|s| s.name.clone()).collect();
+    for _ in 0..next(40).min(40 * names.len() as u64) {
+        let server = names[next(names.len() as u64) as usize].clone();
+        let deadline_s = [None, Some(60), Some(3 * HOUR)][next(3) as usize];
+        snap.arrivals.push(Arrival { at_s: now.saturating_sub(next(5 * HOUR)), server, deadline_s });
+    }
+    (snap, now)
+}
+
+/// Checks one random plan; returns how many replacements it made.
+fn check_plan(seed: u64) -> Result<usize, TestCaseError> {
+    let (snap, now) = random_fleet(seed);
+    let d = disrupt(&snap, now);
+    let pods: BTreeMap<String, &Pod> = snap.pods.iter().map(|p| (p.key(), p)).collect();
+    let server_named = |name: &str| snap.servers.iter().find(|s| s.name == name).unwrap();
+    let mut evictions_by_pdb = vec![0i64; snap.pdbs.len()];
+    let mut drains = 0u32;
+    let mut replaced = 0usize;
+    let mut powered_on_peak = 0.0;
+    for a in &d.actions {
+        match a {
+            Action::Drain { node, evict, .. } => {
+                drains += 1;
+                // Never a node with a pod that must stay, never a pod left behind.
+                for p in snap.pods.iter().filter(|p| p.node_name.as_deref() == Some(node) && !p.is_daemonset_pod()) {
+                    prop_assert!(!p.do_not_disrupt, "seed {seed}: drained {node} with do-not-disrupt {}", p.key());
+                    prop_assert!(evict.contains(&p.key()), "seed {seed}: {} left behind on {node}", p.key());
+                }
+                for e in evict {
+                    let p = pods[e];
+                    for (k, pdb) in snap.pdbs.iter().enumerate() {
+                        if pdb.namespace == p.namespace && pdb.selector.matches(&p.labels) {
+                            evictions_by_pdb[k] += 1;
+                        }
+                    }
+                }
+            }
+            Action::PowerOff { server, .. } => {
+                let s = server_named(server);
+                prop_assert!(s.node.is_none() && s.claim.is_none(), "seed {seed}: powered off a busy server");
+            }
+            Action::PowerOn { server, .. } | Action::PowerOnForHeadroom { server, .. } => {
+                let s = server_named(server);
+                prop_assert!(s.is_available() && !s.is_warm(), "seed {seed}: powered on {server}");
+                powered_on_peak += s.power.peak_watts;
+            }
+            Action::PowerOnForReplacement { server, replaces, watts_saved, .. } => {
+                replaced += 1;
+                let s = server_named(server);
+                prop_assert!(s.is_available() && !s.is_warm(), "seed {seed}: powered on {server}");
+                powered_on_peak += s.power.peak_watts;
+                prop_assert!(replaces.len() >= 2, "seed {seed}: replaces {replaces:?}");
+                // Never more idle watts on than before.
+                let before: f64 = replaces.iter().map(|n| server_named(n).power.idle_watts).sum();
+                prop_assert!(s.power.idle_watts < before && *watts_saved > 0.0, "seed {seed}: {server} idles at {} W, replaces {before} W", s.power.idle_watts);
+                // Never when the pods, with the DaemonSets, exceed the server.
+                let mut needed = Resources::default();
+                for ds in &snap.daemonsets {
+                    needed.add(&ds.template.requests);
+                }
+                for n in replaces {
+                    let node = snap.nodes.iter().find(|x| &x.name == n).unwrap();
+                    prop_assert!(!node.disrupting, "seed {seed}: replaces {n}, already being drained");
+                    for p in snap.pods.iter().filter(|p| p.node_name.as_deref() == Some(n) && !p.is_daemonset_pod()) {
+                        prop_assert!(!p.do_not_disrupt && p.owner.is_some(), "seed {seed}: replaces {n}, which holds {}", p.key());
+                        needed.add(&p.requests);
+                    }
+                    let drained_now = d.actions.iter().any(|a| matches!(a, Action::Drain { node, .. } if node == n));
+                    prop_assert!(!drained_now, "seed {seed}: {n} drained before its replacement is Ready");
+                }
+                prop_assert!(needed.fits(&s.capacity), "seed {seed}: {needed:?} does not fit {server}");
+            }
+        }
+    }
+    if let Some(budget) = snap.power_budget_watts {
+        let on: f64 = snap.servers.iter().filter(|s| s.is_warm() || s.node.is_some() || s.claim.is_some()).map(|s| s.power.peak_watts).sum();
+        prop_assert!(powered_on_peak == 0.0 || on + powered_on_peak <= budget, "seed {seed}: power budget {budget} crossed");
+    }
+    for (k, pdb) in snap.pdbs.iter().enumerate() {
+        prop_assert!(evictions_by_pdb[k] <= pdb.disruptions_allowed, "seed {seed}: PDB crossed");
+    }
+    // Headroom: what scale-down takes away leaves the free capacity at
+    // or above it, or takes nothing when it was already short.
+    if let Some(want) = &snap.pools[0].warm.headroom {
+        let mut free = Resources::default();
+        for n in snap.nodes.iter().filter(|n| !n.disrupting) {
+            free.add(&n.allocatable);
+            for p in snap.pods.iter().filter(|p| p.node_name.as_deref() == Some(&n.name)) {
+                free.sub(&p.requests);
+            }
+        }
+        for s in snap.servers.iter().filter(|s| s.is_available() && s.is_warm()) {
+            free.add(&s.capacity);
+        }
+        let mut taken = Resources::default();
+        for a in &d.actions {
+            match a {
+                Action::PowerOff { server, .. } => taken.add(&server_named(server).capacity),
+                Action::Drain { node, .. } => taken.add(&snap.nodes.iter().find(|n| &n.name == node).unwrap().allocatable),
+                _ => {}
+            }
+        }
+        let after = free.minus(&taken);
+        let holds = |f: &Resources| (want.cpu_milli == 0 || f.cpu_milli >= want.cpu_milli) && (want.memory_bytes == 0 || f.memory_bytes >= want.memory_bytes);
+        prop_assert!(taken.is_zero() || holds(&after), "seed {seed}: headroom {want:?} crossed: free {free:?}, taken {taken:?}");
+    }
+    let budget = match snap.pools[0].disruption.budgets[0].nodes { BudgetNodes::Count(n) => n, BudgetNodes::Percent(_) => u32::MAX };
+    let disrupting = snap.nodes.iter().filter(|n| n.disrupting).count() as u32;
+    prop_assert!(drains + disrupting <= budget.max(disrupting), "seed {seed}: budget crossed: {drains} + {disrupting} > {budget}");
+    // The floor, per class: idle capacity left on is at least
+    // min(floor, what there was). The adaptive floor only raises it.
+    let floors = warm::floors(&snap, now);
+    for class in ["general-32", "general-64"] {
+        let key = ("general".to_string(), class.to_string());
+        // A class with no server has nothing to keep on.
+        let Some(&floor) = floors.get(&key) else { continue };
+        let static_floor = snap.pools[0].warm.floor.get(class).copied().unwrap_or(0);
+        prop_assert!(floor >= static_floor, "seed {seed}: floor {floor} below the static {static_floor}");
+        let in_class = |s: &Server| s.labels.get(CLASS_LABEL).map(String::as_str) == Some(class);
+        let empty_nodes = snap
+            .nodes
+            .iter()
+            .filter(|n| !n.disrupting && in_class(server_named(&n.name)))
+            .filter(|n| !snap.pods.iter().any(|p| p.node_name.as_deref() == Some(&n.name) && !p.is_daemonset_pod()))
+            .count() as u32;
+        let spares = snap.servers.iter().filter(|s| in_class(s) && s.is_available() && s.is_warm()).count() as u32;
+        let gone = d
+            .actions
+            .iter()
+            .filter(|a| match a {
+                Action::PowerOff { server, .. } => in_class(server_named(server)),
+                Action::Drain { node, reason: DisruptionReason::Empty, .. } => in_class(server_named(node)),
+                _ => false,
+            })
+            .count() as u32;
+        let before = empty_nodes + spares;
+        prop_assert!(before - gone >= floor.min(before), "seed {seed}: floor {floor} of {class} crossed: {before} -> {}", before - gone);
+    }
+    Ok(replaced)
+}
+
+#[test]
+fn random_fleets_do_exercise_replacement() {
+    let replaced: usize = (0..2000u64).map(|seed| check_plan(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).unwrap()).sum();
+    assert!(replaced >= 10, "only {replaced} replacements in 2000 fleets: the property would check nothing");
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
-    fn no_plan_crosses_a_pdb_a_floor_or_a_budget(seed in any::<u64>()) {
-        let (snap, now) = random_fleet(seed);
-        let d = disrupt(&snap, now);
-        let pods: BTreeMap<String, &Pod> = snap.pods.iter().map(|p| (p.key(), p)).collect();
-        let mut evictions_by_pdb = vec![0i64; snap.pdbs.len()];
-        let mut drains = 0u32;
-        let mut offs = 0u32;
-        for a in &d.actions {
-            match a {
-                Action::Drain { node, evict, .. } => {
-                    drains += 1;
-                    // Never a node with a pod that must stay, never a pod left behind.
-                    for p in snap.pods.iter().filter(|p| p.node_name.as_deref() == Some(node) && !p.is_daemonset_pod()) {
-                        prop_assert!(!p.do_not_disrupt, "seed {seed}: drained {node} with do-not-disrupt {}", p.key());
-                        prop_assert!(evict.contains(&p.key()), "seed {seed}: {} left behind on {node}", p.key());
-                    }
-                    for e in evict {
-                        let p = pods[e];
-                        for (k, pdb) in snap.pdbs.iter().enumerate() {
-                            if pdb.namespace == p.namespace && pdb.selector.matches(&p.labels) {
-                                evictions_by_pdb[k] += 1;
-                            }
-                        }
-                    }
-                }
-                Action::PowerOff { server, .. } => {
-                    offs += 1;
-                    let s = snap.servers.iter().find(|s| &s.name == server).unwrap();
-                    prop_assert!(s.node.is_none() && s.claim.is_none(), "seed {seed}: powered off a busy server");
-                }
-                Action::PowerOn { server, .. } | Action::PowerOnForHeadroom { server, .. } => {
-                    let s = snap.servers.iter().find(|s| &s.name == server).unwrap();
-                    prop_assert!(s.is_available() && !s.is_warm(), "seed {seed}: powered on {server}");
-                }
+    fn no_plan_crosses_a_pdb_a_floor_a_budget_or_replaces_for_nothing(seed in any::<u64>()) {
+        check_plan(seed)?;
+    }
+
+    #[test]
+    fn the_adaptive_floor_is_at_least_the_static_one_and_grows_with_arrivals(seed in any::<u64>(), more in 1usize..40) {
+        let (mut snap, now) = random_fleet(seed);
+        snap.pools[0].warm.adaptive = Some(AdaptiveFloor::new(4 * HOUR));
+        let mut without = snap.clone();
+        without.pools[0].warm.adaptive = None;
+        let base = warm::floors(&without, now);
+        let adaptive = warm::floors(&snap, now);
+        let mut busier = snap.clone();
+        let names: Vec<String> = snap.servers.iter().map(|s| s.name.clone()).collect();
+        for k in 0..more {
+            if !names.is_empty() {
+                busier.arrivals.push(Arrival { at_s: now - (k as u64 * 97) % (4 * HOUR), server: names[k % names.len()].clone(), deadline_s: None });
             }
         }
-        for (k, pdb) in snap.pdbs.iter().enumerate() {
-            prop_assert!(evictions_by_pdb[k] <= pdb.disruptions_allowed, "seed {seed}: PDB crossed");
+        let busier_floors = warm::floors(&busier, now);
+        for (key, floor) in &adaptive {
+            prop_assert!(*floor >= base[key], "seed {seed}: adaptive {floor} < static {} for {key:?}", base[key]);
+            prop_assert!(busier_floors[key] >= *floor, "seed {seed}: more arrivals lowered the floor of {key:?}");
         }
-        // Headroom: what scale-down takes away leaves the free capacity at
-        // or above it, or takes nothing when it was already short.
-        if let Some(want) = &snap.pools[0].warm.headroom {
-            let mut free = Resources::default();
-            for n in snap.nodes.iter().filter(|n| !n.disrupting) {
-                free.add(&n.allocatable);
-                for p in snap.pods.iter().filter(|p| p.node_name.as_deref() == Some(&n.name)) {
-                    free.sub(&p.requests);
-                }
-            }
-            for s in snap.servers.iter().filter(|s| s.is_available() && s.is_warm()) {
-                free.add(&s.capacity);
-            }
-            let mut taken = Resources::default();
-            for a in &d.actions {
-                match a {
-                    Action::PowerOff { server, .. } => taken.add(&snap.servers.iter().find(|s| &s.name == server).unwrap().capacity),
-                    Action::Drain { node, .. } => taken.add(&snap.nodes.iter().find(|n| &n.name == node).unwrap().allocatable),
-                    _ => {}
-                }
-            }
-            let after = free.minus(&taken);
-            let holds = |f: &Resources| (want.cpu_milli == 0 || f.cpu_milli >= want.cpu_milli) && (want.memory_bytes == 0 || f.memory_bytes >= want.memory_bytes);
-            prop_assert!(taken.is_zero() || holds(&after), "seed {seed}: headroom {want:?} crossed: free {free:?}, taken {taken:?}");
-        }
-        let budget = match snap.pools[0].disruption.budgets[0].nodes { BudgetNodes::Count(n) => n, BudgetNodes::Percent(_) => u32::MAX };
-        let disrupting = snap.nodes.iter().filter(|n| n.disrupting).count() as u32;
-        prop_assert!(drains + disrupting <= budget.max(disrupting), "seed {seed}: budget crossed: {drains} + {disrupting} > {budget}");
-        // The floor: idle capacity left on is at least min(floor, what there was).
-        let floor = snap.pools[0].warm.floor["general-32"];
-        let empty_nodes = snap.nodes.iter().filter(|n| !n.disrupting && !snap.pods.iter().any(|p| p.node_name.as_deref() == Some(&n.name))).count() as u32;
-        let spares = snap.servers.iter().filter(|s| s.is_available() && s.is_warm()).count() as u32;
-        let empty_drains = d.actions.iter().filter(|a| matches!(a, Action::Drain { reason: DisruptionReason::Empty, .. })).count() as u32;
-        let before = empty_nodes + spares;
-        let after = before - offs - empty_drains;
-        prop_assert!(after >= floor.min(before), "seed {seed}: floor {floor} crossed: {before} -> {after}");
     }
 }

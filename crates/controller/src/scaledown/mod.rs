@@ -322,6 +322,25 @@ impl ScaleDown {
                     }
                 });
             }
+            Action::PowerOnForReplacement { server, pool, replaces, watts_saved } => {
+                if running.contains_key(&server) {
+                    return;
+                }
+                // Powered on like a spare; once it is a Ready node the core's
+                // underutilized consolidation drains the replaced nodes onto it.
+                let note = format!("NodePool {pool}: to take over {} (saves {watts_saved:.0} W)", replaces.join(", "));
+                let name = server.clone();
+                self.start(server, Work::PowerOn, async move {
+                    match power::power_on_spare(&drainer, &name, &note).await {
+                        Ok(true) => metrics.action("power_on", "replacement", "done"),
+                        Ok(false) => metrics.action("power_on", "replacement", "claimed"),
+                        Err(err) => {
+                            metrics.action("power_on", "replacement", err.metric_label());
+                            tracing::warn!(server = %name, error = %err, "powering on a replacement failed");
+                        }
+                    }
+                });
+            }
             Action::Drain { node, server, pool, reason, evict, .. } => {
                 if running.contains_key(&node) || server.as_ref().is_some_and(|s| running.contains_key(s)) {
                     return;
