@@ -16,7 +16,7 @@ use crate::exit::Failure;
 #[derive(clap::Args)]
 pub struct Args {
     /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
-    #[arg(long, value_name = "FILE", env = "KUBECONFIG")]
+    #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, default_value = "0.0.0.0:8080")]

@@ -1,80 +1,254 @@
 //! `ironclaim servers`: the inventory as the cluster sees it: power, claim
-//! and its stage, node, watts, health.
+//! and its stage, node, watts, health, and what the fleet draws.
 
 use std::path::PathBuf;
 
+use ironclaim_controller::index::Index;
+use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, uses_metal3};
+use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_k8s::server_to_core;
 use kube::ResourceExt;
+use serde::Serialize;
 
 use crate::exit::Failure;
+use crate::plan::Output;
 use crate::render;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long, value_name = "FILE", env = "KUBECONFIG")]
+    /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
+    #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+/// One server, as `--output json` prints it.
+#[derive(Serialize)]
+struct Row {
+    name: String,
+    /// `redfish`, or `metal3 NAMESPACE/NAME`.
+    provider: String,
+    /// `on`, `off`, `powering on`, `powering off` or `unknown`.
+    power: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim: Option<String>,
+    /// The claim's stage, `failed: Reason`, or `claim missing`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stage: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
+    /// The last reading, while the server is not off (a reading taken
+    /// before it was powered off is not shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watts: Option<i64>,
+    /// `healthy`, `N failure(s)`, `quarantined (N failures)` or `maintenance`.
+    health: String,
+    cpu: String,
+    memory: String,
+    gpus: Vec<String>,
+}
+
+/// What the fleet draws: measured where there is a reading, estimated from
+/// the power profiles elsewhere.
+#[derive(Default, Serialize)]
+struct Summary {
+    servers: usize,
+    on: usize,
+    off: usize,
+    powering_on: usize,
+    powering_off: usize,
+    unknown: usize,
+    /// Sum of the readings of servers that are not off.
+    measured_watts: i64,
+    /// How many servers that are not off have a reading.
+    measured_servers: usize,
+    /// Powered servers without a reading, at their idle (or boot) watts.
+    estimated_powered_watts: i64,
+    unmeasured_servers: usize,
+    /// Powered-off servers at their profile's off watts.
+    estimated_off_watts: i64,
+    total_watts: i64,
+}
+
+#[derive(Serialize)]
+struct Inventory {
+    servers: Vec<Row>,
+    summary: Summary,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
-    runtime.block_on(async move {
+    let inventory = runtime.block_on(async {
         let client = crate::controller::client(args.kubeconfig.as_ref()).await.map_err(Failure::world)?;
         let index = ironclaim_controller::cluster::read(&client).await.map_err(Failure::world)?;
-        let mut table = render::table(&["SERVER", "POWER", "CLAIM", "STAGE", "NODE", "WATTS", "HEALTH", "CPU", "MEMORY", "GPUS"]);
-        let mut fleet_watts = 0i64;
-        let mut off = 0;
-        for server in index.servers.values() {
-            let status = server.status.clone().unwrap_or_default();
-            let power = match status.power_state {
-                Some(PowerState::On) => "on",
-                Some(PowerState::Off) => {
-                    off += 1;
-                    "off"
-                }
-                Some(PowerState::PoweringOn) => "powering on",
-                Some(PowerState::PoweringOff) => "powering off",
-                Some(PowerState::Unknown) | None => "unknown",
-            };
-            let claim = status.claim.clone().unwrap_or_default();
-            let stage = index
-                .claims
-                .get(&claim)
-                .and_then(|c| c.status.as_ref())
-                .map(|s| match (s.failure_reason, s.stage) {
-                    (Some(r), _) => format!("failed: {r:?}"),
-                    (None, Some(stage)) => ironclaim_controller::timeline::stage_name(stage).replace('_', " "),
-                    (None, None) => "selected".into(),
-                })
-                .unwrap_or_default();
-            let node = status.node.clone().or_else(|| index.node_of_server(&server.name_any()).map(|n| n.name_any())).unwrap_or_default();
-            fleet_watts += status.watts.unwrap_or(0);
-            let health = if server.spec.maintenance {
-                "maintenance".to_string()
-            } else if status.quarantined {
-                format!("quarantined ({} failures)", status.failures)
-            } else if status.failures > 0 {
-                format!("{} failure(s)", status.failures)
-            } else {
-                "healthy".to_string()
-            };
-            let gpus: Vec<String> = server.spec.hardware.gpus.iter().map(|g| format!("{}x{}", g.count, g.model)).collect();
-            let _ = server_to_core(server);
-            table.add_row(vec![
-                server.name_any(),
-                power.to_string(),
-                claim,
-                stage,
-                node,
-                status.watts.map(|w| format!("{w} W")).unwrap_or_else(|| "-".into()),
-                health,
-                server.spec.hardware.cpu.0.clone(),
-                server.spec.hardware.memory.0.clone(),
-                gpus.join(", "),
-            ]);
+        Ok::<_, Failure>(inventory(&index))
+    })?;
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&inventory).map_err(Failure::world)?),
+        Output::Table => print(&inventory),
+    }
+    Ok(())
+}
+
+fn provider(server: &Server) -> String {
+    if !uses_metal3(server) {
+        return "redfish".into();
+    }
+    match server.spec.metal3_host() {
+        Some(h) => format!("metal3 {}/{}", h.namespace, h.name),
+        None => format!("metal3 {}", server.annotations().get(BAREMETALHOST_ANNOTATION).cloned().unwrap_or_default()),
+    }
+}
+
+fn inventory(index: &Index) -> Inventory {
+    let mut summary = Summary { servers: index.servers.len(), ..Summary::default() };
+    let mut rows = Vec::new();
+    for server in index.servers.values() {
+        let status = server.status.clone().unwrap_or_default();
+        let profile = server_to_core(server).map(|s| s.power).unwrap_or_default();
+        let state = status.power_state.unwrap_or(PowerState::Unknown);
+        let power = match state {
+            PowerState::On => "on",
+            PowerState::Off => "off",
+            PowerState::PoweringOn => "powering on",
+            PowerState::PoweringOff => "powering off",
+            PowerState::Unknown => "unknown",
+        };
+        let counter = match state {
+            PowerState::On => &mut summary.on,
+            PowerState::Off => &mut summary.off,
+            PowerState::PoweringOn => &mut summary.powering_on,
+            PowerState::PoweringOff => &mut summary.powering_off,
+            PowerState::Unknown => &mut summary.unknown,
+        };
+        *counter += 1;
+        let watts = if state == PowerState::Off { None } else { status.watts };
+        match (state, watts) {
+            (PowerState::Off, _) => summary.estimated_off_watts += profile.off_watts.round() as i64,
+            (PowerState::Unknown, None) => {}
+            (_, Some(w)) => {
+                summary.measured_watts += w;
+                summary.measured_servers += 1;
+            }
+            (PowerState::PoweringOn, None) => {
+                summary.estimated_powered_watts += profile.boot_watts.round() as i64;
+                summary.unmeasured_servers += 1;
+            }
+            (_, None) => {
+                summary.estimated_powered_watts += profile.idle_watts.round() as i64;
+                summary.unmeasured_servers += 1;
+            }
         }
-        println!("{table}");
-        println!("{} servers, {off} powered off; the BMCs report {fleet_watts} W in total", index.servers.len());
-        Ok(())
-    })
+        let stage = status.claim.as_ref().map(|claim| match index.claims.get(claim).and_then(|c| c.status.as_ref()) {
+            None if !index.claims.contains_key(claim) => "claim missing".to_string(),
+            None => "selected".to_string(),
+            Some(s) => match (s.failure_reason, s.stage) {
+                (Some(r), _) => format!("failed: {r:?}"),
+                (None, Some(stage)) => ironclaim_controller::timeline::stage_name(stage).replace('_', " "),
+                (None, None) => "selected".into(),
+            },
+        });
+        let node = status.node.clone().or_else(|| index.node_of_server(&server.name_any()).map(|n| n.name_any()));
+        let health = if server.spec.maintenance {
+            "maintenance".to_string()
+        } else if status.quarantined {
+            format!("quarantined ({} failures)", status.failures)
+        } else if status.failures > 0 {
+            format!("{} failure(s)", status.failures)
+        } else {
+            "healthy".to_string()
+        };
+        rows.push(Row {
+            name: server.name_any(),
+            provider: provider(server),
+            power,
+            claim: status.claim.clone(),
+            stage,
+            node,
+            watts,
+            health,
+            cpu: server.spec.hardware.cpu.0.clone(),
+            memory: server.spec.hardware.memory.0.clone(),
+            gpus: server.spec.hardware.gpus.iter().map(|g| format!("{}x{}", g.count, g.model)).collect(),
+        });
+    }
+    summary.total_watts = summary.measured_watts + summary.estimated_powered_watts + summary.estimated_off_watts;
+    Inventory { servers: rows, summary }
+}
+
+/// `5 servers: 2 on, 3 off; about 480 W: 430 W measured on 2 servers, 50 W for 3 powered off (their offWatts)`
+fn summary_line(s: &Summary) -> String {
+    let mut states = vec![format!("{} on", s.on), format!("{} off", s.off)];
+    for (n, what) in [(s.powering_on, "powering on"), (s.powering_off, "powering off"), (s.unknown, "unknown")] {
+        if n > 0 {
+            states.push(format!("{n} {what}"));
+        }
+    }
+    let mut parts = vec![format!("{} W measured on {} server{}", s.measured_watts, s.measured_servers, plural(s.measured_servers))];
+    if s.unmeasured_servers > 0 {
+        parts.push(format!(
+            "{} W for {} powered without a reading (their idleWatts, bootWatts while powering on)",
+            s.estimated_powered_watts, s.unmeasured_servers
+        ));
+    }
+    if s.off > 0 {
+        parts.push(format!("{} W for {} powered off (their offWatts)", s.estimated_off_watts, s.off));
+    }
+    let about = if s.unmeasured_servers > 0 || s.off > 0 { "about " } else { "" };
+    format!("{} server{}: {}; {about}{} W: {}", s.servers, plural(s.servers), states.join(", "), s.total_watts, parts.join(", "))
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn print(inventory: &Inventory) {
+    let mut table = render::table(&["SERVER", "POWER", "CLAIM", "STAGE", "NODE", "WATTS", "HEALTH", "CPU", "MEMORY", "GPUS"]);
+    for r in &inventory.servers {
+        table.add_row(vec![
+            r.name.clone(),
+            r.power.to_string(),
+            r.claim.clone().unwrap_or_default(),
+            r.stage.clone().unwrap_or_default(),
+            r.node.clone().unwrap_or_default(),
+            r.watts.map(|w| format!("{w} W")).unwrap_or_else(|| "-".into()),
+            r.health.clone(),
+            r.cpu.clone(),
+            r.memory.clone(),
+            r.gpus.join(", "),
+        ]);
+    }
+    println!("{table}");
+    println!("{}", summary_line(&inventory.summary));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Summary, summary_line};
+
+    #[test]
+    fn the_summary_says_what_is_measured_and_what_is_estimated() {
+        let all_measured = Summary { servers: 2, on: 2, measured_watts: 400, measured_servers: 2, total_watts: 400, ..Summary::default() };
+        assert_eq!(summary_line(&all_measured), "2 servers: 2 on, 0 off; 400 W: 400 W measured on 2 servers");
+        let mixed = Summary {
+            servers: 5,
+            on: 2,
+            off: 2,
+            powering_on: 1,
+            measured_watts: 430,
+            measured_servers: 1,
+            estimated_powered_watts: 300,
+            unmeasured_servers: 2,
+            estimated_off_watts: 30,
+            total_watts: 760,
+            ..Summary::default()
+        };
+        assert_eq!(
+            summary_line(&mixed),
+            "5 servers: 2 on, 2 off, 1 powering on; about 760 W: 430 W measured on 1 server, \
+             300 W for 2 powered without a reading (their idleWatts, bootWatts while powering on), 30 W for 2 powered off (their offWatts)"
+        );
+    }
 }
