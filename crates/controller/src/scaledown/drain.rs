@@ -14,7 +14,9 @@
 //!   would recreate, unless the plan named it.
 //! - Eviction order is stable: priority ascending, then namespace and name;
 //!   DaemonSet pods last, once, and not waited for.
-//! - Past the drain timeout the drain is abandoned and the node uncordoned.
+//! - Past the drain timeout the drain is abandoned and the node uncordoned;
+//!   the same write stamps [`DRAIN_ABANDONED_ANNOTATION`], which holds the
+//!   node back from another drain for a cool-down.
 //! - The server is powered off only once its node holds no workload pod,
 //!   and confirmed off before its Node is deleted and the server released.
 //!
@@ -46,6 +48,9 @@ use crate::scaledown::notes::{Kind, Notes};
 /// Set on a node the drain found already unschedulable, so abandoning the
 /// drain leaves it as it was.
 pub const WAS_UNSCHEDULABLE_ANNOTATION: &str = "ironclaim.dev/was-unschedulable";
+/// When the node's last drain was abandoned (RFC 3339): the node is not
+/// drained again until its cool-down has passed.
+pub const DRAIN_ABANDONED_ANNOTATION: &str = "ironclaim.dev/drain-abandoned-at";
 /// Pods the kubelet runs from a manifest; the API cannot evict them.
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
@@ -303,6 +308,12 @@ impl Drainer {
     /// Removes the disrupting taint and restores schedulability as it was
     /// before the drain. A node already gone is fine.
     pub async fn uncordon(&self, node: &str) -> Result<()> {
+        self.uncordon_noting(node, None).await
+    }
+
+    /// [`Drainer::uncordon`], recording in the same write, when given, the
+    /// time the drain was abandoned ([`DRAIN_ABANDONED_ANNOTATION`]).
+    pub async fn uncordon_noting(&self, node: &str, abandoned_at: Option<jiff::Timestamp>) -> Result<()> {
         let fail = |source| DrainError::UncordonFailed { node: node.to_string(), source };
         for _ in 0..5 {
             let current = match self.nodes().get(node).await {
@@ -313,10 +324,13 @@ impl Drainer {
             let spec = current.spec.clone().unwrap_or_default();
             let taints: Vec<_> = spec.taints.clone().unwrap_or_default().into_iter().filter(|t| t.key != DISRUPTING_TAINT).collect();
             let was = current.annotations().get(WAS_UNSCHEDULABLE_ANNOTATION).is_some_and(|v| v == "true");
-            let patch = serde_json::json!({
+            let mut patch = serde_json::json!({
                 "metadata": {"resourceVersion": current.resource_version(), "annotations": {WAS_UNSCHEDULABLE_ANNOTATION: null}},
                 "spec": {"unschedulable": was, "taints": taints},
             });
+            if let Some(at) = abandoned_at {
+                patch["metadata"]["annotations"][DRAIN_ABANDONED_ANNOTATION] = at.to_string().into();
+            }
             match self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => continue,
@@ -356,7 +370,7 @@ impl Drainer {
     }
 
     async fn abandon(&self, request: &DrainRequest, why: String) -> Result<DrainOutcome> {
-        self.uncordon(&request.node).await?;
+        self.uncordon_noting(&request.node, Some(jiff::Timestamp::now())).await?;
         self.notes.warn(Kind::Node, &request.node, "DrainAbandoned", &why).await;
         self.metrics.action("drain", &request.reason, "abandoned");
         Ok(DrainOutcome::Abandoned { why })

@@ -16,14 +16,19 @@
 //!   decides about it afresh.
 //! - Idle time starts when this process first sees a server idle: after a
 //!   restart, break-even is waited out again, never shortened.
+//! - A drain that evicts workload starts only when a pass at least
+//!   [`ScaleDownSettings::revalidate_after`] after the first proposal
+//!   proposes it again; a node whose drain was abandoned is not drained
+//!   again for [`ScaleDownSettings::drain_cool_down`] ([`pacing`]).
 
 pub mod drain;
 pub mod energy;
 pub mod notes;
+pub mod pacing;
 pub mod power;
 pub mod stranded;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -40,6 +45,7 @@ use crate::metrics::Metrics;
 use drain::{DrainRequest, DrainSettings, Drainer};
 use energy::{EnergyMeter, ScaleDownMetrics, fleet_summary};
 use notes::{Kind, Notes};
+use pacing::Settling;
 use stranded::Finding;
 
 pub use energy::{FleetSummary, fleet_summary as summary};
@@ -52,12 +58,24 @@ pub struct ScaleDownSettings {
     pub drain: DrainSettings,
     /// How long a stranded resource persists before it is repaired.
     pub stranded_grace: Duration,
+    /// A drain that evicts workload starts only when a pass at least this
+    /// long after its first proposal proposes it again.
+    pub revalidate_after: Duration,
+    /// A node whose drain was abandoned is not drained again for this long.
+    pub drain_cool_down: Duration,
     pub publish_events: bool,
 }
 
 impl Default for ScaleDownSettings {
     fn default() -> Self {
-        ScaleDownSettings { every: Duration::from_secs(2), drain: DrainSettings::default(), stranded_grace: Duration::from_secs(300), publish_events: true }
+        ScaleDownSettings {
+            every: Duration::from_secs(2),
+            drain: DrainSettings::default(),
+            stranded_grace: Duration::from_secs(300),
+            revalidate_after: Duration::from_secs(15),
+            drain_cool_down: Duration::from_secs(600),
+            publish_events: true,
+        }
     }
 }
 
@@ -65,6 +83,8 @@ impl Default for ScaleDownSettings {
 struct State {
     /// Since when each server has been seen idle, by name.
     idle_since: HashMap<String, Seconds>,
+    /// Drains of busy nodes waiting to be proposed again.
+    settling: Settling,
     /// Running actions by node or server name.
     tasks: HashMap<String, (Work, JoinHandle<()>)>,
     meter: EnergyMeter,
@@ -147,6 +167,7 @@ impl ScaleDown {
                 tokio::time::sleep(this.settings.every).await;
                 if !gate.acting() {
                     this.abort_all();
+                    this.forget();
                     continue;
                 }
                 tokio::select! {
@@ -161,6 +182,14 @@ impl ScaleDown {
         Running { scaledown: self, task }
     }
 
+    /// Drops what this process believed while it acted: whoever acts next
+    /// starts afresh.
+    fn forget(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.idle_since.clear();
+        state.settling.forget();
+    }
+
     fn abort_all(&self) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         for (_, (_, handle)) in state.tasks.drain() {
@@ -172,7 +201,8 @@ impl ScaleDown {
     /// meter energy. Idempotent: an action already running is not started
     /// again.
     pub async fn reconcile(&self, now: Seconds) {
-        let (mut snapshot, tainted, findings, not_serving) = {
+        let cool_down_s = self.settings.drain_cool_down.as_secs();
+        let (mut snapshot, tainted, findings, not_serving, cooling) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let (snapshot, _) = index.snapshot(now, self.backoff);
             let tainted: Vec<String> = index
@@ -189,7 +219,12 @@ impl ScaleDown {
                 .filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none() && s.stage != Some(Stage::Serving)))
                 .map(|c| c.spec.server.clone())
                 .collect();
-            (snapshot, tainted, stranded::find(&index), not_serving)
+            let cooling = pacing::cooling(
+                index.nodes.iter().filter_map(|(name, n)| Some((name.as_str(), n.annotations().get(drain::DRAIN_ABANDONED_ANNOTATION)?.as_str()))),
+                now,
+                cool_down_s,
+            );
+            (snapshot, tainted, stranded::find(&index), not_serving, cooling)
         };
         let running: HashMap<String, Work> = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -211,15 +246,27 @@ impl ScaleDown {
             });
         }
 
-        let plan = disrupt(&snapshot, now);
-        for action in plan.actions {
+        let mut decided = snapshot.clone();
+        pacing::hold_cooling(&mut decided, &cooling);
+        let mut plan = disrupt(&decided, now);
+        pacing::drop_cooling(&mut plan.actions, &mut plan.held, &cooling, now);
+        let (go, waiting) = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.settling.settle(plan.actions, now, self.settings.revalidate_after.as_secs())
+        };
+        for action in go {
             self.act(action, &snapshot, &running);
         }
         for held in &plan.held {
             let kind = if snapshot.nodes.iter().any(|n| n.name == held.subject) { Kind::Node } else { Kind::Server };
             self.drainer.notes.normal(kind, &held.subject, "ScaleDownHeld", &held.why).await;
         }
-        self.repair(findings, &running, now).await;
+        let settle_s = self.settings.revalidate_after.as_secs();
+        for w in &waiting {
+            let note = format!("proposed for consolidation; drained only if still proposed {settle_s}s later");
+            self.drainer.notes.normal(Kind::Node, &w.node, "ConsolidationProposed", &note).await;
+        }
+        self.repair(findings, &running, &cooling, now).await;
 
         let summary = fleet_summary(&snapshot);
         self.state.lock().unwrap_or_else(PoisonError::into_inner).meter.observe(now, &summary, self.metrics());
@@ -372,7 +419,7 @@ impl ScaleDown {
 
     /// Reports each stranded resource, and repairs it once it has lasted
     /// the grace period when repair is safe.
-    async fn repair(&self, findings: Vec<Finding>, running: &HashMap<String, Work>, now: Seconds) {
+    async fn repair(&self, findings: Vec<Finding>, running: &HashMap<String, Work>, cooling: &BTreeMap<String, Seconds>, now: Seconds) {
         let grace = self.settings.stranded_grace.as_secs();
         let due: Vec<Finding> = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -428,6 +475,11 @@ impl ScaleDown {
                         continue;
                     };
                     if running.contains_key(&node) {
+                        continue;
+                    }
+                    if let Some(until) = cooling.get(&node) {
+                        let note = format!("in maintenance under claim {claim}; the drain of node {node} was abandoned, retried in {}s", until.saturating_sub(now));
+                        notes.warn(Kind::Server, &server, "Stranded", &note).await;
                         continue;
                     }
                     let request = DrainRequest {
