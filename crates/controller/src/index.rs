@@ -207,6 +207,8 @@ impl Index {
     /// - A node whose claim has not yet passed its pool's readiness gates is
     ///   not ready, so pods wait for the claim rather than count as placed.
     /// - Objects that cannot be converted are left out and reported.
+    /// - `arrivals` holds the fresh demand of live claims within the
+    ///   longest adaptive warm-floor window, when a pool has one.
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
         let mut snap = Snapshot::default();
@@ -280,6 +282,110 @@ impl Index {
                 Err(err) => problems.push(Problem { object: format!("NodeClaim {}", claim.name_any()), error: err.to_string() }),
             }
         }
+        snap.arrivals = self.recent_arrivals(&snap.pools, now_s);
         (snap, problems)
+    }
+
+    /// Fresh demand for adaptive warm floors: per live claim, the earliest
+    /// pod it was opened for that was created within the longest adaptive
+    /// window (pending or bound alike), as an arrival on the claim's
+    /// server. A pod that landed on capacity already there opened nothing
+    /// and is not counted.
+    ///
+    /// # Assumptions
+    /// Claims are deleted once their server is released, so demand whose
+    /// servers have gone off again is not seen: the floor errs low, and
+    /// the static floor remains the minimum.
+    fn recent_arrivals(&self, pools: &[core::NodePool], now_s: Seconds) -> Vec<core::Arrival> {
+        let Some(window_s) = pools.iter().filter_map(|p| p.warm.adaptive.as_ref()).map(|a| a.window_s).max() else {
+            return Vec::new();
+        };
+        let horizon = now_s.saturating_sub(window_s);
+        let mut arrivals = Vec::new();
+        for claim in self.claims.values() {
+            if claim.status.as_ref().is_some_and(|s| s.failure_reason.is_some()) {
+                continue;
+            }
+            let first = claim
+                .spec
+                .pods
+                .iter()
+                .filter_map(|r| {
+                    let e = self.pods.get(&format!("{}/{}", r.namespace, r.name))?;
+                    // A pod recreated under the same name is not the one the claim was for.
+                    (r.uid.is_none() || e.uid.is_none() || r.uid == e.uid).then_some(e)
+                })
+                .filter(|e| e.pod.created_s >= horizon && e.pod.created_s <= now_s)
+                .min_by_key(|e| (e.pod.created_s, e.pod.key()));
+            if let Some(e) = first {
+                arrivals.push(core::Arrival { at_s: e.pod.created_s, server: claim.spec.server.clone(), deadline_s: e.pod.deadline_s });
+            }
+        }
+        arrivals.sort_by(|a, b| a.at_s.cmp(&b.at_s).then(a.server.cmp(&b.server)));
+        arrivals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(adaptive: Option<&str>) -> NodePool {
+        let warm = adaptive.map(|w| json!({"adaptive": {"window": w}}));
+        serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": "general"},
+            "spec": {"warmSpares": warm}
+        }))
+        .expect("nodepool")
+    }
+
+    fn pod(name: &str, created: &str, node: Option<&str>) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "app", "uid": format!("uid-{name}"), "creationTimestamp": created,
+                         "annotations": {"ironclaim.dev/deadline": "2m"}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": if node.is_some() { "Running" } else { "Pending" }}
+        }))
+        .expect("pod")
+    }
+
+    fn claim(name: &str, server: &str, pods: &[&str], failed: bool) -> NodeClaim {
+        let refs: Vec<_> = pods.iter().map(|p| json!({"namespace": "app", "name": p, "uid": format!("uid-{p}")})).collect();
+        let status = if failed { json!({"failureReason": "RegistrationTimedOut"}) } else { json!({"stage": "Booting"}) };
+        serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"server": server, "pool": "general", "pods": refs},
+            "status": status
+        }))
+        .expect("nodeclaim")
+    }
+
+    const NOW: &str = "2026-01-05T12:00:00Z";
+    const NOW_S: Seconds = 1_767_614_400;
+
+    #[test]
+    fn each_live_claim_is_one_arrival_at_its_earliest_pod_within_the_window() {
+        let mut index = Index::default();
+        index.apply(pool(Some("1h")));
+        index.apply(pod("early", "2026-01-05T11:30:00Z", Some("s1")));
+        index.apply(pod("late", "2026-01-05T11:40:00Z", None));
+        index.apply(pod("old", "2026-01-05T10:00:00Z", Some("s2")));
+        index.apply(pod("failed", "2026-01-05T11:50:00Z", None));
+        index.apply(pod("no-claim", "2026-01-05T11:55:00Z", Some("s1")));
+        index.apply(claim("c1", "s1", &["late", "early"], false));
+        index.apply(claim("c2", "s2", &["old"], false));
+        index.apply(claim("c3", "s3", &["failed"], true));
+        let backoff = FailureBackoff { base_s: 60, max_s: 600 };
+        let (snap, problems) = index.snapshot(NOW_S, backoff);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(NOW_S, NOW.parse::<jiff::Timestamp>().unwrap().as_second() as Seconds);
+        assert_eq!(snap.arrivals, vec![core::Arrival { at_s: NOW_S - 1800, server: "s1".into(), deadline_s: Some(120) }]);
+
+        // Without an adaptive pool, nothing is collected.
+        index.apply(pool(None));
+        assert!(index.snapshot(NOW_S, backoff).0.arrivals.is_empty());
     }
 }
