@@ -14,8 +14,9 @@
 //! - A node carrying the disrupting taint that no task of this process is
 //!   draining (a drain cut short by a restart) is uncordoned, and the core
 //!   decides about it afresh.
-//! - Idle time starts when this process first sees a server idle: after a
-//!   restart, break-even is waited out again, never shortened.
+//! - Idle time is recorded on the Server (`status.idleSince`) when it
+//!   starts and cleared when the server is busy again ([`idle`]): a
+//!   restarted controller carries on from it.
 //! - A drain that evicts workload starts only when a pass at least
 //!   [`ScaleDownSettings::revalidate_after`] after the first proposal
 //!   proposes it again; a node whose drain was abandoned is not drained
@@ -23,6 +24,7 @@
 
 pub mod drain;
 pub mod energy;
+pub mod idle;
 pub mod notes;
 pub mod pacing;
 pub mod power;
@@ -35,7 +37,8 @@ use std::time::Duration;
 use ironclaim_core::disruption::{Action, disrupt};
 use ironclaim_core::model::{PowerState, Seconds, Snapshot};
 use ironclaim_k8s::api::nodeclaim::Stage;
-use kube::api::DeleteParams;
+use futures::StreamExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 
@@ -44,6 +47,7 @@ use crate::index::{FailureBackoff, Index};
 use crate::metrics::Metrics;
 use drain::{DrainRequest, DrainSettings, Drainer};
 use energy::{EnergyMeter, ScaleDownMetrics, fleet_summary};
+use idle::{IdleClock, Seen};
 use notes::{Kind, Notes};
 use pacing::Settling;
 use stranded::Finding;
@@ -81,8 +85,8 @@ impl Default for ScaleDownSettings {
 
 #[derive(Default)]
 struct State {
-    /// Since when each server has been seen idle, by name.
-    idle_since: HashMap<String, Seconds>,
+    /// Since when each server has idled, kept on its status too.
+    idle: IdleClock,
     /// Drains of busy nodes waiting to be proposed again.
     settling: Settling,
     /// Running actions by node or server name.
@@ -183,10 +187,10 @@ impl ScaleDown {
     }
 
     /// Drops what this process believed while it acted: whoever acts next
-    /// starts afresh.
+    /// starts from what is recorded on the API.
     fn forget(&self) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.idle_since.clear();
+        state.idle.forget();
         state.settling.forget();
     }
 
@@ -202,7 +206,7 @@ impl ScaleDown {
     /// again.
     pub async fn reconcile(&self, now: Seconds) {
         let cool_down_s = self.settings.drain_cool_down.as_secs();
-        let (mut snapshot, tainted, findings, not_serving, cooling) = {
+        let (mut snapshot, tainted, findings, not_serving, recorded, cooling) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let (snapshot, _) = index.snapshot(now, self.backoff);
             let tainted: Vec<String> = index
@@ -224,14 +228,15 @@ impl ScaleDown {
                 now,
                 cool_down_s,
             );
-            (snapshot, tainted, stranded::find(&index), not_serving, cooling)
+            (snapshot, tainted, stranded::find(&index), not_serving, recorded_idle(&index), cooling)
         };
-        let running: HashMap<String, Work> = {
+        let (running, writes) = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.tasks.retain(|_, (_, h)| !h.is_finished());
-            self.stamp_idle(&mut state, &mut snapshot, &not_serving, now);
-            state.tasks.iter().map(|(k, (w, _))| (k.clone(), w.clone())).collect()
+            let writes = stamp_idle(&mut state.idle, &mut snapshot, &not_serving, &recorded, now);
+            (state.tasks.iter().map(|(k, (w, _))| (k.clone(), w.clone())).collect::<HashMap<String, Work>>(), writes)
         };
+        self.record_idle(writes).await;
         mark_in_flight(&mut snapshot, &running);
 
         for node in tainted.iter().filter(|n| !running.contains_key(*n)) {
@@ -272,29 +277,29 @@ impl ScaleDown {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).meter.observe(now, &summary, self.metrics());
     }
 
-    /// Sets each server's `idle_since_s` from when this process first saw
-    /// it idle: on, and either unclaimed with no node, or a serving node
-    /// with no workload pod.
-    fn stamp_idle(&self, state: &mut State, snapshot: &mut Snapshot, not_serving: &BTreeSet<String>, now: Seconds) {
-        let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
-        for p in &snapshot.pods {
-            if p.occupies_node() && !p.terminating && !p.is_daemonset_pod() {
-                busy_nodes.insert(p.node_name.as_deref().unwrap_or_default());
+    /// Writes `status.idleSince` where it changed. A failed write is
+    /// retried on the next pass.
+    async fn record_idle(&self, writes: Vec<idle::Write>) {
+        let api: Api<ironclaim_k8s::api::Server> = Api::all(self.drainer.client.clone());
+        let sends = writes.into_iter().map(|w| {
+            let api = api.clone();
+            async move {
+                let value = w.idle_since.map(|s| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::from_second(s as i64).unwrap_or_default()));
+                let patch = serde_json::json!({"status": {"idleSince": value}});
+                match api.patch_status(&w.server, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => None,
+                    Err(kube::Error::Api(s)) if s.code == 404 => None,
+                    Err(err) => {
+                        tracing::warn!(server = %w.server, error = %err, "recording the idle time failed; retrying next pass");
+                        Some(w.server)
+                    }
+                }
             }
-        }
-        let mut idle_now: HashMap<String, bool> = HashMap::new();
-        for s in &snapshot.servers {
-            let idle = match &s.node {
-                Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(&s.name),
-                None => s.power_state == PowerState::On && s.claim.is_none(),
-            };
-            idle_now.insert(s.name.clone(), idle);
-        }
-        state.idle_since.retain(|name, _| idle_now.get(name).copied().unwrap_or(false));
-        for s in snapshot.servers.iter_mut() {
-            if idle_now.get(&s.name).copied().unwrap_or(false) {
-                s.idle_since_s = Some(*state.idle_since.entry(s.name.clone()).or_insert(now));
-            }
+        });
+        let failed: Vec<Option<String>> = futures::stream::iter(sends).buffer_unordered(8).collect().await;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for server in failed.into_iter().flatten() {
+            state.idle.failed(&server);
         }
     }
 
@@ -520,4 +525,59 @@ fn mark_in_flight(snapshot: &mut Snapshot, running: &HashMap<String, Work>) {
             _ => {}
         }
     }
+}
+
+/// For each server: its recorded `status.idleSince`, and the latest known
+/// start of business (its claim written, its node registered), in seconds.
+fn recorded_idle(index: &crate::index::Index) -> HashMap<String, (Option<Seconds>, Option<Seconds>)> {
+    let secs = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_second().max(0) as Seconds;
+    index
+        .servers
+        .iter()
+        .map(|(name, server)| {
+            let status = server.status.as_ref();
+            let recorded = status.and_then(|s| s.idle_since.as_ref()).map(secs);
+            let claimed = status.and_then(|s| s.claimed_at.as_ref()).map(secs);
+            let registered = index.node_of_server(name).and_then(|n| n.metadata.creation_timestamp.as_ref()).map(secs);
+            (name.clone(), (recorded, claimed.max(registered)))
+        })
+        .collect()
+}
+
+/// Sets each server's `idle_since_s` from the idle clock: idle is on and
+/// either unclaimed with no node, or a serving node with no workload pod.
+/// Returns the status writes due.
+fn stamp_idle(
+    clock: &mut IdleClock,
+    snapshot: &mut Snapshot,
+    not_serving: &BTreeSet<String>,
+    recorded: &HashMap<String, (Option<Seconds>, Option<Seconds>)>,
+    now: Seconds,
+) -> Vec<idle::Write> {
+    let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
+    for p in &snapshot.pods {
+        if p.occupies_node() && !p.terminating && !p.is_daemonset_pod() {
+            busy_nodes.insert(p.node_name.as_deref().unwrap_or_default());
+        }
+    }
+    let seen: Vec<Seen> = snapshot
+        .servers
+        .iter()
+        .filter(|s| !s.unlimited)
+        .map(|s| {
+            let idle = match &s.node {
+                Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(&s.name),
+                None => s.power_state == PowerState::On && s.claim.is_none(),
+            };
+            let (recorded, busy_at_least_until) = recorded.get(&s.name).copied().unwrap_or_default();
+            Seen { server: s.name.clone(), idle, recorded, busy_at_least_until }
+        })
+        .collect();
+    let (idle, writes) = clock.observe(&seen, now);
+    for s in snapshot.servers.iter_mut() {
+        if let Some(&since) = idle.get(&s.name) {
+            s.idle_since_s = Some(since);
+        }
+    }
+    writes
 }
