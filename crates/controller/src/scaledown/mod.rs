@@ -21,6 +21,8 @@
 //!   [`ScaleDownSettings::revalidate_after`] after the first proposal
 //!   proposes it again; a node whose drain was abandoned is not drained
 //!   again for [`ScaleDownSettings::drain_cool_down`] ([`pacing`]).
+//! - A server in maintenance never counts as idle: its node is the
+//!   operator's, and is not powered off for idling.
 
 pub mod drain;
 pub mod energy;
@@ -35,7 +37,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ironclaim_core::disruption::{Action, disrupt};
-use ironclaim_core::model::{PowerState, Seconds, Snapshot};
+use ironclaim_core::model::{Health, PowerState, Seconds, Snapshot};
 use ironclaim_k8s::api::nodeclaim::Stage;
 use futures::StreamExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -545,8 +547,8 @@ fn recorded_idle(index: &crate::index::Index) -> HashMap<String, (Option<Seconds
 }
 
 /// Sets each server's `idle_since_s` from the idle clock: idle is on and
-/// either unclaimed with no node, or a serving node with no workload pod.
-/// Returns the status writes due.
+/// either unclaimed with no node, or a serving node with no workload pod;
+/// a server in maintenance is never idle. Returns the status writes due.
 fn stamp_idle(
     clock: &mut IdleClock,
     snapshot: &mut Snapshot,
@@ -565,10 +567,11 @@ fn stamp_idle(
         .iter()
         .filter(|s| !s.unlimited)
         .map(|s| {
-            let idle = match &s.node {
-                Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(&s.name),
-                None => s.power_state == PowerState::On && s.claim.is_none(),
-            };
+            let idle = s.health != Health::Maintenance
+                && match &s.node {
+                    Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(&s.name),
+                    None => s.power_state == PowerState::On && s.claim.is_none(),
+                };
             let (recorded, busy_at_least_until) = recorded.get(&s.name).copied().unwrap_or_default();
             Seen { server: s.name.clone(), idle, recorded, busy_at_least_until }
         })
