@@ -34,8 +34,14 @@ pub struct FleetSummary {
 ///
 /// # Guarantees
 /// Only servers that are one machine each count (templates are skipped);
-/// a server is a warm spare when it is on, healthy, unclaimed or holding a
-/// node, and runs no pod other than DaemonSet pods.
+/// a server is a warm spare when it is on, healthy, and either unclaimed
+/// with no node, or holding a node that is ready, schedulable, not being
+/// drained and runs no pod other than DaemonSet pods.
+///
+/// # Assumptions
+/// The snapshot's `Off` is the servers' last known state; a server whose
+/// state is unknown reads as off there, so leave such servers out of the
+/// snapshot (as the controller does) for an exact count.
 pub fn fleet_summary(snapshot: &Snapshot) -> FleetSummary {
     let mut summary = FleetSummary::default();
     for server in snapshot.servers.iter().filter(|s| !s.unlimited) {
@@ -49,9 +55,13 @@ pub fn fleet_summary(snapshot: &Snapshot) -> FleetSummary {
         }
         let busy = match &server.node {
             None => server.claim.is_some(),
-            Some(node) => snapshot.pods.iter().any(|p| {
-                p.node_name.as_deref() == Some(node.as_str()) && p.occupies_node() && !p.terminating && !p.is_daemonset_pod()
-            }),
+            Some(node) => {
+                let usable = snapshot.nodes.iter().find(|n| &n.name == node).is_none_or(|n| n.ready && !n.unschedulable && !n.disrupting);
+                !usable
+                    || snapshot.pods.iter().any(|p| {
+                        p.node_name.as_deref() == Some(node.as_str()) && p.occupies_node() && !p.terminating && !p.is_daemonset_pod()
+                    })
+            }
         };
         if !busy {
             summary.warm_spares += 1;
@@ -204,6 +214,44 @@ mod tests {
         snap.servers.push(server("off", 150.0, false));
         snap.servers.push(server("spare", 150.0, true));
         assert_eq!(fleet_summary(&snap).to_string(), "1 server off, saving 150 W; 1 warm spare on");
+    }
+
+    #[test]
+    fn draining_cordoned_or_unready_nodes_are_no_spares_and_templates_do_not_count() {
+        let mut snap = Snapshot::default();
+        for (name, unschedulable, disrupting, ready) in
+            [("cordoned", true, false, true), ("draining", true, true, true), ("booting", false, false, false), ("fine", false, false, true)]
+        {
+            let mut s = server(name, 100.0, true);
+            s.node = Some(name.into());
+            s.claim = Some(format!("c-{name}"));
+            snap.servers.push(s);
+            let mut n = Node::new(name, Resources::new(8000, 16 << 30));
+            (n.unschedulable, n.disrupting, n.ready) = (unschedulable, disrupting, ready);
+            snap.nodes.push(n);
+        }
+        let mut template = server("vm-template", 100.0, false);
+        template.unlimited = true;
+        snap.servers.push(template);
+        let mut sick = server("sick", 100.0, true);
+        sick.health = Health::Quarantined;
+        snap.servers.push(sick);
+        assert_eq!(fleet_summary(&snap), FleetSummary { off: 0, saving_watts: 0.0, warm_spares: 1 });
+    }
+
+    #[test]
+    fn standby_draw_is_subtracted_and_never_counts_negative() {
+        let mut snap = Snapshot::default();
+        let mut a = server("a", 250.0, false);
+        a.power.off_watts = 10.0;
+        let mut b = server("b", 5.0, false);
+        b.power.off_watts = 10.0;
+        snap.servers = vec![a, b];
+        let summary = fleet_summary(&snap);
+        assert_eq!(summary.saving_watts, 240.0);
+        assert_eq!(summary.to_string(), "2 servers off, saving 240 W; 0 warm spares on");
+        assert_eq!(human_watts(1_260_000.0), "1.3 MW");
+        assert_eq!(human_watts(999.4), "999 W");
     }
 
     #[test]

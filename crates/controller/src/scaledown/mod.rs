@@ -208,7 +208,7 @@ impl ScaleDown {
     /// again.
     pub async fn reconcile(&self, now: Seconds) {
         let cool_down_s = self.settings.drain_cool_down.as_secs();
-        let (mut snapshot, tainted, findings, not_serving, recorded, cooling) = {
+        let (mut snapshot, tainted, findings, not_serving, recorded, cooling, unknown_power) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let (snapshot, _) = index.snapshot(now, self.backoff);
             let tainted: Vec<String> = index
@@ -230,7 +230,13 @@ impl ScaleDown {
                 now,
                 cool_down_s,
             );
-            (snapshot, tainted, stranded::find(&index), not_serving, recorded_idle(&index), cooling)
+            let unknown_power: BTreeSet<String> = index
+                .servers
+                .iter()
+                .filter(|(_, s)| s.status.as_ref().and_then(|s| s.power_state).is_none_or(|p| p == ironclaim_k8s::api::server::PowerState::Unknown))
+                .map(|(name, _)| name.clone())
+                .collect();
+            (snapshot, tainted, stranded::find(&index), not_serving, recorded_idle(&index), cooling, unknown_power)
         };
         let (running, writes) = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -275,6 +281,8 @@ impl ScaleDown {
         }
         self.repair(findings, &running, &cooling, now).await;
 
+        // A server whose power state is unknown is neither off nor a spare.
+        snapshot.servers.retain(|s| !unknown_power.contains(&s.name));
         let summary = fleet_summary(&snapshot);
         self.state.lock().unwrap_or_else(PoisonError::into_inner).meter.observe(now, &summary, self.metrics());
     }
