@@ -51,7 +51,7 @@ async fn a_budget_of_one_node_drains_ten_idle_servers_one_at_a_time() {
         assert!(disrupting.len() <= 1, "the budget of one node was exceeded: {disrupting:?}");
         most_at_once = most_at_once.max(disrupting.len());
         round += 1;
-        if round % 10 == 0 {
+        if round.is_multiple_of(10) {
             off = machines.len() - bmcs.on(&machines).await.len();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

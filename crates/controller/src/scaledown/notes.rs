@@ -22,10 +22,13 @@ pub enum Kind {
     Server,
 }
 
+/// The last note sent per (object, reason), and when.
+type Sent = HashMap<(String, String), (String, Instant)>;
+
 #[derive(Clone)]
 pub struct Notes {
     recorder: Option<Recorder>,
-    last: Arc<Mutex<HashMap<(String, String), (String, Instant)>>>,
+    last: Arc<Mutex<Sent>>,
 }
 
 impl Notes {
