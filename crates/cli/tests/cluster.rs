@@ -25,11 +25,14 @@ struct Run {
 }
 
 fn ironclaim(env: &TestEnv, args: &[&str]) -> Run {
+    let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_ironclaim"))
         .args(args)
         .env("KUBECONFIG", env.kubeconfig())
         .output()
         .expect("run ironclaim");
+    // Shown with --nocapture: what a user waits for one command.
+    println!("ironclaim {}: {:?}", args.join(" "), started.elapsed());
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
