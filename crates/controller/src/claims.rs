@@ -3,15 +3,16 @@
 //! bound, or it fails and its server is released.
 //!
 //! # Restart safety
-//! Every step is written to the API before the action it announces: the
-//! NodeClaim exists before its server is claimed, and the write that claims
-//! the server also sets its power state to `PoweringOn`, before the
-//! power-on is sent (the claim's own `PoweringOn` stage follows, while the
-//! power-on is under way). A restarted controller
-//! reads where each claim stands and asks the BMC before acting: a server
-//! already on is not powered on again, and a power-on sent less than the
-//! server's power-on budget ago is waited for, not repeated. A server
-//! whose claim is gone is powered off and released.
+//! Every step is written to the API before the action it announces. The
+//! write that claims a server names the claim, stamps `claimedAt` and sets
+//! the server's power state to `PoweringOn`, all before the power-on is
+//! sent; that one write is all a power-on waits for. The NodeClaim follows
+//! (with its `Selected` and `PoweringOn` stages) while the power-on is
+//! under way. A restarted controller reads where each claim stands and asks
+//! the BMC before acting: a server already on is not powered on again, and
+//! a power-on sent less than the server's power-on budget ago is waited
+//! for, not repeated. A server whose claim is gone, and was claimed longer
+//! ago than the opening grace, is powered off and released.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,6 +26,7 @@ use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::node::SERVER_LABEL;
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
@@ -76,6 +78,11 @@ pub struct ClaimSettings {
     pub quarantine_after: u32,
     /// Failed claims are kept this long as a record, then deleted.
     pub failed_claim_ttl: Duration,
+    /// How long a server's claim may wait for its NodeClaim before the
+    /// server counts as orphaned. The NodeClaim is written right after the
+    /// power-on, so anything longer means the controller that opened it is
+    /// gone.
+    pub opening_grace: Duration,
 }
 
 impl Default for ClaimSettings {
@@ -85,6 +92,7 @@ impl Default for ClaimSettings {
             retry: Retry::default(),
             quarantine_after: 3,
             failed_claim_ttl: Duration::from_secs(3600),
+            opening_grace: Duration::from_secs(60),
         }
     }
 }
@@ -114,6 +122,9 @@ enum Action {
     PowerOff,
 }
 
+/// A power action that ended, with how.
+type Finished = (Action, std::result::Result<(), PowerError>);
+
 struct Running {
     action: Action,
     handle: JoinHandle<std::result::Result<(), PowerError>>,
@@ -125,12 +136,62 @@ struct Attempts {
     next_at: Option<Instant>,
 }
 
-/// A claim just opened.
+/// A claim just opened: its server claimed and powering on, its NodeClaim
+/// not yet written.
 #[derive(Clone, Debug)]
 pub struct Opened {
     pub name: String,
     /// When its power-on was handed to the provider.
     pub power_on_sent: Option<Instant>,
+    /// The NodeClaim to write.
+    record: NodeClaim,
+    decided_s: Seconds,
+    sent_s: Seconds,
+}
+
+impl Opened {
+    /// How many pods the claim was opened for.
+    pub fn pods(&self) -> usize {
+        self.record.spec.pods.len()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn for_test(name: &str, pods: usize, power_on_sent: Option<Instant>) -> Opened {
+        let pod = PodReference { namespace: "ns".into(), name: "p".into(), uid: None };
+        Opened {
+            name: name.into(),
+            power_on_sent,
+            record: NodeClaim::new(name, NodeClaimSpec { server: "s".into(), pool: "p".into(), pods: vec![pod; pods] }),
+            decided_s: 0,
+            sent_s: 0,
+        }
+    }
+}
+
+/// A fresh NodeClaim name, `POOL-SERVER-xxxxx`, chosen here rather than by
+/// the API server because the server is claimed under it before the
+/// NodeClaim is created.
+fn claim_name(pool: &str, server: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    // RandomState is seeded per process; the clock and a counter make two
+    // names of one process differ.
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let mut bits = hasher.finish();
+    let suffix: String = (0..5)
+        .map(|_| {
+            let c = ALPHABET[(bits % ALPHABET.len() as u64) as usize] as char;
+            bits /= ALPHABET.len() as u64;
+            c
+        })
+        .collect();
+    // A name is at most 253 characters; the suffix keeps it unique.
+    let prefix: String = format!("{pool}-{server}").chars().take(240).collect();
+    let prefix = prefix.trim_end_matches(['-', '.']);
+    format!("{prefix}-{suffix}")
 }
 
 /// Opens and drives claims. Cheap to share.
@@ -190,6 +251,10 @@ impl Claims {
         &self.events
     }
 
+    pub fn opening_grace(&self) -> Duration {
+        self.settings.opening_grace
+    }
+
     pub fn power(&self) -> Arc<dyn Power> {
         self.power.clone()
     }
@@ -202,20 +267,23 @@ impl Claims {
         Api::all(self.client.clone())
     }
 
-    /// Opens a claim the core decided on: creates the NodeClaim, claims the
-    /// server, records `PoweringOn` and sends the power-on.
+    /// Opens a claim the core decided on, up to its power-on: claims the
+    /// server (one write, which also marks it `PoweringOn`) and sends the
+    /// power-on. The NodeClaim is written afterwards by
+    /// [`Claims::record_opened`], so a power-on waits for one API write, not
+    /// three.
     ///
     /// # Errors
-    /// [`Error::CreateClaimFailed`]; [`Error::ServerHeld`] when another
-    /// claim wrote the server first (the NodeClaim is then failed with
-    /// `ClaimConflict`); status write failures.
+    /// [`Error::ServerHeld`] when another claim wrote the server first;
+    /// [`Error::ClaimServerFailed`] when the write failed.
     ///
     /// `known` is the server as the index last saw it: the claim is written
     /// on its resourceVersion without reading it again (a stale copy only
-    /// costs a 409 and a fresh read).
-    pub async fn open(&self, new: &NewClaim, uids: &HashMap<String, String>, known: Option<Server>) -> Result<Opened> {
+    /// costs a 409 and a fresh read). `decided_s` is when the core chose it.
+    pub async fn open(&self, new: &NewClaim, uids: &HashMap<String, String>, known: Option<Server>, decided_s: Seconds) -> Result<Opened> {
         self.ensure_acting()?;
-        let pods = new
+        let name = claim_name(&new.pool, &new.server);
+        let pods: Vec<PodReference> = new
             .pods
             .iter()
             .map(|key| {
@@ -223,41 +291,72 @@ impl Claims {
                 PodReference { namespace: namespace.to_string(), name: name.to_string(), uid: uids.get(key).cloned() }
             })
             .collect();
-        let object = NodeClaim {
+        let (server, newly) = match self.claim_server_from(&new.server, &name, known).await {
+            Ok(claimed) => claimed,
+            Err(err @ Error::ServerHeld { .. }) => {
+                self.metrics.claim_ended("failed", timeline::reason_label(FailureReason::ClaimConflict));
+                return Err(err);
+            }
+            Err(err) => return Err(err),
+        };
+        // Always newly claimed here (the name is fresh), but a power-on is
+        // sent only by the write that claimed the server.
+        let mut power_on_sent = None;
+        if newly {
+            let keys = pods.iter().map(|p| (p.namespace.clone(), p.name.clone(), p.uid.clone())).collect();
+            self.spawn(&name, Action::PowerOn(keys), server);
+            power_on_sent = Some(Instant::now());
+        }
+        let record = NodeClaim {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}-{}-", new.pool, new.server)),
-                labels: Some(
-                    [(NODEPOOL_LABEL.to_string(), new.pool.clone()), (SERVER_LABEL.to_string(), new.server.clone())].into(),
-                ),
+                name: Some(name.clone()),
+                labels: Some([(NODEPOOL_LABEL.to_string(), new.pool.clone()), (SERVER_LABEL.to_string(), new.server.clone())].into()),
                 ..ObjectMeta::default()
             },
             spec: NodeClaimSpec { server: new.server.clone(), pool: new.pool.clone(), pods },
             status: None,
         };
-        let created = self
-            .claims_api()
-            .create(&PostParams::default(), &object)
-            .await
-            .map_err(|source| Error::CreateClaimFailed { server: new.server.clone(), source })?;
-        let name = created.name_any();
-        let power_on_sent = self.select(&created, &new.server, known).await?;
-        Ok(Opened { name, power_on_sent })
+        Ok(Opened { name, power_on_sent, record, decided_s, sent_s: now_s() })
     }
 
-    /// Claims the server for `claim` (recording the power-on request in
-    /// the same write), sends the power-on, and records the claim's first
-    /// two stages.
+    /// Writes the NodeClaim of a claim [`Claims::open`] opened, with its
+    /// first two stages. Until it exists the server's `claimedAt` tells
+    /// the orphan sweep the claim is being opened; if this fails for good
+    /// the sweep powers the server off and releases it.
+    ///
+    /// # Errors
+    /// [`Error::CreateClaimFailed`], [`Error::ApplyStatusFailed`].
+    pub async fn record_opened(&self, opened: &Opened) -> Result<()> {
+        let server = &opened.record.spec.server;
+        match self.claims_api().create(&PostParams::default(), &opened.record).await {
+            Ok(_) => {}
+            // A retried create that had landed.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(source) => {
+                return Err(Error::CreateClaimFailed { server: server.clone(), source });
+            }
+        }
+        let mut status = NodeClaimStatus::default();
+        timeline::enter(&mut status, Stage::Selected, opened.decided_s, None);
+        let ended = timeline::enter(&mut status, Stage::PoweringOn, opened.sent_s, None);
+        self.write_status(&opened.name, &status).await?;
+        self.record(ended, &opened.record.spec.pool);
+        Ok(())
+    }
+
+    /// Claims the server of a NodeClaim that exists without a stage (its
+    /// status write was lost) and records `PoweringOn`.
     ///
     /// # Guarantees
     /// A power-on is sent only by the call whose write claimed the server.
     /// When the server was already held by this claim (a restart, or a
     /// retried write), nothing is sent here: the `PoweringOn` stage waits
     /// through the power-on budget and asks the BMC before sending again.
-    async fn select(&self, claim: &NodeClaim, server_name: &str, known: Option<Server>) -> Result<Option<Instant>> {
+    async fn select(&self, claim: &NodeClaim, server_name: &str) -> Result<()> {
         let name = claim.name_any();
         let now = now_s();
         self.ensure_acting()?;
-        let (server, newly) = match self.claim_server_from(server_name, &name, known).await {
+        let (server, newly) = match self.claim_server_from(server_name, &name, None).await {
             Ok(claimed) => claimed,
             Err(err @ Error::ServerHeld { .. }) => {
                 let mut status = claim.status.clone().unwrap_or_default();
@@ -270,18 +369,16 @@ impl Claims {
             }
             Err(err) => return Err(err),
         };
-        let mut power_on_sent = None;
         if newly {
             let pods = claim.spec.pods.iter().map(|p| (p.namespace.clone(), p.name.clone(), p.uid.clone())).collect();
             self.spawn(&name, Action::PowerOn(pods), server);
-            power_on_sent = Some(Instant::now());
         }
         let mut status = claim.status.clone().unwrap_or_default();
         timeline::enter(&mut status, Stage::Selected, claim.metadata.creation_timestamp.as_ref().map_or(now, timeline::seconds), None);
         let ended = timeline::enter(&mut status, Stage::PoweringOn, now, None);
         self.write_status(&name, &status).await?;
         self.record(ended, &claim.spec.pool);
-        Ok(power_on_sent)
+        Ok(())
     }
 
     /// Writes `claim` into the server's status, only if no other claim
@@ -317,6 +414,7 @@ impl Claims {
                 return Err(Error::ServerHeld { server: server.into(), holder: "maintenance or quarantine".into() });
             }
             status.claim = Some(claim.to_string());
+            status.claimed_at = Some(Time(jiff::Timestamp::now()));
             if status.power_state != Some(PowerState::On) {
                 status.power_state = Some(PowerState::PoweringOn);
             }
@@ -326,7 +424,9 @@ impl Claims {
             match api.replace_status(server, &PostParams::default(), &current).await {
                 Ok(written) => return Ok((written, true)),
                 Err(kube::Error::Api(status)) if status.code == 409 => continue,
-                Err(source) => return Err(Error::ClaimServerFailed { server: server.into(), source }),
+                Err(source) => {
+                    return Err(Error::ClaimServerFailed { server: server.into(), source });
+                }
             }
         }
         Err(Error::ServerHeld { server: server.into(), holder: "a concurrent writer".into() })
@@ -394,13 +494,17 @@ impl Claims {
     }
 
     /// The finished action of a claim, if one finished; `Err(())` while one runs.
-    fn take_finished(&self, claim: &str) -> std::result::Result<Option<(Action, std::result::Result<(), PowerError>)>, ()> {
+    fn take_finished(&self, claim: &str) -> std::result::Result<Option<Finished>, ()> {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(r) = running.get(claim) else { return Ok(None) };
+        let Some(r) = running.get(claim) else {
+            return Ok(None);
+        };
         if !r.handle.is_finished() {
             return Err(());
         }
-        let Some(r) = running.remove(claim) else { return Ok(None) };
+        let Some(r) = running.remove(claim) else {
+            return Ok(None);
+        };
         let result = match futures::FutureExt::now_or_never(r.handle) {
             Some(Ok(result)) => result,
             Some(Err(join)) => Err(PowerError {
@@ -467,7 +571,7 @@ impl Claims {
         let age = now.saturating_sub(started);
         let budget = self.settings.deadlines.budget(stage, &durations);
         match stage {
-            Stage::Selected => self.select(claim, &claim.spec.server, None).await.map(|_| ()),
+            Stage::Selected => self.select(claim, &claim.spec.server).await,
             Stage::PoweringOn => self.reconcile_power_on(view, status, &server, age).await,
             Stage::Booting => {
                 if let Some(node) = &view.node {
@@ -502,7 +606,15 @@ impl Claims {
                 let unmet = gates::unmet(node, view.pool.as_ref());
                 if unmet.is_empty() {
                     let ended = timeline::enter(&mut status, Stage::Ready, now, Some("node Ready and readiness gates passed".into()));
-                    timeline::set_condition(&mut status.conditions, GATES_CONDITION, true, "Passed", "every readiness gate passed", now, claim.metadata.generation);
+                    timeline::set_condition(
+                        &mut status.conditions,
+                        GATES_CONDITION,
+                        true,
+                        "Passed",
+                        "every readiness gate passed",
+                        now,
+                        claim.metadata.generation,
+                    );
                     self.write_status(&name, &status).await?;
                     self.record(ended, &claim.spec.pool);
                     self.metrics.claim_ended("ready", "");
@@ -533,12 +645,7 @@ impl Claims {
             }
             Stage::Ready => {
                 if view.pods_pending.is_empty() {
-                    let ended = timeline::enter(
-                        &mut status,
-                        Stage::Serving,
-                        now,
-                        Some(format!("{} pod(s) bound", view.pods_bound)),
-                    );
+                    let ended = timeline::enter(&mut status, Stage::Serving, now, Some(format!("{} pod(s) bound", view.pods_bound)));
                     self.write_status(&name, &status).await?;
                     self.record(ended, &claim.spec.pool);
                 }
@@ -571,7 +678,15 @@ impl Claims {
             }
         };
         if on {
-            timeline::set_condition(&mut status.conditions, POWERED_ON_CONDITION, true, "Confirmed", "the provider confirms the power is on", now, claim.metadata.generation);
+            timeline::set_condition(
+                &mut status.conditions,
+                POWERED_ON_CONDITION,
+                true,
+                "Confirmed",
+                "the provider confirms the power is on",
+                now,
+                claim.metadata.generation,
+            );
             let ended = timeline::enter(&mut status, Stage::Booting, now, Some("power on confirmed".into()));
             self.write_status(&name, &status).await?;
             self.record(ended, &claim.spec.pool);
@@ -629,7 +744,13 @@ impl Claims {
         self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
         for (namespace, pod, uid) in &view.pods_pending {
             self.events
-                .warn(namespace, pod, uid.as_deref(), "ClaimFailed", &format!("claim {name} on server {} failed ({reason:?}): {message}; re-planning", view.claim.spec.server))
+                .warn(
+                    namespace,
+                    pod,
+                    uid.as_deref(),
+                    "ClaimFailed",
+                    &format!("claim {name} on server {} failed ({reason:?}): {message}; re-planning", view.claim.spec.server),
+                )
                 .await;
         }
         Ok(())
@@ -689,6 +810,7 @@ impl Claims {
             }
             let now = now_s();
             status.claim = None;
+            status.claimed_at = None;
             status.node = None;
             if count_failure {
                 status.failures += 1;
@@ -707,7 +829,9 @@ impl Claims {
             match api.replace_status(&server_name, &PostParams::default(), &current).await {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(source) => return Err(Error::ServerStatusFailed { server: server_name, source }),
+                Err(source) => {
+                    return Err(Error::ServerStatusFailed { server: server_name, source });
+                }
             }
         }
         Ok(())
@@ -765,10 +889,11 @@ impl Claims {
     /// Folds this start's stage durations into the server's measurements
     /// and clears its failure streak.
     async fn measure(&self, server: &Server, claim: &NodeClaim, node: &Node, now: Seconds) -> Result<()> {
-        let Some(status) = &claim.status else { return Ok(()) };
-        let took = |stage: Stage| {
-            status.stages.iter().rev().find(|r| r.stage == stage).and_then(|r| r.duration_seconds).map_or(0, |d| d.max(0) as Seconds)
+        let Some(status) = &claim.status else {
+            return Ok(());
         };
+        let took =
+            |stage: Stage| status.stages.iter().rev().find(|r| r.stage == stage).and_then(|r| r.duration_seconds).map_or(0, |d| d.max(0) as Seconds);
         let joined_at = status.stages.iter().rev().find(|r| r.stage == Stage::Joined).map_or(now, |r| timeline::seconds(&r.start_time));
         let node_ready_at = node
             .status
@@ -807,7 +932,9 @@ impl Claims {
                 Ok(_) => {
                     self.power.power_off(server).await.map_err(|source| Error::PowerFailed { server: server.name_any(), source })?;
                 }
-                Err(source) => return Err(Error::PowerFailed { server: server.name_any(), source }),
+                Err(source) => {
+                    return Err(Error::PowerFailed { server: server.name_any(), source });
+                }
             }
         }
         self.release_server(server, claim, false).await
@@ -819,5 +946,25 @@ impl Claims {
         for (_, r) in self.running.lock().unwrap_or_else(PoisonError::into_inner).drain() {
             r.handle.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claim_name;
+
+    #[test]
+    fn claim_names_are_valid_distinct_and_bounded() {
+        let names: std::collections::HashSet<String> = (0..1000).map(|_| claim_name("general", "r1-u01")).collect();
+        assert_eq!(names.len(), 1000);
+        for n in &names {
+            assert!(n.starts_with("general-r1-u01-") && n.len() == "general-r1-u01-".len() + 5, "{n}");
+            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{n}");
+        }
+        // 240 characters of prefix cut inside the server name, then the suffix.
+        let long = claim_name(&"p".repeat(200), &"s".repeat(100));
+        assert_eq!(long.len(), 246, "{long}");
+        let cut_at_dash = claim_name(&"p".repeat(239), "s");
+        assert!(!cut_at_dash.contains("--"), "{cut_at_dash}");
     }
 }

@@ -3,7 +3,7 @@
 //! opened; every claim is reconciled each pass; servers whose claim is gone
 //! are released; and the fleet's power is swept for status and metrics.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,15 +14,15 @@ use futures::{StreamExt, TryStreamExt};
 use ironclaim_core::model::Seconds;
 use ironclaim_core::outcome::Outcome;
 use ironclaim_core::provision;
-use ironclaim_k8s::api::server::PowerState;
+use ironclaim_k8s::api::server::{PowerState, ServerStatus};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -95,8 +95,27 @@ pub struct Decision {
     pub latency: Duration,
     /// From the start of the decision to the first power-on request sent.
     pub first_power_on: Option<Duration>,
+    /// By when half of the pods that got a new claim had its power-on sent.
+    pub median_pod: Option<Duration>,
     /// The core's share of it.
     pub provision_time: Duration,
+}
+
+/// The time from `started` by which half of the opened claims' pods had
+/// their server's power-on sent.
+fn median_by_pods(results: &[Result<Opened>], started: Instant) -> Option<Duration> {
+    let mut by_time: Vec<(Duration, usize)> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .filter_map(|o| Some((o.power_on_sent?.saturating_duration_since(started), o.pods().max(1))))
+        .collect();
+    by_time.sort();
+    let total: usize = by_time.iter().map(|(_, n)| n).sum();
+    let mut seen = 0;
+    by_time.into_iter().find_map(|(at, n)| {
+        seen += n;
+        (2 * seen >= total).then_some(at)
+    })
 }
 
 pub struct Controller {
@@ -143,7 +162,9 @@ where
                 notify.notify_one();
             }
             Ok(None) => return,
-            Err(err) => tracing::warn!(kind = %K::kind(&Default::default()), error = %err, "watch failed; retrying"),
+            Err(err) => {
+                tracing::warn!(kind = %K::kind(&Default::default()), error = %err, "watch failed; retrying")
+            }
         }
     }
 }
@@ -153,23 +174,10 @@ const WATCHED_KINDS: usize = 7;
 impl Controller {
     pub fn new(client: Client, power: Arc<dyn Power>, settings: Settings) -> Self {
         let metrics = Arc::new(Metrics::new());
-        let events = if settings.publish_events {
-            Events::new(client.clone(), "ironclaim", &settings.instance)
-        } else {
-            Events::disabled()
-        };
+        let events = if settings.publish_events { Events::new(client.clone(), "ironclaim", &settings.instance) } else { Events::disabled() };
         let gate = if settings.lease.is_some() { Gate::closed() } else { Gate::always() };
-        let claims =
-            Arc::new(Claims::new(client.clone(), power, settings.claims.clone(), metrics.clone(), events).with_gate(gate));
-        Controller {
-            client,
-            settings,
-            metrics,
-            index: Arc::default(),
-            claims,
-            ready: Arc::default(),
-            decisions: Arc::default(),
-        }
+        let claims = Arc::new(Claims::new(client.clone(), power, settings.claims.clone(), metrics.clone(), events).with_gate(gate));
+        Controller { client, settings, metrics, index: Arc::default(), claims, ready: Arc::default(), decisions: Arc::default() }
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
@@ -225,9 +233,7 @@ impl Controller {
         self.ready.store(true, Ordering::Relaxed);
         tracing::info!("caches synced");
         let gate = self.claims.gate().clone();
-        let renewal = self.settings.lease.clone().map(|lease| {
-            leader::spawn_renewal(self.client.clone(), lease, gate.clone(), self.metrics.clone())
-        });
+        let renewal = self.settings.lease.clone().map(|lease| leader::spawn_renewal(self.client.clone(), lease, gate.clone(), self.metrics.clone()));
         // Power tasks stop the moment the lease is lost, not at the next pass.
         let stand_down = {
             let (gate, claims) = (gate.clone(), self.claims.clone());
@@ -239,7 +245,16 @@ impl Controller {
                 }
             })
         };
-        let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(self.client.clone(), self.index.clone(), self.claims.clone(), self.metrics.clone(), self.settings.failure_backoff, &self.settings.instance, self.settings.scaledown.clone())).spawn();
+        let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(
+            self.client.clone(),
+            self.index.clone(),
+            self.claims.clone(),
+            self.metrics.clone(),
+            self.settings.failure_backoff,
+            &self.settings.instance,
+            self.settings.scaledown.clone(),
+        ))
+        .spawn();
 
         let mut batcher = Batcher::new(self.settings.windows);
         let mut was_leading = false;
@@ -274,12 +289,7 @@ impl Controller {
             // Claims that failed or vanished hand their pods back: decide again.
             let still: BTreeSet<String> = {
                 let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-                index
-                    .claims
-                    .values()
-                    .filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none()))
-                    .map(ResourceExt::name_any)
-                    .collect()
+                index.claims.values().filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none())).map(ResourceExt::name_any).collect()
             };
             if in_flight.iter().any(|c| !still.contains(c)) {
                 batcher.forget();
@@ -333,8 +343,7 @@ impl Controller {
         let (snapshot, problems, uids) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let (snapshot, problems) = index.snapshot(now, self.settings.failure_backoff);
-            let uids: HashMap<String, String> =
-                index.pods.iter().filter_map(|(k, e)| e.uid.clone().map(|u| (k.clone(), u))).collect();
+            let uids: HashMap<String, String> = index.pods.iter().filter_map(|(k, e)| e.uid.clone().map(|u| (k.clone(), u))).collect();
             (snapshot, problems, uids)
         };
         for p in &problems {
@@ -358,19 +367,16 @@ impl Controller {
             self.metrics.pending_pods.get_or_create(&vec![("decision".into(), label.into())]).inc();
         }
 
-        let opening: Vec<_> = plan
-            .claims
-            .iter()
-            .map(|new| {
-                self.claims.open(new, &uids, known.remove(&new.server))
-            })
-            .collect();
-        let results: Vec<Result<Opened>> =
-            futures::stream::iter(opening).buffer_unordered(self.settings.open_concurrency.max(1)).collect().await;
+        // Two phases: every server claimed and powering on first, then the
+        // NodeClaims written, so no power-on queues behind another claim's
+        // bookkeeping on a busy API server.
+        let opening: Vec<_> = plan.claims.iter().map(|new| self.claims.open(new, &uids, known.remove(&new.server), now)).collect();
+        let results: Vec<Result<Opened>> = futures::stream::iter(opening).buffer_unordered(self.settings.open_concurrency.max(1)).collect().await;
         let sent: Vec<Duration> =
             results.iter().filter_map(|r| r.as_ref().ok()?.power_on_sent).map(|at| at.saturating_duration_since(started)).collect();
         let latency = sent.iter().max().copied().unwrap_or_else(|| started.elapsed());
         let first_power_on = sent.iter().min().copied();
+        let median_pod = median_by_pods(&results, started);
         let mut failed = 0;
         for r in &results {
             if let Err(err) = r {
@@ -378,6 +384,14 @@ impl Controller {
                 tracing::warn!(error = %err, "opening a claim failed");
                 self.metrics.error(err.metric_label());
             }
+        }
+        let recording: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).map(|o| self.claims.record_opened(o)).collect();
+        let recorded: Vec<Result<()>> = futures::stream::iter(recording).buffer_unordered(self.settings.open_concurrency.max(1)).collect().await;
+        for err in recorded.iter().filter_map(|r| r.as_ref().err()) {
+            // The server stays claimed; the orphan sweep releases it once
+            // the opening grace has passed.
+            tracing::warn!(error = %err, "writing an opened claim failed");
+            self.metrics.error(err.metric_label());
         }
         if !plan.claims.is_empty() {
             self.metrics.decision_latency.observe(latency.as_secs_f64());
@@ -389,6 +403,7 @@ impl Controller {
             claims_failed: failed,
             latency,
             first_power_on,
+            median_pod,
             provision_time,
         };
         tracing::info!(pending = pending_pods, opened = decision.claims_opened, failed, latency_ms = latency.as_millis() as u64, "decided");
@@ -446,7 +461,9 @@ impl Controller {
                 let mut pods_pending = Vec::new();
                 let mut pods_bound = 0;
                 for p in &claim.spec.pods {
-                    let Some(entry) = index.pods.get(&format!("{}/{}", p.namespace, p.name)) else { continue };
+                    let Some(entry) = index.pods.get(&format!("{}/{}", p.namespace, p.name)) else {
+                        continue;
+                    };
                     if p.uid.is_some() && entry.uid.is_some() && p.uid != entry.uid {
                         continue;
                     }
@@ -482,6 +499,40 @@ impl Controller {
     }
 }
 
+/// The claim holding `server` when it is an orphan: its NodeClaim does not
+/// exist (as far as `claims` knows) and it was written longer than `grace`
+/// ago, or at a time not recorded.
+fn orphaned_claim(server: &Server, claims: &BTreeMap<String, NodeClaim>, now: jiff::Timestamp, grace: Duration) -> Option<String> {
+    let status = server.status.as_ref()?;
+    let claim = status.claim.clone().filter(|c| !c.is_empty())?;
+    if claims.contains_key(&claim) {
+        return None;
+    }
+    let opening = status.claimed_at.as_ref().is_some_and(|at| now.duration_since(at.0).unsigned_abs() < grace || at.0 > now);
+    (!opening).then_some(claim)
+}
+
+/// What the sweep writes on a server's status after reading its BMC, if
+/// anything changed. A claimed server in `PoweringOn` or `PoweringOff` keeps
+/// that state: the claim's own power action writes where it ends, and a
+/// reading taken just before the action reaches the BMC would say the
+/// opposite.
+fn sweep_patch(status: &ServerStatus, read: Option<PowerState>, watts: Option<f64>) -> Option<serde_json::Value> {
+    let read = read.unwrap_or(PowerState::Unknown);
+    let in_transition = matches!(status.power_state, Some(PowerState::PoweringOn | PowerState::PoweringOff))
+        && status.claim.as_deref().is_some_and(|c| !c.is_empty());
+    let state = if in_transition { status.power_state } else { Some(read) };
+    let rounded = watts.map(|w| w.round() as i64);
+    let mut patch = serde_json::json!({"status": {}});
+    if status.power_state != state {
+        patch["status"]["powerState"] = serde_json::json!(state);
+    }
+    if rounded.is_some() && status.watts != rounded {
+        patch["status"]["watts"] = serde_json::json!(rounded);
+    }
+    (patch["status"].as_object().is_some_and(|o| !o.is_empty())).then_some(patch)
+}
+
 /// The background pass over every server: orphans released, power state
 /// and watts read from the providers onto the status and into metrics.
 struct Sweeper {
@@ -496,11 +547,12 @@ impl Sweeper {
         let (servers, orphans) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let servers: Vec<Server> = index.servers.values().cloned().collect();
+            let now = jiff::Timestamp::now();
             let orphans: Vec<(Server, String, bool)> = servers
                 .iter()
                 .filter_map(|s| {
-                    let claim = s.status.as_ref()?.claim.clone().filter(|c| !c.is_empty())?;
-                    (!index.claims.contains_key(&claim)).then(|| (s.clone(), claim, index.node_of_server(&s.name_any()).is_some()))
+                    let claim = orphaned_claim(s, &index.claims, now, self.claims.opening_grace())?;
+                    Some((s.clone(), claim, index.node_of_server(&s.name_any()).is_some()))
                 })
                 .collect();
             (servers, orphans)
@@ -545,16 +597,10 @@ impl Sweeper {
             let off_watts = server_to_core(server).map(|s| s.power.off_watts).unwrap_or(0.0);
             fleet += watts.unwrap_or(if *state == Some(PowerState::Off) { off_watts } else { 0.0 });
             let status = server.status.clone().unwrap_or_default();
-            let state = state.unwrap_or(PowerState::Unknown);
-            let rounded = watts.map(|w| w.round() as i64);
-            if status.power_state != Some(state) || (rounded.is_some() && status.watts != rounded) {
-                let mut patch = serde_json::json!({"status": {"powerState": state}});
-                if let Some(w) = rounded {
-                    patch["status"]["watts"] = w.into();
-                }
-                if let Err(err) = api.patch_status(&server.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    tracing::warn!(server = %server.name_any(), error = %err, "writing the power state failed");
-                }
+            if let Some(patch) = sweep_patch(&status, *state, *watts)
+                && let Err(err) = api.patch_status(&server.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+            {
+                tracing::warn!(server = %server.name_any(), error = %err, "writing the power state failed");
             }
         }
         self.metrics.servers.clear();
@@ -562,5 +608,87 @@ impl Sweeper {
             self.metrics.servers.get_or_create(&vec![("power_state".into(), label.into())]).set(n);
         }
         self.metrics.fleet_watts.set(fleet);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
+
+    fn server(claim: Option<&str>, claimed_at: Option<jiff::Timestamp>) -> Server {
+        let mut s: Server = serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": "r1-u01"},
+            "spec": {"bmc": {"address": "https://10.0.0.1/redfish/v1/Systems/1", "credentialsSecretRef": {"name": "bmc", "namespace": "ns"}},
+                     "hardware": {"cpu": "16", "memory": "64Gi"}}
+        }))
+        .unwrap();
+        let status = s.status.get_or_insert_with(Default::default);
+        status.claim = claim.map(str::to_string);
+        status.claimed_at = claimed_at.map(Time);
+        s
+    }
+
+    const GRACE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_claim_whose_nodeclaim_is_missing_is_an_orphan_only_after_the_opening_grace() {
+        let now: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let claims = BTreeMap::new();
+        let ago = |s: i64| now - jiff::SignedDuration::from_secs(s);
+        assert_eq!(orphaned_claim(&server(Some("c1"), Some(ago(5))), &claims, now, GRACE), None, "still being opened");
+        assert_eq!(orphaned_claim(&server(Some("c1"), Some(ago(59))), &claims, now, GRACE), None);
+        assert_eq!(orphaned_claim(&server(Some("c1"), Some(ago(61))), &claims, now, GRACE).as_deref(), Some("c1"));
+        assert_eq!(orphaned_claim(&server(Some("c1"), None), &claims, now, GRACE).as_deref(), Some("c1"), "no stamp: an old claim");
+        // A clock ahead of ours is not old.
+        assert_eq!(orphaned_claim(&server(Some("c1"), Some(now + jiff::SignedDuration::from_secs(300))), &claims, now, GRACE), None);
+        assert_eq!(orphaned_claim(&server(None, None), &claims, now, GRACE), None);
+        assert_eq!(orphaned_claim(&server(Some(""), None), &claims, now, GRACE), None);
+        let mut held = BTreeMap::new();
+        held.insert(
+            "c1".to_string(),
+            serde_json::from_value(json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": "c1"}, "spec": {"server": "r1-u01", "pool": "p", "pods": []}}))
+            .unwrap(),
+        );
+        assert_eq!(orphaned_claim(&server(Some("c1"), None), &held, now, GRACE), None, "its NodeClaim exists");
+    }
+
+    #[test]
+    fn the_sweep_writes_changes_only_and_never_undoes_a_claimed_transition() {
+        let status = |power: Option<PowerState>, claim: Option<&str>, watts: Option<i64>| ServerStatus {
+            power_state: power,
+            claim: claim.map(str::to_string),
+            watts,
+            ..ServerStatus::default()
+        };
+        use PowerState::*;
+        assert_eq!(sweep_patch(&status(Some(On), None, Some(200)), Some(On), Some(200.2)), None);
+        assert_eq!(sweep_patch(&status(Some(On), None, Some(200)), Some(On), Some(250.0)), Some(json!({"status": {"watts": 250}})));
+        assert_eq!(sweep_patch(&status(Some(On), None, None), Some(Off), None), Some(json!({"status": {"powerState": "Off"}})));
+        assert_eq!(sweep_patch(&status(None, None, None), None, None), Some(json!({"status": {"powerState": "Unknown"}})));
+        // Claimed and powering on: the BMC still says Off until the power-on lands.
+        assert_eq!(sweep_patch(&status(Some(PoweringOn), Some("c1"), None), Some(Off), None), None);
+        assert_eq!(sweep_patch(&status(Some(PoweringOff), Some("c1"), None), Some(On), Some(90.0)), Some(json!({"status": {"watts": 90}})));
+        // Unclaimed, a stale transition is corrected.
+        assert_eq!(sweep_patch(&status(Some(PoweringOn), None, None), Some(Off), None), Some(json!({"status": {"powerState": "Off"}})));
+    }
+
+    #[test]
+    fn the_median_pod_is_weighted_by_the_pods_of_each_claim() {
+        let started = Instant::now();
+        let at = |ms: u64| started + Duration::from_millis(ms);
+        let results = vec![
+            Ok(Opened::for_test("a", 1, Some(at(10)))),
+            Ok(Opened::for_test("b", 1, Some(at(20)))),
+            Ok(Opened::for_test("c", 6, Some(at(90)))),
+            Err(Error::NotLeading),
+            Ok(Opened::for_test("d", 3, None)),
+        ];
+        assert_eq!(median_by_pods(&results, started), Some(Duration::from_millis(90)));
+        assert_eq!(median_by_pods(&results[..2], started), Some(Duration::from_millis(10)));
+        assert_eq!(median_by_pods(&[], started), None);
     }
 }

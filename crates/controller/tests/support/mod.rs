@@ -442,6 +442,7 @@ pub fn settings(instance: &str) -> Settings {
             retry: Retry { base: Duration::from_millis(500), max: Duration::from_secs(2), attempts: 4 },
             quarantine_after: 3,
             failed_claim_ttl: Duration::from_secs(3600),
+            opening_grace: Duration::from_secs(60),
         },
         failure_backoff: FailureBackoff { base_s: 600, max_s: 3600 },
         tick: Duration::from_millis(200),
