@@ -1,9 +1,10 @@
 //! `ironclaim servers`: the inventory as the cluster sees it: power, claim
-//! and its stage, node, watts, health, and what the fleet draws.
+//! and its stage, node, watts, health; what the fleet draws, and what
+//! powering off saves.
 
 use std::path::PathBuf;
 
-use ironclaim_controller::index::Index;
+use ironclaim_controller::index::{FailureBackoff, Index};
 use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, uses_metal3};
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::server::PowerState;
@@ -72,10 +73,22 @@ struct Summary {
     total_watts: i64,
 }
 
+/// What powering off saves, as the controller's scale-down counts it
+/// (`ironclaim_controller::scaledown::summary`).
+#[derive(Serialize)]
+struct Energy {
+    off: usize,
+    saving_watts: f64,
+    warm_spares: usize,
+    /// `6 servers off, saving 2.4 kW; 2 warm spares on`
+    line: String,
+}
+
 #[derive(Serialize)]
 struct Inventory {
     servers: Vec<Row>,
     summary: Summary,
+    energy: Energy,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
@@ -175,7 +188,20 @@ fn inventory(index: &Index) -> Inventory {
         });
     }
     summary.total_watts = summary.measured_watts + summary.estimated_powered_watts + summary.estimated_off_watts;
-    Inventory { servers: rows, summary }
+    Inventory { servers: rows, summary, energy: energy(index) }
+}
+
+/// The controller's energy summary, on the same snapshot it plans on; a
+/// server whose power state is unknown is neither off nor a spare, so it
+/// is left out, as the controller does.
+fn energy(index: &Index) -> Energy {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (mut snapshot, _) = index.snapshot(now, FailureBackoff { base_s: 60, max_s: 3600 });
+    snapshot.servers.retain(|s| {
+        index.servers.get(&s.name).and_then(|k| k.status.as_ref()).and_then(|st| st.power_state).is_some_and(|p| p != PowerState::Unknown)
+    });
+    let fleet = ironclaim_controller::scaledown::summary(&snapshot);
+    Energy { off: fleet.off, saving_watts: fleet.saving_watts, warm_spares: fleet.warm_spares, line: fleet.to_string() }
 }
 
 /// `5 servers: 2 on, 3 off; about 480 W: 430 W measured on 2 servers, 50 W for 3 powered off (their offWatts)`
@@ -222,6 +248,7 @@ fn print(inventory: &Inventory) {
     }
     println!("{table}");
     println!("{}", summary_line(&inventory.summary));
+    println!("{}", inventory.energy.line);
 }
 
 #[cfg(test)]

@@ -291,9 +291,14 @@ async fn explain_and_servers_read_the_cluster() {
     assert_eq!(row("s-booting"), ["s-booting", "on", "c-wait", "powered on", "", "180 W", "healthy", "16", "32Gi", ""], "{out}");
     assert_eq!(row("s-maint")[..7], ["s-maint", "off", "", "", "", "-", "maintenance"], "{out}");
     assert_eq!(row("s-quarantined")[..7], ["s-quarantined", "off", "", "", "", "-", "quarantined (3 failures)"], "{out}");
+    let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
-        out.lines().last().unwrap_or_default(),
-        "6 servers: 2 on, 4 off; about 430 W: 390 W measured on 2 servers, 40 W for 4 powered off (their offWatts)",
+        lines[lines.len().saturating_sub(2)..],
+        [
+            "6 servers: 2 on, 4 off; about 430 W: 390 W measured on 2 servers, 40 W for 4 powered off (their offWatts)",
+            // (150 idle - 10 off) W x 4; s-on runs a pod, s-booting is claimed.
+            "4 servers off, saving 560 W; 0 warm spares on",
+        ],
         "{out}"
     );
     let json = json_of(&ironclaim(&env, &["servers", "-o", "json"]));
@@ -308,6 +313,9 @@ async fn explain_and_servers_read_the_cluster() {
     assert_eq!(json["summary"]["measured_watts"], 390);
     assert_eq!(json["summary"]["estimated_off_watts"], 40);
     assert_eq!(json["summary"]["total_watts"], 430);
+    assert_eq!(json["energy"]["off"], 4);
+    assert_eq!(json["energy"]["saving_watts"], 560.0);
+    assert_eq!(json["energy"]["warm_spares"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
