@@ -7,7 +7,8 @@
 
 use crate::config::PolicySettings;
 use crate::workload::{HardwareClass, SimServer};
-use ironclaim_core::Seconds;
+use ironclaim_core::disruption::break_even_s;
+use ironclaim_core::{warm, AdaptiveFloor, Seconds, Server};
 use serde::Serialize;
 use std::collections::VecDeque;
 
@@ -241,56 +242,41 @@ impl PowerPolicy for WarmSpares {
     }
 }
 
-/// ironclaim's default.
+/// ironclaim's default: the core's scale-down rules for idle servers.
 ///
 /// # Power-off
-/// An idle server is powered off once it has been idle for its break-even
-/// time: the energy of one boot (boot watts over its measured cold path)
-/// divided by what staying on costs (idle minus off watts). Idling shorter
-/// than that costs less than a power cycle; longer, the cycle pays.
+/// An idle server is powered off once it has been idle for the core's
+/// break-even time ([`ironclaim_core::disruption::break_even_s`]): the
+/// energy of its power-on and boot divided by what staying on costs (idle
+/// minus off watts). Idling shorter than that costs less than a power
+/// cycle; longer, the cycle pays.
 ///
 /// # Warm-spare floor
-/// Per hardware class, the policy counts the servers that received a first
-/// workload pod no busy node had room for (the engine reports only those),
-/// whose deadline is shorter than the class's cold path, over a sliding
-/// window. With that rate `r` and the cold path `t`, a burst of
-/// `m = r * t` fresh servers is expected while a cold one boots; the floor
-/// is `ceil(m + z * sqrt(m))` idle servers of the class (0 with no recent
-/// demand), taken from the most recently idle servers.
+/// Per hardware class, the core's adaptive floor
+/// ([`ironclaim_core::warm::adaptive_floor`]) over the servers that
+/// received a first workload pod no busy node had room for (the engine
+/// reports only those), taken from the most recently idle servers.
 pub struct Ironclaim {
-    window_s: Seconds,
-    z: f64,
+    adaptive: AdaptiveFloor,
     events: Vec<VecDeque<FirstPod>>,
     started_s: Option<Seconds>,
 }
 
 impl Ironclaim {
     pub fn new(settings: &PolicySettings) -> Self {
-        Ironclaim { window_s: settings.rate_window_s.max(60), z: settings.floor_z, events: Vec::new(), started_s: None }
-    }
-
-    /// Idle seconds after which powering off saves energy.
-    pub fn break_even_s(server: &SimServer) -> Seconds {
-        let p = &server.server.power;
-        let cold = server.server.durations.cold_s() as f64;
-        let saving = (p.idle_watts - p.off_watts).max(1.0);
-        ((p.boot_watts * cold) / saving).round().max(60.0) as Seconds
+        Ironclaim {
+            adaptive: AdaptiveFloor { window_s: settings.rate_window_s.max(warm::MIN_WINDOW_S), z: settings.floor_z },
+            events: Vec::new(),
+            started_s: None,
+        }
     }
 
     /// The floor of a class from the demand seen in the window.
     fn floor_of(&self, class: usize, view: &FleetView<'_>) -> u32 {
         let Some(events) = self.events.get(class) else { return 0 };
-        let Some(&first) = view.classes[class].members.first() else { return 0 };
-        let cold = view.servers[first].server.durations.cold_s();
-        let urgent = events.iter().filter(|e| e.deadline_s.is_none_or(|d| d < cold)).count();
-        if urgent == 0 {
-            return 0;
-        }
-        let since = self.started_s.unwrap_or(0);
-        let span = view.now_s.saturating_sub(since).clamp(3600, self.window_s) as f64;
-        let m = urgent as f64 * cold as f64 / span;
-        let floor = (m + self.z * m.sqrt()).ceil() as u32;
-        floor.min(view.classes[class].members.len() as u32)
+        let members: Vec<&Server> = view.classes[class].members.iter().map(|&s| &view.servers[s].server).collect();
+        let demand = events.iter().map(|e| (e.at_s, e.deadline_s));
+        warm::adaptive_floor(demand, &members, &self.adaptive, self.started_s.unwrap_or(0), view.now_s)
     }
 }
 
@@ -313,7 +299,8 @@ impl PowerPolicy for Ironclaim {
     fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
         let now = view.now_s;
         self.started_s.get_or_insert(now);
-        let horizon = now.saturating_sub(self.window_s);
+        let window_s = self.adaptive.window_s;
+        let horizon = now.saturating_sub(window_s);
         let mut wake: Option<Seconds> = None;
         let mut soonest = |t: Seconds| wake = Some(wake.map_or(t, |w: Seconds| w.min(t)));
         for q in &mut self.events {
@@ -321,7 +308,7 @@ impl PowerPolicy for Ironclaim {
                 q.pop_front();
             }
             if let Some(e) = q.front() {
-                soonest(e.at_s + self.window_s + 1);
+                soonest(e.at_s + window_s + 1);
             }
         }
         let mut plan = PowerPlan::default();
@@ -340,7 +327,7 @@ impl PowerPolicy for Ironclaim {
             }
             idle.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             for &(s, since) in idle.iter().skip(floor as usize) {
-                let due = since + Self::break_even_s(&view.servers[s]);
+                let due = since + break_even_s(&view.servers[s].server);
                 if due <= now {
                     plan.power_off.push(s);
                 } else {
@@ -377,12 +364,29 @@ mod tests {
     }
 
     #[test]
-    fn break_even_is_boot_energy_over_the_saving_of_being_off() {
-        let mut s = hardware_server("s", 32_000, 131_072, 0, "");
-        s.server.power = ironclaim_core::PowerProfile { idle_watts: 110.0, peak_watts: 300.0, boot_watts: 200.0, off_watts: 10.0 };
-        s.server.durations = ironclaim_core::StageDurations { power_on_s: 30, boot_s: 240, join_s: 30, ready_s: 0, tail_percent: 150 };
-        // 200 W for 300 s = 60 kJ; staying on costs 100 W more than off: 600 s.
-        assert_eq!(Ironclaim::break_even_s(&s), 600);
+    fn break_even_is_the_cores_boot_energy_over_the_saving_of_being_off() {
+        let (mut servers, classes, class_of) = fleet();
+        let s = &mut servers[1].server;
+        s.power = ironclaim_core::PowerProfile { idle_watts: 110.0, peak_watts: 300.0, boot_watts: 200.0, off_watts: 10.0 };
+        s.durations = ironclaim_core::StageDurations { power_on_s: 30, boot_s: 240, join_s: 30, ready_s: 0, tail_percent: 150 };
+        // 200 W over power-on and boot (270 s) = 54 kJ; staying on costs
+        // 100 W more than off: 540 s.
+        assert_eq!(break_even_s(&servers[1].server), 540);
+        let mut status = vec![ServerStatus::Off; servers.len()];
+        status[1] = ServerStatus::Ready { idle_since: Some(0) };
+        let cycles = vec![0; servers.len()];
+        let view = |now_s| FleetView {
+            now_s,
+            servers: &servers,
+            classes: &classes,
+            class_of: &class_of,
+            status: &status,
+            power_on_cycles: &cycles,
+            powered: &[1],
+        };
+        let mut p = Ironclaim::new(&PolicySettings::default());
+        assert!(p.decide(&view(539)).power_off.is_empty());
+        assert_eq!(p.decide(&view(540)).power_off, vec![1]);
     }
 
     #[test]
@@ -424,7 +428,7 @@ mod tests {
     #[test]
     fn idle_servers_above_the_floor_go_off_at_break_even_and_not_before() {
         let (servers, classes, class_of) = fleet();
-        let be = Ironclaim::break_even_s(&servers[0]);
+        let be = break_even_s(&servers[0].server);
         let mut status = vec![ServerStatus::Off; servers.len()];
         status[1] = ServerStatus::Ready { idle_since: Some(1000) };
         let cycles = vec![0; servers.len()];
