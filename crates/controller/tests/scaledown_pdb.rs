@@ -14,7 +14,7 @@ use std::time::Duration;
 use ironclaim_controller::claims::{ClaimSettings, Claims};
 use ironclaim_controller::events::Events;
 use ironclaim_controller::metrics::Metrics;
-use ironclaim_controller::scaledown::drain::{DrainOutcome, DrainRequest, DrainSettings, Drainer};
+use ironclaim_controller::scaledown::drain::{DRAIN_ABANDONED_ANNOTATION, DrainOutcome, DrainRequest, DrainSettings, Drainer};
 use ironclaim_controller::scaledown::notes::Notes;
 use ironclaim_testenv::eventually;
 use k8s_openapi::api::core::v1::Node;
@@ -183,6 +183,10 @@ async fn a_drain_still_refused_at_its_timeout_is_abandoned_and_the_node_uncordon
     assert!(matches!(&outcome, DrainOutcome::Abandoned { why } if why.contains("timed out")), "{outcome:?}");
     let n = node(&client, &machines[0].name).await.expect("node kept");
     assert!(!is_disrupting(&n) && !is_unschedulable(&n), "the abandoned node is still cordoned");
+    // The same write starts its cool-down: the controller leaves it alone for a while.
+    let stamped = n.metadata.annotations.as_ref().and_then(|a| a.get(DRAIN_ABANDONED_ANNOTATION)).and_then(|v| v.parse::<jiff::Timestamp>().ok());
+    let age = stamped.map(|t| jiff::Timestamp::now().as_second() - t.as_second());
+    assert!(age.is_some_and(|a| (0..30).contains(&a)), "no fresh {DRAIN_ABANDONED_ANNOTATION} on the abandoned node: {:?}", n.metadata.annotations);
     assert_eq!(pods(&client, NAMESPACE, &format!("app={app}")).await.iter().filter(|p| ready(p)).count(), 2);
     assert_eq!(Bmcs::new(&sushy).is_on(&machines[0]).await, Some(true), "an abandoned drain powered the server off");
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "deployment,pdb", app, "--ignore-not-found"]);
