@@ -42,6 +42,58 @@ pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
     Scheduler::new(snapshot, now_s).run()
 }
 
+/// What one NodePool holds, counted as its limits count it: servers that
+/// are nodes or held by claims, attributed to the pool their claim names,
+/// else to the first pool (by weight, then name) that admits them.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PoolUsage {
+    pub pool: String,
+    pub servers: i64,
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+    pub gpus: i64,
+    /// Peak watts of the servers held.
+    pub watts: f64,
+    /// The first limit used up, e.g. `servers 4 of 4`.
+    pub limit_reached: Option<String>,
+}
+
+/// The usage of every NodePool of the snapshot, in the order of the
+/// snapshot's pools (a pool named `default` when it has none).
+pub fn pool_usage(snapshot: &Snapshot) -> Vec<PoolUsage> {
+    let s = Scheduler::new(snapshot, 0);
+    s.pools
+        .iter()
+        .zip(&s.usage)
+        .map(|(pool, u)| {
+            let l = &pool.limits;
+            let at = |limit: Option<i64>, used: i64| limit.is_some_and(|m| used >= m);
+            let limit_reached = if at(l.servers, u.servers) {
+                Some(format!("servers {} of {}", u.servers, l.servers.unwrap_or(0)))
+            } else if at(l.cpu_milli, u.cpu_milli) {
+                Some(format!("cpu {} of {}", crate::quantity::format_cpu_milli(u.cpu_milli), crate::quantity::format_cpu_milli(l.cpu_milli.unwrap_or(0))))
+            } else if at(l.memory_bytes, u.memory_bytes) {
+                Some(format!("memory {} of {}", crate::quantity::format_bytes(u.memory_bytes), crate::quantity::format_bytes(l.memory_bytes.unwrap_or(0))))
+            } else if at(l.gpus, u.gpus) {
+                Some(format!("gpus {} of {}", u.gpus, l.gpus.unwrap_or(0)))
+            } else if l.watts.is_some_and(|w| u.watts >= w) {
+                Some(format!("watts {:.0} of {:.0}", u.watts, l.watts.unwrap_or(0.0)))
+            } else {
+                None
+            };
+            PoolUsage {
+                pool: pool.name.clone(),
+                servers: u.servers,
+                cpu_milli: u.cpu_milli,
+                memory_bytes: u.memory_bytes,
+                gpus: u.gpus,
+                watts: u.watts,
+                limit_reached,
+            }
+        })
+        .collect()
+}
+
 /// Identical servers: same hardware, labels, power, durations, state.
 struct Class {
     /// Every server of the class, whatever its state (for reasons).
