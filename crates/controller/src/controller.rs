@@ -35,6 +35,7 @@ use crate::events::Events;
 use crate::index::{FailureBackoff, Index, Indexed};
 use crate::leader::{self, Gate, LeaseSettings};
 use crate::metrics::Metrics;
+use crate::pools;
 use crate::provider::Power;
 use crate::timeline;
 
@@ -495,7 +496,7 @@ impl Controller {
     }
 
     fn sweeper(&self) -> Sweeper {
-        Sweeper { client: self.client.clone(), index: self.index.clone(), claims: self.claims.clone(), metrics: self.metrics.clone() }
+        Sweeper { client: self.client.clone(), backoff: self.settings.failure_backoff, index: self.index.clone(), claims: self.claims.clone(), metrics: self.metrics.clone() }
     }
 }
 
@@ -537,6 +538,7 @@ fn sweep_patch(status: &ServerStatus, read: Option<PowerState>, watts: Option<f6
 /// and watts read from the providers onto the status and into metrics.
 struct Sweeper {
     client: Client,
+    backoff: FailureBackoff,
     index: Arc<Mutex<Index>>,
     claims: Arc<Claims>,
     metrics: Arc<Metrics>,
@@ -608,6 +610,31 @@ impl Sweeper {
             self.metrics.servers.get_or_create(&vec![("power_state".into(), label.into())]).set(n);
         }
         self.metrics.fleet_watts.set(fleet);
+        self.write_pool_statuses().await;
+    }
+
+    /// Each NodePool's status, written where it changed.
+    async fn write_pool_statuses(&self) {
+        let now = now_s();
+        let changed: Vec<(String, ironclaim_k8s::api::nodepool::NodePoolStatus)> = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            let (snapshot, _) = index.snapshot(now, self.backoff);
+            provision::pool_usage(&snapshot)
+                .iter()
+                .filter_map(|usage| {
+                    let pool = index.pools.get(&usage.pool)?;
+                    let status = pools::status_of(usage, pool.status.as_ref(), pool.metadata.generation, now);
+                    (pool.status.as_ref() != Some(&status)).then(|| (usage.pool.clone(), status))
+                })
+                .collect()
+        };
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        for (name, status) in changed {
+            let patch = serde_json::json!({"status": status});
+            if let Err(err) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                tracing::warn!(pool = %name, error = %err, "writing the pool's status failed");
+            }
+        }
     }
 }
 

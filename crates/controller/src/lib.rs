@@ -28,6 +28,7 @@ pub mod http;
 pub mod index;
 pub mod leader;
 pub mod metrics;
+pub mod pools;
 pub mod provider;
 pub mod scaledown;
 pub mod timeline;

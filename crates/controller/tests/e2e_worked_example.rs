@@ -131,6 +131,25 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
         "{events:?}"
     );
 
+    // The pools' status counts the servers they hold, as their limits do.
+    let c = client.clone();
+    eventually("the pools' status written", Duration::from_secs(20), || {
+        let c = c.clone();
+        async move {
+            let pools: kube::Api<ironclaim_k8s::api::NodePool> = kube::Api::all(c);
+            let gpu = pools.get_status("gpu").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+            let general = pools.get_status("general").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+            let limit = gpu.conditions.iter().find(|c| c.type_ == "LimitReached").map(|c| c.status.clone());
+            let gpus = gpu.resources.get("nvidia.com/gpu").map(|q| q.0.clone());
+            if gpu.servers == 1 && gpus.as_deref() == Some("1") && general.servers == 1 && limit.as_deref() == Some("False") {
+                Ok(())
+            } else {
+                Err(format!("gpu {gpu:?}, general {general:?}"))
+            }
+        }
+    })
+    .await;
+
     let text = metrics.render();
     assert!(text.contains("ironclaim_stage_duration_seconds_count{stage=\"powered_on\",nodepool=\"gpu\",outcome=\"succeeded\"} 1"), "{text}");
     assert!(text.contains("ironclaim_claims_total{outcome=\"ready\",reason=\"\"} 2"), "{text}");

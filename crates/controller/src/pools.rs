@@ -1,0 +1,97 @@
+//! NodePool status: what each pool holds against its limits, as the core
+//! counts it when it enforces them, so `kubectl get nodepools` and a
+//! `pool_limit` decision never disagree.
+
+use std::collections::BTreeMap;
+
+use ironclaim_core::model::Seconds;
+use ironclaim_core::provision::PoolUsage;
+use ironclaim_k8s::api::nodepool::NodePoolStatus;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::timeline;
+
+/// The condition on a NodePool that says whether a limit is used up.
+pub const LIMIT_REACHED_CONDITION: &str = "LimitReached";
+
+/// The status `usage` gives a pool whose status is `current`; conditions
+/// keep their transition times when they do not change.
+pub fn status_of(usage: &PoolUsage, current: Option<&NodePoolStatus>, generation: Option<i64>, now_s: Seconds) -> NodePoolStatus {
+    let mut resources = BTreeMap::new();
+    if usage.servers > 0 {
+        resources.insert("cpu".to_string(), Quantity(cpu(usage.cpu_milli)));
+        resources.insert("memory".to_string(), Quantity(bytes(usage.memory_bytes)));
+        if usage.gpus > 0 {
+            resources.insert(ironclaim_core::GPU.to_string(), Quantity(usage.gpus.to_string()));
+        }
+    }
+    let mut conditions = current.map(|c| c.conditions.clone()).unwrap_or_default();
+    match &usage.limit_reached {
+        Some(limit) => timeline::set_condition(&mut conditions, LIMIT_REACHED_CONDITION, true, "LimitReached", &format!("{limit}: new claims wait"), now_s, generation),
+        None => timeline::set_condition(&mut conditions, LIMIT_REACHED_CONDITION, false, "WithinLimits", "every limit has room", now_s, generation),
+    }
+    NodePoolStatus { servers: usage.servers, resources, watts: Some(usage.watts.round() as i64), conditions }
+}
+
+/// Exact CPU: whole cores, else millicores.
+fn cpu(milli: i64) -> String {
+    if milli % 1000 == 0 { (milli / 1000).to_string() } else { format!("{milli}m") }
+}
+
+/// Exact memory in the largest binary unit that divides it.
+fn bytes(b: i64) -> String {
+    const UNITS: [(i64, &str); 3] = [(1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi")];
+    UNITS.iter().find(|(u, _)| b != 0 && b % u == 0).map_or_else(|| b.to_string(), |(u, s)| format!("{}{s}", b / u))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(servers: i64, limit: Option<&str>) -> PoolUsage {
+        PoolUsage {
+            pool: "gpu".into(),
+            servers,
+            cpu_milli: 64_500,
+            memory_bytes: 512 << 30,
+            gpus: 8,
+            watts: 2399.6,
+            limit_reached: limit.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn usage_becomes_exact_quantities_and_a_limit_condition() {
+        let s = status_of(&usage(1, Some("gpus 8 of 8")), None, Some(3), 100);
+        assert_eq!(s.servers, 1);
+        assert_eq!(s.watts, Some(2400));
+        assert_eq!(s.resources["cpu"].0, "64500m");
+        assert_eq!(s.resources["memory"].0, "512Gi");
+        assert_eq!(s.resources[ironclaim_core::GPU].0, "8");
+        let c = s.conditions.iter().find(|c| c.type_ == LIMIT_REACHED_CONDITION).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "LimitReached"));
+        assert!(c.message.starts_with("gpus 8 of 8"), "{}", c.message);
+        assert_eq!(c.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn an_unchanged_condition_keeps_its_transition_time_and_an_empty_pool_lists_no_resources() {
+        let first = status_of(&usage(0, None), None, None, 100);
+        assert!(first.resources.is_empty());
+        let again = status_of(&usage(0, None), Some(&first), None, 500);
+        assert_eq!(first, again, "nothing changed, nothing to write");
+        let reached = status_of(&usage(0, Some("servers 0 of 0")), Some(&first), None, 500);
+        let c = reached.conditions.iter().find(|c| c.type_ == LIMIT_REACHED_CONDITION).unwrap();
+        assert_eq!(c.last_transition_time, timeline::time(500));
+    }
+
+    #[test]
+    fn memory_and_cpu_are_exact() {
+        assert_eq!(bytes(0), "0");
+        assert_eq!(bytes(3 << 20), "3Mi");
+        assert_eq!(bytes((1 << 30) + 1), ((1i64 << 30) + 1).to_string());
+        assert_eq!(bytes(2 << 40), "2Ti");
+        assert_eq!(cpu(32_000), "32");
+        assert_eq!(cpu(500), "500m");
+    }
+}
