@@ -252,7 +252,8 @@ fn all_fit_on(snapshot: &Snapshot, candidates: &[Candidate<'_>], nodes: &[usize]
     let mut trial = Snapshot { pools: snapshot.pools.clone(), daemonsets: snapshot.daemonsets.clone(), ..Default::default() };
     match target.node {
         Some(node) => {
-            trial.nodes.push(node.clone());
+            // A node still on its way to Ready is the capacity it will be.
+            trial.nodes.push(Node { ready: true, ..node.clone() });
             trial.pods.extend(target.daemonset_pods.iter().map(|p| (*p).clone()));
         }
         None => trial.servers.push(target.server.clone()),
@@ -445,7 +446,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         let eligible = replaceable(pool, &pdb_left, &[]);
         let mut on: Vec<Target<'_>> = candidates
             .iter()
-            .filter(|c| c.pods.is_empty() && c.pool.name == pool.name && c.node.ready && !c.node.unschedulable)
+            .filter(|c| c.pods.is_empty() && c.pool.name == pool.name && !c.node.unschedulable)
             .filter_map(|c| c.server.map(|server| Target { server, node: Some(c.node), daemonset_pods: &c.daemonset_pods }))
             .collect();
         on.extend(

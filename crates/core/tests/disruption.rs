@@ -243,6 +243,12 @@ fn once_the_replacement_is_a_ready_node_the_nodes_drain_onto_it_and_it_stays_on(
     let mut agent = snap.pods.iter().find(|p| p.name == "agent-a").unwrap().clone();
     agent.name = "agent-big".into();
     snap.pods.push(agent.bound_to("big"));
+    // Joined but not Ready yet: kept on all the same, nothing drains onto it.
+    snap.nodes.last_mut().unwrap().ready = false;
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(d.held.iter().any(|h| h.subject == "big" && h.why.contains("take over a, b")), "{d:?}");
+    assert!(d.actions.is_empty(), "{d:?}");
+    snap.nodes.last_mut().unwrap().ready = true;
     let d = disrupt(&snap, 10 * HOUR);
     let drained: Vec<&str> = d
         .actions
