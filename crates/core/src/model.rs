@@ -581,6 +581,10 @@ pub struct ClaimInFlight {
     pub stage: Stage,
     /// When the claim entered its current stage.
     pub stage_started_s: Seconds,
+    /// The pods (`namespace/name`) it was opened for: while they wait, the
+    /// room they need on it is theirs, not a later pod's.
+    #[serde(default)]
+    pub pods: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

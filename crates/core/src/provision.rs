@@ -149,6 +149,9 @@ struct Slot {
     taints: Vec<Taint>,
     cordoned: bool,
     free: Resources,
+    /// Of `free`, what the waiting pods a claim in flight was opened for
+    /// still need: other pods may only use the rest.
+    reserved: Resources,
     ports: Vec<HostPort>,
     domains: Vec<Option<DomainId>>,
     pods: Vec<usize>,
@@ -213,6 +216,8 @@ struct Scheduler<'s> {
     usage: Vec<Usage>,
     fleet_peak_watts: f64,
     placement: Vec<Option<usize>>,
+    /// Pending pods named by a claim in flight, and that claim's slot.
+    reserved_for: HashMap<usize, usize>,
     /// Bumped whenever a server class runs out of free servers or gets one
     /// back, so that per-group caches of what the inventory offers stay valid.
     inventory_epoch: u64,
@@ -315,6 +320,7 @@ impl<'s> Scheduler<'s> {
             claims: Vec::new(),
             fleet_peak_watts: 0.0,
             placement: vec![None; snap.pods.len()],
+            reserved_for: HashMap::new(),
             inventory_epoch: 0,
             claim_domains: Vec::new(),
             static_cache: HashMap::new(),
@@ -446,6 +452,7 @@ impl<'s> Scheduler<'s> {
                 taints: node.taints.clone(),
                 cordoned: node.unschedulable,
                 free: with_default_pod_slots(&node.allocatable),
+                reserved: Resources::default(),
                 ports: Vec::new(),
                 domains,
                 pods: Vec::new(),
@@ -472,10 +479,26 @@ impl<'s> Scheduler<'s> {
                 taints: pool_taints,
                 cordoned: false,
                 free: with_default_pod_slots(&server.capacity).minus(&overhead),
+                reserved: Resources::default(),
                 ports: Vec::new(),
                 domains,
                 pods: Vec::new(),
             });
+        }
+        // A claim's own waiting pods keep their room on it.
+        let pending: HashMap<String, usize> =
+            snap.pods.iter().enumerate().filter(|(_, p)| p.is_pending_demand()).map(|(i, p)| (p.key(), i)).collect();
+        for &slot in &self.claims {
+            let SlotKind::InFlight { claim, .. } = &self.slots[slot].kind else { continue };
+            let Some(c) = snap.claims.iter().find(|c| &c.name == claim) else { continue };
+            for key in &c.pods {
+                if let Some(&pod) = pending.get(key)
+                    && !self.reserved_for.contains_key(&pod)
+                {
+                    self.reserved_for.insert(pod, slot);
+                    self.slots[slot].reserved.add(&snap.pods[pod].requests);
+                }
+            }
         }
         // Bound pods hold resources and ports, and count for topology.
         let anti_in_use: Vec<usize> = Vec::new();
@@ -542,14 +565,18 @@ impl<'s> Scheduler<'s> {
             g.pods.sort_by_key(|&i| (snap.pods[i].created_s, i));
         }
         let mut order: Vec<usize> = (0..groups.len()).collect();
+        // Pods a claim in flight was opened for go first: placed elsewhere
+        // (a Ready node), they free the room kept for them before the
+        // others look; otherwise largest first.
+        let keeps_room: Vec<bool> = groups.iter().map(|g| g.pods.iter().any(|p| self.reserved_for.contains_key(p))).collect();
         order.sort_by(|&a, &b| {
             let (x, y) = (&snap.pods[groups[a].pods[0]], &snap.pods[groups[b].pods[0]]);
-            y.requests
+            keeps_room[b].cmp(&keeps_room[a]).then_with(|| y.requests
                 .cpu_milli
                 .cmp(&x.requests.cpu_milli)
                 .then(y.requests.memory_bytes.cmp(&x.requests.memory_bytes))
                 .then(x.created_s.cmp(&y.created_s))
-                .then(groups[a].pods[0].cmp(&groups[b].pods[0]))
+                .then(groups[a].pods[0].cmp(&groups[b].pods[0])))
         });
 
         for &g in &order {
@@ -708,12 +735,12 @@ impl<'s> Scheduler<'s> {
             live.claims_seen = self.claims.len();
         }
         // 1. Ready nodes.
-        let mut found = self.first_fit(pod, &group.terms, &mut live.existing, &min_now, &[]);
+        let mut found = self.first_fit(pod_index, pod, &group.terms, &mut live.existing, &min_now, &[]);
         // 2. Claims in flight, then claims this plan opened.
         if found.is_none() {
             live.claims.extend_from_slice(&self.claims[live.claims_seen..]);
             live.claims_seen = self.claims.len();
-            found = self.first_fit(pod, &group.terms, &mut live.claims, &min_planned, &pinned);
+            found = self.first_fit(pod_index, pod, &group.terms, &mut live.claims, &min_planned, &pinned);
         }
         self.lives[group.live] = live;
         if let Some(slot) = found {
@@ -730,6 +757,7 @@ impl<'s> Scheduler<'s> {
     /// pod of this shape again are dropped from `live` on the way.
     fn first_fit(
         &self,
+        pod_index: usize,
         pod: &Pod,
         terms: &PodTerms,
         live: &mut Vec<usize>,
@@ -739,7 +767,7 @@ impl<'s> Scheduler<'s> {
         let mut found = None;
         let mut dropped = 0;
         for k in 0..live.len() {
-            match self.fits_slot(pod, terms, live[k], spread_min, spread_pinned) {
+            match self.fits_slot(pod_index, pod, terms, live[k], spread_min, spread_pinned) {
                 Ok(()) => {
                     found = Some(live[k]);
                     break;
@@ -761,6 +789,7 @@ impl<'s> Scheduler<'s> {
     /// failure is permanent for this pod shape (adding pods cannot undo it).
     fn fits_slot(
         &self,
+        pod_index: usize,
         pod: &Pod,
         terms: &PodTerms,
         slot: usize,
@@ -784,6 +813,14 @@ impl<'s> Scheduler<'s> {
             _ => {
                 if !pod.requests.fits(&s.free) {
                     return Err(true);
+                }
+                // Room kept for a claim's own pods is not this pod's, unless
+                // it is one of them; kept room comes free, so not for good.
+                if s.reserved != Resources::default()
+                    && self.reserved_for.get(&pod_index) != Some(&slot)
+                    && !pod.requests.fits(&s.free.minus(&s.reserved))
+                {
+                    return Err(false);
                 }
             }
         }
@@ -976,6 +1013,7 @@ impl<'s> Scheduler<'s> {
             taints: self.offerings[offering].taints.clone(),
             cordoned: false,
             free: Resources::default(),
+            reserved: Resources::default(),
             ports: Vec::new(),
             domains,
             pods: Vec::new(),
@@ -996,6 +1034,9 @@ impl<'s> Scheduler<'s> {
 
     fn commit(&mut self, pod_index: usize, terms: &PodTerms, slot: usize) {
         let pod = &self.snap.pods[pod_index];
+        if let Some(kept) = self.reserved_for.remove(&pod_index) {
+            self.slots[kept].reserved.sub(&pod.requests);
+        }
         let deadline = match &self.slots[slot].kind {
             SlotKind::New(n) => self.deadline_of(pod, n.pool),
             _ => None,

@@ -383,5 +383,6 @@ pub fn nodeclaim_in_flight(claim: &NodeClaim) -> Result<Option<core::ClaimInFlig
         pool: claim.spec.pool.clone(),
         stage,
         stage_started_s: started,
+        pods: claim.spec.pods.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect(),
     }))
 }

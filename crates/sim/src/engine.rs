@@ -1122,6 +1122,7 @@ impl<'a> Engine<'a> {
                     pool: self.w.pools[claim.pool].name.clone(),
                     stage: claim.stage,
                     stage_started_s: claim.stage_started_s,
+                    pods: Vec::new(),
                 });
             }
         }
