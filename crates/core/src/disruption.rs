@@ -270,6 +270,30 @@ fn all_fit_on(snapshot: &Snapshot, candidates: &[Candidate<'_>], nodes: &[usize]
     plan.pods.iter().all(|d| matches!(d.outcome, Outcome::Existing { .. } | Outcome::NewClaim { .. }))
 }
 
+/// Whether the pods of the `removed` nodes all fit on the nodes that stay,
+/// as the scheduler would place them: no new server, pods already pending
+/// left to scale-up. `ready` names a node to take as Ready.
+fn fit_on_the_rest(snapshot: &Snapshot, removed: &[&str], ready: Option<&str>, now_s: Seconds) -> bool {
+    let mut trial = snapshot.clone();
+    trial.nodes.retain(|n| !removed.contains(&n.name.as_str()));
+    if let Some(n) = trial.nodes.iter_mut().find(|n| Some(n.name.as_str()) == ready) {
+        n.ready = true;
+    }
+    trial.servers.clear();
+    trial.claims.clear();
+    for p in trial.pods.iter_mut() {
+        if p.node_name.as_deref().is_some_and(|n| removed.contains(&n)) {
+            p.node_name = None;
+            p.phase = PodPhase::Pending;
+        } else if p.node_name.is_none() {
+            // Pods already pending are scale-up's business.
+            p.phase = PodPhase::Succeeded;
+        }
+    }
+    let plan = provision(&trial, now_s);
+    plan.pods.iter().all(|d| matches!(d.outcome, Outcome::Existing { .. }))
+}
+
 /// The replacement that saves the most watts: for each target (cheapest
 /// idle first, one per kind of hardware), the underutilized nodes taken in
 /// order while all their pods still fit on it; at least two nodes, and the
@@ -309,6 +333,14 @@ fn best_replacement<'s>(
         }
         if replaces.len() < 2 {
             continue;
+        }
+        // An empty node is kept on only if the consolidation will drain
+        // onto it: the same re-simulation, with every other node there.
+        if let Some(node) = target.node {
+            let removed: Vec<&str> = replaces.iter().map(|&i| candidates[i].node.name.as_str()).collect();
+            if !fit_on_the_rest(snapshot, &removed, Some(node.name.as_str()), now_s) {
+                continue;
+            }
         }
         let idle: f64 = replaces.iter().filter_map(|&i| candidates[i].server).map(|s| s.power.idle_watts).sum();
         let p = &target.server.power;
@@ -593,24 +625,9 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             continue;
         }
         // Re-simulate: the node gone, its pods pending, no new servers.
-        let mut trial = snapshot.clone();
         removed.push(c.node.name.as_str());
-        trial.nodes.retain(|n| !removed.contains(&n.name.as_str()));
-        trial.servers.clear();
-        trial.claims.clear();
         let moved: Vec<String> = c.pods.iter().map(|p| p.key()).collect();
-        for p in trial.pods.iter_mut() {
-            if p.node_name.as_deref().is_some_and(|n| removed.contains(&n)) {
-                p.node_name = None;
-                p.phase = PodPhase::Pending;
-            } else if p.node_name.is_none() {
-                // Pods already pending are scale-up's business.
-                p.phase = PodPhase::Succeeded;
-            }
-        }
-        let plan = provision(&trial, now_s);
-        let all_fit = plan.pods.iter().all(|d| matches!(d.outcome, Outcome::Existing { .. }));
-        if !all_fit {
+        if !fit_on_the_rest(snapshot, &removed, None, now_s) {
             removed.pop();
             headroom.give(&c.pool.name, &c.node.allocatable);
             out.held.push(Held { subject: c.node.name.clone(), why: "its pods do not all fit on the other nodes".into() });

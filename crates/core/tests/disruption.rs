@@ -230,19 +230,9 @@ fn two_underutilized_nodes_are_replaced_by_one_server_that_idles_lower() {
 #[test]
 fn once_the_replacement_is_a_ready_node_the_nodes_drain_onto_it_and_it_stays_on() {
     let mut snap = two_half_empty_nodes();
-    let mut r = big("big", 240.0);
-    r.power_state = PowerState::On;
-    r.node = Some("big".into());
     // Long past its break-even and beyond a floor of zero: only the
     // replacement keeps it on.
-    r.idle_since_s = Some(0);
-    let mut n = Node::new("big", r.capacity.clone()).with_labels(&[(NODEPOOL_LABEL, "general"), (SERVER_LABEL, "big")]);
-    n.server = Some("big".into());
-    snap.nodes.push(n);
-    snap.servers.push(r);
-    let mut agent = snap.pods.iter().find(|p| p.name == "agent-a").unwrap().clone();
-    agent.name = "agent-big".into();
-    snap.pods.push(agent.bound_to("big"));
+    empty_big_node(&mut snap, 240.0);
     // Joined but not Ready yet: kept on all the same, nothing drains onto it.
     snap.nodes.last_mut().unwrap().ready = false;
     let d = disrupt(&snap, 10 * HOUR);
@@ -262,6 +252,45 @@ fn once_the_replacement_is_a_ready_node_the_nodes_drain_onto_it_and_it_stays_on(
     assert_eq!(drained, vec!["a", "b"], "{d:?}");
     assert!(d.held.iter().any(|h| h.subject == "big" && h.why.contains("take over a, b")), "{d:?}");
     assert!(replacements(&d).is_empty());
+}
+
+/// Makes `big` an empty Ready node, long idle, with its agent pod.
+fn empty_big_node(snap: &mut Snapshot, idle_watts: f64) {
+    let mut r = big("big", idle_watts);
+    r.power_state = PowerState::On;
+    r.node = Some("big".into());
+    r.idle_since_s = Some(0);
+    let mut n = Node::new("big", r.capacity.clone()).with_labels(&[(NODEPOOL_LABEL, "general"), (SERVER_LABEL, "big")]);
+    n.server = Some("big".into());
+    snap.nodes.push(n);
+    snap.servers.push(r);
+    let mut agent = snap.pods.iter().find(|p| p.name == "agent-a").unwrap().clone();
+    agent.name = "agent-big".into();
+    snap.pods.push(agent.bound_to("big"));
+}
+
+#[test]
+fn an_empty_node_the_consolidation_could_not_drain_onto_is_not_kept_for_it() {
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    let mut snap = two_half_empty_nodes();
+    node_with(&mut snap, "db", None, &[("db-0", 20_000)]);
+    empty_big_node(&mut snap, 240.0);
+    for (node, zone) in [("a", "z2"), ("b", "z2"), ("db", "z1"), ("big", "z1")] {
+        snap.nodes.iter_mut().find(|n| n.name == node).unwrap().labels.insert(ZONE.into(), zone.into());
+    }
+    snap.pods.iter_mut().find(|p| p.name == "db-0").unwrap().labels.insert("app".into(), "db".into());
+    // The pods of a and b would fit on big alone, but not in the zone of db.
+    for p in snap.pods.iter_mut().filter(|p| p.name == "a1" || p.name == "b1") {
+        p.pod_anti_affinity.push(PodAffinityTerm {
+            label_selector: Some(LabelSelector::matching(&[("app", "db")])),
+            namespaces: vec![],
+            all_namespaces: false,
+            topology_key: ZONE.into(),
+        });
+    }
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(!d.held.iter().any(|h| h.why.contains("take over")), "{d:?}");
+    assert!(d.actions.iter().any(|a| matches!(a, Action::Drain { node, reason: DisruptionReason::Empty, .. } if node == "big")), "{d:?}");
 }
 
 #[test]
