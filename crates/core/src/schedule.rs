@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn fields_lists_steps_names_and_macros() {
         let c = Cron::parse("*/15 9-17 * jan,dec mon-fri").unwrap();
-        assert!(c.matches(MONDAY_0800 + 3600 + 30 * 60) == false); // November
+        assert!(!c.matches(MONDAY_0800 + 3600 + 30 * 60)); // November
         let c = Cron::parse("*/15 9-17 * * mon-fri").unwrap();
         assert!(c.matches(MONDAY_0800 + 3600 + 30 * 60));
         assert!(!c.matches(MONDAY_0800 + 3600 + 31 * 60));
