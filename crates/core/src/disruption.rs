@@ -485,7 +485,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             snapshot
                 .servers
                 .iter()
-                .filter(|s| s.is_available() && s.is_warm() && pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
+                .filter(|s| s.is_available() && s.is_warm() && !s.unlimited && pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
                 .map(|server| Target { server, node: None, daemonset_pods: &[] }),
         );
         if let Some(r) = best_replacement(snapshot, &candidates, &eligible, on, now_s) {
@@ -678,7 +678,8 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         let cold: Vec<Target<'_>> = snapshot
             .servers
             .iter()
-            .filter(|s| s.is_available() && !s.is_warm() && !powering.contains(&s.name))
+            // A machine template is not one server to power on.
+            .filter(|s| s.is_available() && !s.is_warm() && !s.unlimited && !powering.contains(&s.name))
             .filter(|s| pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
             .filter(|s| snapshot.power_budget_watts.is_none_or(|b| fleet_on_peak + s.power.peak_watts <= b))
             .map(|server| Target { server, node: None, daemonset_pods: &[] })

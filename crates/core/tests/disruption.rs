@@ -330,6 +330,10 @@ fn replacement_waits_for_budgets_pdbs_do_not_disrupt_and_the_power_budget() {
     pinned.pods.iter_mut().find(|p| p.name == "b1").unwrap().do_not_disrupt = true;
     assert!(replacements(&disrupt(&pinned, HOUR)).is_empty());
 
+    let mut template = base.clone();
+    template.servers.iter_mut().find(|s| s.name == "big").unwrap().unlimited = true;
+    assert!(replacements(&disrupt(&template, HOUR)).is_empty());
+
     let mut capped = base.clone();
     let on: f64 = capped.servers.iter().filter(|s| s.node.is_some()).map(|s| s.power.peak_watts).sum();
     capped.power_budget_watts = Some(on + 100.0);
