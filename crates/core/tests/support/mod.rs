@@ -422,36 +422,72 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
         }
         for s in &pod.topology_spread {
             let sel = s.label_selector.clone();
-            let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-            // Domains: Ready nodes the pod could run on (by selection and
-            // taints), and new servers that hold pods of its own group. A
-            // server claimed for other pods is a domain kube-scheduler only
-            // sees once it joins, after this plan placed the group.
             let group_member = |o: &Pod| o.namespace == pod.namespace && sel.as_ref().is_some_and(|x| x.matches(&o.labels));
-            for (name, h) in &hosts {
-                let tolerated_all = h.taints.iter().all(|t| t.effect == TaintEffect::PreferNoSchedule || tolerated(pod, t));
-                let is_node = snap.nodes.iter().any(|n| &n.name == name);
-                let holds_group = everyone.iter().any(|(o, oh)| oh == name && group_member(o));
-                if let Some(d) = h.labels.get(&s.topology_key)
+            let same_spread = |o: &Pod| group_member(o) && o.topology_spread.iter().any(|t| t == s);
+            let is_node = |name: &str| snap.nodes.iter().any(|n| n.name == name);
+            let eligible = |name: &str, h: &Host| {
+                h.labels.contains_key(&s.topology_key)
                     && selector_ok(pod, &h.labels, name)
-                    && tolerated_all
-                    && (is_node || holds_group)
-                {
-                    counts.entry(d.clone()).or_insert(0);
+                    && h.taints.iter().all(|t| t.effect == TaintEffect::PreferNoSchedule || tolerated(pod, t))
+            };
+            // Some order of bindings must keep every step within the skew.
+            // Pods on Ready nodes may bind now, when kube-scheduler weighs
+            // only the domains of Ready nodes, or later; pods on claims bind
+            // once the claims join, weighed then against those domains and
+            // the claims' that hold pods of the spread. Greedy: free riders
+            // first, then the pod going to the emptiest domain.
+            let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+            for (name, h) in &hosts {
+                if is_node(name) && eligible(name, h) {
+                    counts.insert(h.labels[&s.topology_key].clone(), 0);
                 }
             }
+            let planned_here = |o: &Pod| planned.iter().any(|(q, _)| q.key() == o.key());
+            let mut now: Vec<(&Pod, String)> = Vec::new();
+            let mut later: Vec<(&Pod, String)> = Vec::new();
             for (o, oh) in &everyone {
-                if o.namespace == pod.namespace
-                    && sel.as_ref().is_some_and(|x| x.matches(&o.labels))
-                    && let Some(d) = domain(oh, &s.topology_key)
-                    && let Some(c) = counts.get_mut(&d)
-                {
-                    *c += 1;
+                if !group_member(o) {
+                    continue;
+                }
+                let Some(d) = domain(oh, &s.topology_key) else { continue };
+                if !planned_here(o) {
+                    if let Some(c) = counts.get_mut(&d) {
+                        *c += 1;
+                    }
+                } else if is_node(oh) {
+                    now.push((o, d));
+                } else {
+                    later.push((o, d));
                 }
             }
-            let (min, max) = (counts.values().min().copied().unwrap_or(0), counts.values().max().copied().unwrap_or(0));
-            if max - min > s.max_skew as i64 {
-                errors.push(format!("{} spread on {} skewed: {counts:?}", pod.key(), s.topology_key));
+            let bind = |counts: &mut BTreeMap<String, i64>, waiting: &mut Vec<(&Pod, String)>, must_finish: bool| -> bool {
+                while !waiting.is_empty() {
+                    let min = counts.values().min().copied().unwrap_or(0);
+                    let next = waiting
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, (o, d))| !same_spread(o) || counts.get(d).is_none_or(|c| c + 1 - min <= s.max_skew as i64))
+                        .min_by_key(|(_, (o, d))| (same_spread(o), counts.get(d).copied().unwrap_or(0)))
+                        .map(|(i, _)| i);
+                    let Some(i) = next else { return !must_finish };
+                    let (_, d) = waiting.remove(i);
+                    if let Some(c) = counts.get_mut(&d) {
+                        *c += 1;
+                    }
+                }
+                true
+            };
+            bind(&mut counts, &mut now, false);
+            for (name, h) in &hosts {
+                let holds_group = later.iter().any(|(o, _)| host_of(o).as_deref() == Some(name.as_str()));
+                if !is_node(name) && holds_group && eligible(name, h) {
+                    counts.entry(h.labels[&s.topology_key].clone()).or_insert(0);
+                }
+            }
+            later.append(&mut now);
+            if !bind(&mut counts, &mut later, true) {
+                let waiting: Vec<(String, String)> = later.iter().map(|(o, d)| (o.key(), d.clone())).collect();
+                errors.push(format!("{} spread on {} skewed: no binding order fits; reached {counts:?}, waiting {waiting:?}", pod.key(), s.topology_key));
             }
         }
     }
