@@ -8,6 +8,10 @@
 //! the controller's own: snapshot, core and the atomic server claims
 //! against a real kube-apiserver (the NodeClaims are written after the
 //! power-ons).
+//!
+//! It then times 59 merge patches of Server status and of ConfigMaps sent
+//! at once with nothing else running: the floor a burst of per-server
+//! claims meets on this API server.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -103,7 +107,6 @@ async fn main() {
         redecide_every: Duration::from_secs(3600),
         power_sweep_every: Duration::from_secs(3600),
         publish_events: false,
-        open_concurrency: std::env::var("CONC").ok().and_then(|v| v.parse().ok()).unwrap_or(64),
         instance: "bench".into(),
         ..Settings::default()
     };
@@ -140,6 +143,39 @@ async fn main() {
     };
     let _ = stop.send(());
     let _ = task.await;
+    let floor = |label: &'static str| {
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..59usize {
+                let client = client.clone();
+                tasks.spawn(async move {
+                    let params = kube::api::PatchParams::default();
+                    if label == "Server status" {
+                        let patch = json!({"status": {"claim": format!("floor-{i}")}});
+                        let api = Api::<Server>::all(client);
+                        api.patch_status(&format!("s-{:03}", SERVERS - 1 - i), &params, &kube::api::Patch::Merge(&patch)).await.map(|_| ())
+                    } else {
+                        let patch = json!({"data": {"claim": format!("floor-{i}")}});
+                        let api = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client, NAMESPACE);
+                        api.patch(&format!("floor-{i}"), &params, &kube::api::Patch::Merge(&patch)).await.map(|_| ())
+                    }
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.expect("task").expect("patch");
+            }
+            println!("59 {label} merge patches at once: {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+        }
+    };
+    let configmaps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), NAMESPACE);
+    for i in 0..59 {
+        let cm = serde_json::from_value(json!({"metadata": {"name": format!("floor-{i}")}, "data": {}})).unwrap();
+        let _ = configmaps.create(&PostParams::default(), &cm).await;
+    }
+    floor("Server status").await;
+    floor("ConfigMap").await;
     println!(
         "decision latency at {} pending pods and {SERVERS} servers: {:.1} ms to the last power-on request, {:.1} ms to the first, {:.1} ms for the median pod (core {:.1} ms), {} claims opened, {} failed, {} power-on requests",
         decision.pending_pods,

@@ -398,11 +398,11 @@ impl Claims {
         let api = self.servers_api();
         let mut known = known.filter(|k| k.metadata.resource_version.is_some());
         for _ in 0..5 {
-            let mut current = match known.take() {
+            let current = match known.take() {
                 Some(k) => k,
                 None => api.get_status(server).await.map_err(|source| Error::ClaimServerFailed { server: server.into(), source })?,
             };
-            let mut status = current.status.clone().unwrap_or_default();
+            let status = current.status.clone().unwrap_or_default();
             match status.claim.as_deref() {
                 Some(holder) if holder == claim => return Ok((current, false)),
                 Some(holder) if !holder.is_empty() => {
@@ -413,15 +413,23 @@ impl Claims {
             if current.spec.maintenance || status.quarantined {
                 return Err(Error::ServerHeld { server: server.into(), holder: "maintenance or quarantine".into() });
             }
-            status.claim = Some(claim.to_string());
-            status.claimed_at = Some(Time(jiff::Timestamp::now()));
+            let mut claimed = serde_json::json!({
+                "claim": claim,
+                "claimedAt": Time(jiff::Timestamp::now()),
+            });
             if status.power_state != Some(PowerState::On) {
-                status.power_state = Some(PowerState::PoweringOn);
+                claimed["powerState"] = serde_json::json!(PowerState::PoweringOn);
             }
-            current.status = Some(status);
-            // replace_status sends metadata.resourceVersion: a concurrent
-            // write makes this one fail with 409 Conflict.
-            match api.replace_status(server, &PostParams::default(), &current).await {
+            // A merge patch of the three fields, carrying the
+            // resourceVersion read: the API server applies it only to that
+            // version, so of two writers one gets 409 Conflict. Smaller than
+            // replacing the whole object, which matters when a burst of
+            // claims queues on the API server.
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "status": claimed,
+            });
+            match api.patch_status(server, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(written) => return Ok((written, true)),
                 Err(kube::Error::Api(status)) if status.code == 409 => continue,
                 Err(source) => {

@@ -27,7 +27,15 @@ pub fn status_of(usage: &PoolUsage, current: Option<&NodePoolStatus>, generation
     }
     let mut conditions = current.map(|c| c.conditions.clone()).unwrap_or_default();
     match &usage.limit_reached {
-        Some(limit) => timeline::set_condition(&mut conditions, LIMIT_REACHED_CONDITION, true, "LimitReached", &format!("{limit}: new claims wait"), now_s, generation),
+        Some(limit) => timeline::set_condition(
+            &mut conditions,
+            LIMIT_REACHED_CONDITION,
+            true,
+            "LimitReached",
+            &format!("{limit}: new claims wait"),
+            now_s,
+            generation,
+        ),
         None => timeline::set_condition(&mut conditions, LIMIT_REACHED_CONDITION, false, "WithinLimits", "every limit has room", now_s, generation),
     }
     NodePoolStatus { servers: usage.servers, resources, watts: Some(usage.watts.round() as i64), conditions }

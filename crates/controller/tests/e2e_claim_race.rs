@@ -46,3 +46,23 @@ async fn two_claimers_racing_for_the_same_servers_never_both_win_one() {
         assert_eq!(holder, format!("claim-{}-{name}", winners[0]));
     }
 }
+
+/// The claim is a merge patch carrying the resourceVersion read; the race
+/// above relies on the API server refusing it when that version is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_patch_with_a_stale_resource_version_is_refused() {
+    use kube::api::{Patch, PatchParams};
+    let (env, client) = setup().await;
+    let sushy = Sushy::start(&[]);
+    apply(&env, &Machine::new("stale-0", 140, 8, 8).server_json(&sushy));
+    let api: kube::Api<ironclaim_k8s::api::Server> = kube::Api::all(client.clone());
+    let read = api.get_status("stale-0").await.unwrap();
+    let version = read.metadata.resource_version.clone().unwrap();
+    let with = |claim: &str, rv: &str| serde_json::json!({"metadata": {"resourceVersion": rv}, "status": {"claim": claim}});
+    api.patch_status("stale-0", &PatchParams::default(), &Patch::Merge(&with("first", &version))).await.expect("the current version is accepted");
+    match api.patch_status("stale-0", &PatchParams::default(), &Patch::Merge(&with("second", &version))).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 409, "{status:?}"),
+        other => panic!("a write on a stale version went through: {other:?}"),
+    }
+    assert_eq!(server(&client, "stale-0").await.status.unwrap().claim.as_deref(), Some("first"));
+}

@@ -1,11 +1,11 @@
 //! A claim in flight keeps the room its own pods need: a pod that arrives
 //! later may use what is left, never what they wait for.
 
+use ironclaim_core::Resources;
 use ironclaim_core::model::{ClaimInFlight, Node, Pod, Snapshot, Stage};
 use ironclaim_core::outcome::Outcome;
 use ironclaim_core::provision::provision;
 use ironclaim_core::scenario::worked_example_servers;
-use ironclaim_core::Resources;
 
 const GI: i64 = 1 << 30;
 
