@@ -158,7 +158,7 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64) -> Result<Expla
     let key = format!("{namespace}/{name}");
     let Some(entry) = index.pods.get(&key) else {
         if let Some(err) = index.bad_pods.get(&key) {
-            return Err(Failure::world(anyhow!("pod {key} cannot be read: {err}")));
+            return Err(Failure::world(anyhow!("pod {key} cannot be read: {}", err.error)));
         }
         return Err(Failure::world(anyhow!("pod {key} not found")));
     };

@@ -43,7 +43,9 @@ pub struct Problem {
 #[derive(Default, Debug)]
 pub struct Index {
     pub pods: BTreeMap<String, PodEntry>,
-    pub bad_pods: BTreeMap<String, String>,
+    /// Pods that could not be read, with why, and the node each is bound
+    /// to: such a pod still holds its node (see [`Index::snapshot`]).
+    pub bad_pods: BTreeMap<String, BadPod>,
     pub nodes: BTreeMap<String, Node>,
     pub daemonsets: BTreeMap<String, DaemonSet>,
     pub pdbs: BTreeMap<String, PodDisruptionBudget>,
@@ -104,7 +106,10 @@ impl Indexed for Pod {
             }
             Err(err) => {
                 index.pods.remove(&k);
-                index.bad_pods.insert(k, err.to_string());
+                let status = self.status.as_ref();
+                let finished = status.and_then(|s| s.phase.as_deref()).is_some_and(|p| p == "Succeeded" || p == "Failed");
+                let node = self.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+                index.bad_pods.insert(k, BadPod { error: err.to_string(), node, finished });
             }
         }
     }
@@ -120,6 +125,15 @@ impl Indexed for Pod {
             o.apply(index);
         }
     }
+}
+
+/// A pod the conversion refused.
+#[derive(Clone, Debug)]
+pub struct BadPod {
+    pub error: String,
+    pub node: Option<String>,
+    /// Succeeded or Failed: it holds nothing.
+    pub finished: bool,
 }
 
 /// The server a node says it is: `spec.providerID` `ironclaim://NAME`, else
@@ -212,10 +226,23 @@ impl Index {
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
         let mut snap = Snapshot::default();
-        for (k, error) in &self.bad_pods {
-            problems.push(Problem { object: format!("Pod {k}"), error: error.clone() });
-        }
         snap.pods = self.pods.values().map(|e| e.pod.clone()).collect();
+        for (k, bad) in &self.bad_pods {
+            problems.push(Problem { object: format!("Pod {k}"), error: bad.error.clone() });
+            // Unread, a bound pod still runs: it stays on its node as a pod
+            // nothing may evict, so the node never looks empty or drainable.
+            // Pending, it is left out (the problem says why it waits).
+            if let Some(node) = &bad.node
+                && !bad.finished
+            {
+                let (namespace, name) = k.split_once('/').unwrap_or(("default", k));
+                let mut holder = core::Pod::new(namespace, name, ironclaim_core::Resources::default());
+                holder.node_name = Some(node.clone());
+                holder.phase = core::PodPhase::Running;
+                holder.do_not_disrupt = true;
+                snap.pods.push(holder);
+            }
+        }
         let claims = self.claim_of_server();
         for node in self.nodes.values() {
             match node_from_k8s(node) {
@@ -387,5 +414,34 @@ mod tests {
         // Without an adaptive pool, nothing is collected.
         index.apply(pool(None));
         assert!(index.snapshot(NOW_S, backoff).0.arrivals.is_empty());
+    }
+
+    #[test]
+    fn a_bound_pod_that_cannot_be_read_still_holds_its_node_and_a_pending_one_is_only_reported() {
+        let unreadable = |name: &str, node: Option<&str>, phase: &str| -> Pod {
+            let mut p = pod(name, NOW, node);
+            p.metadata.annotations = Some([("ironclaim.dev/deadline".to_string(), "soon".to_string())].into());
+            p.status.as_mut().unwrap().phase = Some(phase.into());
+            p
+        };
+        let mut index = Index::default();
+        index.apply(unreadable("bound", Some("n1"), "Running"));
+        index.apply(unreadable("waiting", None, "Pending"));
+        index.apply(unreadable("done", Some("n2"), "Succeeded"));
+        let (snap, problems) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+        let reported: Vec<&str> = problems.iter().map(|p| p.object.as_str()).collect();
+        assert_eq!(reported, ["Pod app/bound", "Pod app/done", "Pod app/waiting"]);
+        assert!(problems.iter().all(|p| p.error.contains("deadline")), "{problems:?}");
+        assert_eq!(snap.pods.len(), 1, "{:?}", snap.pods);
+        let holder = &snap.pods[0];
+        assert_eq!((holder.key().as_str(), holder.node_name.as_deref()), ("app/bound", Some("n1")));
+        assert!(holder.do_not_disrupt && holder.occupies_node());
+
+        // Read again once fixed: the real pod replaces the holder.
+        index.apply(pod("bound", NOW, Some("n1")));
+        let (snap, _) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+        let bound = snap.pods.iter().find(|p| p.name == "bound").unwrap();
+        assert!(!bound.do_not_disrupt && bound.requests.cpu_milli == 1000);
+        assert_eq!(snap.pods.iter().filter(|p| p.name == "bound").count(), 1);
     }
 }
