@@ -225,8 +225,7 @@ impl Index {
     ///   longest adaptive warm-floor window, when a pool has one.
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
-        let mut snap = Snapshot::default();
-        snap.pods = self.pods.values().map(|e| e.pod.clone()).collect();
+        let mut snap = Snapshot { pods: self.pods.values().map(|e| e.pod.clone()).collect(), ..Snapshot::default() };
         for (k, bad) in &self.bad_pods {
             problems.push(Problem { object: format!("Pod {k}"), error: bad.error.clone() });
             // Unread, a bound pod still runs: it stays on its node as a pod

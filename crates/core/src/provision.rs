@@ -107,6 +107,13 @@ struct Class {
     sample: usize,
 }
 
+impl Class {
+    /// Whether a server can still be taken from it.
+    fn has_free(&self) -> bool {
+        self.unlimited || !self.free.is_empty()
+    }
+}
+
 /// A class as a given NodePool would make it into a node.
 struct Offering {
     class: usize,
@@ -199,6 +206,10 @@ struct Usage {
     servers: i64,
     watts: f64,
 }
+
+/// How a right-sizing candidate ranks: deadline missed, failures, added
+/// idle watts, waste, ETA, then the offering for a stable order.
+type Score = (bool, u32, f64, f64, Seconds, usize);
 
 struct Scheduler<'s> {
     snap: &'s Snapshot,
@@ -677,7 +688,7 @@ impl<'s> Scheduler<'s> {
                     let mut fresh_host = false;
                     for (o, off) in self.offerings.iter().enumerate() {
                         let class = &self.classes[off.class];
-                        if !(class.unlimited || !class.free.is_empty()) || !group.static_ok[o] {
+                        if !class.has_free() || !group.static_ok[o] {
                             continue;
                         }
                         if key == self.hostname_key {
@@ -766,14 +777,14 @@ impl<'s> Scheduler<'s> {
     ) -> Option<usize> {
         let mut found = None;
         let mut dropped = 0;
-        for k in 0..live.len() {
-            match self.fits_slot(pod_index, pod, terms, live[k], spread_min, spread_pinned) {
+        for slot in live.iter_mut() {
+            match self.fits_slot(pod_index, pod, terms, *slot, spread_min, spread_pinned) {
                 Ok(()) => {
-                    found = Some(live[k]);
+                    found = Some(*slot);
                     break;
                 }
                 Err(true) => {
-                    live[k] = usize::MAX;
+                    *slot = usize::MAX;
                     dropped += 1;
                 }
                 Err(false) => {}
@@ -840,7 +851,7 @@ impl<'s> Scheduler<'s> {
         self.offerings_by_pool[pool].iter().any(|&o| {
             let off = &self.offerings[o];
             let class = &self.classes[off.class];
-            (class.unlimited || !class.free.is_empty()) && off.eta_s as i64 <= deadline_s
+            class.has_free() && off.eta_s as i64 <= deadline_s
         })
     }
 
@@ -932,7 +943,7 @@ impl<'s> Scheduler<'s> {
                     let off = &self.offerings[o];
                     let class = &self.classes[off.class];
                     group.static_ok[o]
-                        && (class.unlimited || !class.free.is_empty())
+                        && class.has_free()
                         && same_domains(off)
                         && self.limit_breach(pool, off).is_none()
                         && self.power_breach(off).is_none()
@@ -1091,11 +1102,11 @@ impl<'s> Scheduler<'s> {
                 };
                 (missed, off.failures, added, waste, off.eta_s, o)
             };
-            let mut best: Option<(usize, (bool, u32, f64, f64, Seconds, usize))> = None;
+            let mut best: Option<(usize, Score)> = None;
             for &c in &candidates {
                 let off = &self.offerings[c];
                 let class = &self.classes[off.class];
-                if !(class.unlimited || !class.free.is_empty())
+                if !class.has_free()
                     || !pod_requests.fits(&off.alloc)
                     || self.limit_breach(pool, off).is_some()
                     || self.power_breach(off).is_some()

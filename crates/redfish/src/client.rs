@@ -629,6 +629,11 @@ impl Drop for Inner {
     }
 }
 
+/// An answer that is neither success nor a case the step handles.
+fn unexpected_status(step: Step, reply: &Reply) -> Error {
+    Error::HttpStatus { step, url: reply.url.clone(), status: reply.status.as_u16(), message: reply.message() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -644,9 +649,4 @@ mod tests {
             }
         }
     }
-}
-
-/// An answer that is neither success nor a case the step handles.
-fn unexpected_status(step: Step, reply: &Reply) -> Error {
-    Error::HttpStatus { step, url: reply.url.clone(), status: reply.status.as_u16(), message: reply.message() }
 }

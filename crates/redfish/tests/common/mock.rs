@@ -178,7 +178,7 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn read_mockup(root: &PathBuf, path: &str) -> Option<Value> {
+fn read_mockup(root: &std::path::Path, path: &str) -> Option<Value> {
     let relative = path.trim_start_matches("/redfish/v1").trim_matches('/');
     let file = if relative.is_empty() { root.join("index.json") } else { root.join(relative).join("index.json") };
     let text = std::fs::read_to_string(file).ok()?;
