@@ -7,7 +7,6 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ironclaim_controller::Controller;
-use ironclaim_testenv::eventually;
 use scaledown_support::*;
 use serde_json::json;
 use support::*;
@@ -18,17 +17,9 @@ async fn a_budget_of_one_node_drains_ten_idle_servers_one_at_a_time() {
     let pool = "sd-budget";
     let machines = machines("sd-budget", pool, 10, 1);
     clean(&env, &client, &machines, pool).await;
-    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
-    // Break-even: 10 W x 15 s / 150 W = 1 s.
-    apply_servers(&env, &sushy, &machines, 10);
     apply_pool(&env, pool, 0, json!({"budgets": [{"nodes": "1"}]}));
-    let _harness = Machines::start(client.clone(), &sushy, machines.clone());
-    let (c, ms) = (client.clone(), machines.clone());
-    eventually("the servers' nodes ready", Duration::from_secs(30), || {
-        let (c, ms) = (c.clone(), ms.clone());
-        async move { nodes_ready(&c, &ms).await }
-    })
-    .await;
+    // Break-even: 10 W x 15 s / 150 W = 1 s.
+    let (sushy, _harness) = powered_fleet(&env, &client, &machines, 10).await;
 
     let controller = Controller::new(client.clone(), redfish(&client), settings("sd-budget"));
     let running = run(controller);

@@ -39,16 +39,8 @@ async fn a_do_not_disrupt_pod_keeps_its_underutilized_server_on() {
     let (a, b, c_) = (&machines[0].name, &machines[1].name, &machines[2].name);
     clean(&env, &client, &machines, pool).await;
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "replicaset", "sd-dnr-keep", "sd-dnr-pinned", "--ignore-not-found"]);
-    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
-    apply_servers(&env, &sushy, &machines, 10);
     apply_pool(&env, pool, 0, json!({"budgets": [{"nodes": "100%"}]}));
-    let _harness = Machines::start(client.clone(), &sushy, machines.clone());
-    let (c, ms) = (client.clone(), machines.clone());
-    eventually("the servers' nodes ready", Duration::from_secs(30), || {
-        let (c, ms) = (c.clone(), ms.clone());
-        async move { nodes_ready(&c, &ms).await }
-    })
-    .await;
+    let (sushy, _harness) = powered_fleet(&env, &client, &machines, 10).await;
     // On a: a small pod that would fit on b, but must not be disrupted.
     apply(&env, &replicaset("sd-dnr-keep", "1", json!({"nodeName": a}), json!({"ironclaim.dev/do-not-disrupt": "true"})));
     // On b: a pod pinned there, so b stays for its own reason.

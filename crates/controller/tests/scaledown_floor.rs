@@ -21,18 +21,9 @@ async fn empty_servers_power_off_after_break_even_and_the_warm_floor_stays_on() 
     let pool = "sd-floor";
     let machines = machines("sd-floor", pool, 3, 1);
     clean(&env, &client, &machines, pool).await;
-    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
-    // Break-even: 100 W x 15 s / 150 W = 10 s.
-    apply_servers(&env, &sushy, &machines, 100);
     apply_pool(&env, pool, 1, json!({"budgets": [{"nodes": "100%"}]}));
-    let _harness = Machines::start(client.clone(), &sushy, machines.clone());
-    let c = client.clone();
-    let ms = machines.clone();
-    eventually("the servers' nodes ready", Duration::from_secs(30), || {
-        let (c, ms) = (c.clone(), ms.clone());
-        async move { nodes_ready(&c, &ms).await }
-    })
-    .await;
+    // Break-even: 100 W x 15 s / 150 W = 10 s.
+    let (sushy, _harness) = powered_fleet(&env, &client, &machines, 100).await;
     for m in &machines {
         apply(&env, &pod(&format!("{}-work", m.name), "2", "2Gi", &[("kubernetes.io/hostname", &m.name)], 0));
     }

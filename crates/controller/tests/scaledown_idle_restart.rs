@@ -29,22 +29,9 @@ async fn a_restarted_controller_carries_on_from_the_recorded_idle_time() {
     let machines = machines("sd-idle", pool, 1, 61);
     let name = machines[0].name.clone();
     clean(&env, &client, &machines, pool).await;
-    let sushy = Sushy::start(
-        &machines
-            .iter()
-            .map(|m| (m.uuid.clone(), "On"))
-            .collect::<Vec<_>>(),
-    );
-    // Break-even: 300 W x 15 s / 150 W = 30 s.
-    apply_servers(&env, &sushy, &machines, 300);
     apply_pool(&env, pool, 0, json!({"budgets": [{"nodes": "100%"}]}));
-    let _harness = Machines::start(client.clone(), &sushy, machines.clone());
-    let (c, ms) = (client.clone(), machines.clone());
-    eventually("the server's node ready", Duration::from_secs(30), || {
-        let (c, ms) = (c.clone(), ms.clone());
-        async move { nodes_ready(&c, &ms).await }
-    })
-    .await;
+    // Break-even: 300 W x 15 s / 150 W = 30 s.
+    let (_sushy, _harness) = powered_fleet(&env, &client, &machines, 300).await;
 
     // The first controller sees the empty node idle and records it.
     let first = run(Controller::new(

@@ -96,15 +96,7 @@ async fn start(env: &ironclaim_testenv::TestEnv, client: &Client, prefix: &str, 
     let machines = machines(prefix, prefix, 2, uuid_base);
     clean(env, client, &machines, prefix).await;
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "deployment,pdb", prefix, "--ignore-not-found"]);
-    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
-    apply_servers(env, &sushy, &machines, 10);
-    let harness = Machines::start(client.clone(), &sushy, machines.clone());
-    let (c, ms) = (client.clone(), machines.clone());
-    eventually("the servers' nodes ready", Duration::from_secs(30), || {
-        let (c, ms) = (c.clone(), ms.clone());
-        async move { nodes_ready(&c, &ms).await }
-    })
-    .await;
+    let (sushy, harness) = powered_fleet(env, &client, &machines, 10).await;
     (machines, sushy, harness)
 }
 

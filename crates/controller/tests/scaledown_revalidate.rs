@@ -80,17 +80,9 @@ async fn an_underutilized_drain_waits_for_a_second_proposal_and_an_abandoned_one
     release_held_pods(&client, app).await;
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "replicaset", app, "--ignore-not-found"]);
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "pod", pinned, "--ignore-not-found", "--grace-period=0"]);
-    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
-    // Break-even: 10 W x 15 s / 150 W = 1 s.
-    apply_servers(&env, &sushy, &machines, 10);
     apply_pool(&env, pool, 0, json!({"budgets": [{"nodes": "100%"}], "drainTimeout": "3s"}));
-    let _harness = Machines::start(client.clone(), &sushy, machines.clone());
-    let (c, ms) = (client.clone(), machines.clone());
-    eventually("the servers' nodes ready", Duration::from_secs(30), || {
-        let (c, ms) = (c.clone(), ms.clone());
-        async move { nodes_ready(&c, &ms).await }
-    })
-    .await;
+    // Break-even: 10 W x 15 s / 150 W = 1 s.
+    let (sushy, _harness) = powered_fleet(&env, &client, &machines, 10).await;
     // a runs one small replica that fits on b; b keeps a pod of its own.
     set_unschedulable(&client, &b, true).await;
     apply(&env, &held_replicaset(app, pool));

@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::support::{Machine, Sushy, apply, timing};
+use crate::support::{Machine, Machines, Sushy, apply, timing};
 
 /// The label that ties a test's servers to its NodePool.
 pub const POOL_LABEL: &str = "e2e.ironclaim.dev/pool";
@@ -150,4 +150,20 @@ pub async fn nodes_ready(client: &Client, machines: &[Machine]) -> Result<(), St
 
 pub fn names<T: ResourceExt>(objects: &[T]) -> Vec<String> {
     objects.iter().map(ResourceExt::name_any).collect()
+}
+
+/// The machines on (a Sushy system each, already powered), their Servers
+/// applied with `boot_watts`, the harness playing them, and every node
+/// Ready. Keep both returned values alive for the test.
+pub async fn powered_fleet(env: &TestEnv, client: &Client, machines: &[Machine], boot_watts: i64) -> (Sushy, Machines) {
+    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
+    apply_servers(env, &sushy, machines, boot_watts);
+    let harness = Machines::start(client.clone(), &sushy, machines.to_vec());
+    let (c, ms) = (client.clone(), machines.to_vec());
+    ironclaim_testenv::eventually("the servers' nodes ready", Duration::from_secs(30), || {
+        let (c, ms) = (c.clone(), ms.clone());
+        async move { nodes_ready(&c, &ms).await }
+    })
+    .await;
+    (sushy, harness)
 }
