@@ -42,6 +42,8 @@ pub struct Args {
     /// Elect a leader through a Lease: only the holder acts.
     #[arg(long)]
     leader_elect: bool,
+    /// The controller's namespace: the leader Lease and the claim locks
+    /// (one Lease per claimed server) live there.
     #[arg(long, env = "POD_NAMESPACE", default_value = "ironclaim-system")]
     lease_namespace: String,
     #[arg(long, default_value = "ironclaim-controller")]
@@ -102,6 +104,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         };
         settings.claims.deadlines.margin_percent = args.stuck_margin_percent;
         settings.claims.quarantine_after = args.quarantine_after;
+        settings.claims.lock_namespace = args.lease_namespace.clone();
         if args.leader_elect {
             settings.lease = Some(LeaseSettings {
                 namespace: args.lease_namespace.clone(),

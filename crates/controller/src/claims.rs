@@ -4,15 +4,16 @@
 //!
 //! # Restart safety
 //! Every step is written to the API before the action it announces. The
-//! write that claims a server names the claim, stamps `claimedAt` and sets
-//! the server's power state to `PoweringOn`, all before the power-on is
-//! sent; that one write is all a power-on waits for. The NodeClaim follows
-//! (with its `Selected` and `PoweringOn` stages) while the power-on is
-//! under way. A restarted controller reads where each claim stands and asks
+//! server's claim lock (a Lease, see [`crate::locks`]) is taken before the
+//! power-on is sent; that one cheap write is all a power-on waits for. The
+//! claim is then written to the Server (its name, `claimedAt`, power state
+//! `PoweringOn`) and the NodeClaim follows (with its `Selected` and
+//! `PoweringOn` stages) while the power-on is under way. A restarted controller reads where each claim stands and asks
 //! the BMC before acting: a server already on is not powered on again, and
 //! a power-on sent less than the server's power-on budget ago is waited
 //! for, not repeated. A server whose claim is gone, and was claimed longer
-//! ago than the opening grace, is powered off and released.
+//! ago than the opening grace, is powered off and released; so is a server
+//! whose lock names a claim the Server never recorded.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,6 +38,7 @@ use crate::events::Events;
 use crate::gates;
 use crate::index::CLAIM_FAILED_CONDITION;
 use crate::leader::Gate;
+use crate::locks::{Lock, Locks, Taken};
 use crate::metrics::Metrics;
 use crate::provider::{Power, PowerError};
 use crate::timeline::{self, Deadlines, Ended};
@@ -83,6 +85,9 @@ pub struct ClaimSettings {
     /// power-on, so anything longer means the controller that opened it is
     /// gone.
     pub opening_grace: Duration,
+    /// Where the per-server claim locks (Leases) live: the controller's
+    /// own namespace.
+    pub lock_namespace: String,
 }
 
 impl Default for ClaimSettings {
@@ -93,6 +98,7 @@ impl Default for ClaimSettings {
             quarantine_after: 3,
             failed_claim_ttl: Duration::from_secs(3600),
             opening_grace: Duration::from_secs(60),
+            lock_namespace: "ironclaim-system".into(),
         }
     }
 }
@@ -143,6 +149,8 @@ pub struct Opened {
     pub name: String,
     /// When its power-on was handed to the provider.
     pub power_on_sent: Option<Instant>,
+    /// The server as it was when its lock was taken.
+    server: Server,
     /// The NodeClaim to write.
     record: NodeClaim,
     decided_s: Seconds,
@@ -161,6 +169,7 @@ impl Opened {
         Opened {
             name: name.into(),
             power_on_sent,
+            server: Server::new("s", serde_json::from_value(serde_json::json!({"bmc": {"address": "https://bmc.invalid/redfish/v1/Systems/1", "credentialsSecretRef": {"name": "bmc", "namespace": "ns"}}, "hardware": {"cpu": "1", "memory": "1Gi"}})).expect("spec")),
             record: NodeClaim::new(name, NodeClaimSpec { server: "s".into(), pool: "p".into(), pods: vec![pod; pods] }),
             decided_s: 0,
             sent_s: 0,
@@ -206,6 +215,7 @@ pub struct Claims {
     /// The resourceVersion of each claim's last status write by this
     /// process: a view older than it is stale and waits for the watch.
     written: Mutex<HashMap<String, u64>>,
+    locks: Locks,
     /// Nothing is claimed, written or powered while it is shut.
     gate: Gate,
 }
@@ -220,6 +230,7 @@ fn durations_of(server: &Server) -> StageDurations {
 
 impl Claims {
     pub fn new(client: Client, power: Arc<dyn Power>, settings: ClaimSettings, metrics: Arc<Metrics>, events: Events) -> Self {
+        let locks = Locks::new(client.clone(), &settings.lock_namespace);
         Claims {
             client,
             power,
@@ -229,6 +240,7 @@ impl Claims {
             running: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            locks,
             gate: Gate::always(),
         }
     }
@@ -267,19 +279,18 @@ impl Claims {
         Api::all(self.client.clone())
     }
 
-    /// Opens a claim the core decided on, up to its power-on: claims the
-    /// server (one write, which also marks it `PoweringOn`) and sends the
-    /// power-on. The NodeClaim is written afterwards by
-    /// [`Claims::record_opened`], so a power-on waits for one API write, not
-    /// three.
+    /// Opens a claim the core decided on, up to its power-on: takes the
+    /// server's lock (one Lease created) and sends the power-on. The claim
+    /// is written to the Server and the NodeClaim created afterwards by
+    /// [`Claims::record_opened`], so a power-on waits for one cheap write.
     ///
     /// # Errors
-    /// [`Error::ServerHeld`] when another claim wrote the server first;
-    /// [`Error::ClaimServerFailed`] when the write failed.
+    /// [`Error::ServerHeld`] when another claim holds the server;
+    /// [`Error::ClaimLockFailed`] when the lock could not be taken.
     ///
-    /// `known` is the server as the index last saw it: the claim is written
-    /// on its resourceVersion without reading it again (a stale copy only
-    /// costs a 409 and a fresh read). `decided_s` is when the core chose it.
+    /// `known` is the server as the index last saw it, checked free
+    /// without reading it again (a stale copy is caught by the lock).
+    /// `decided_s` is when the core chose it.
     pub async fn open(&self, new: &NewClaim, uids: &HashMap<String, String>, known: Option<Server>, decided_s: Seconds) -> Result<Opened> {
         self.ensure_acting()?;
         let name = claim_name(&new.pool, &new.server);
@@ -291,7 +302,7 @@ impl Claims {
                 PodReference { namespace: namespace.to_string(), name: name.to_string(), uid: uids.get(key).cloned() }
             })
             .collect();
-        let (server, newly) = match self.claim_server_from(&new.server, &name, known).await {
+        let (server, newly) = match self.take_server(&new.server, &name, known).await {
             Ok(claimed) => claimed,
             Err(err @ Error::ServerHeld { .. }) => {
                 self.metrics.claim_ended("failed", timeline::reason_label(FailureReason::ClaimConflict));
@@ -299,12 +310,12 @@ impl Claims {
             }
             Err(err) => return Err(err),
         };
-        // Always newly claimed here (the name is fresh), but a power-on is
-        // sent only by the write that claimed the server.
+        // Always newly taken here (the name is fresh), but a power-on is
+        // sent only by the call that took the lock.
         let mut power_on_sent = None;
         if newly {
             let keys = pods.iter().map(|p| (p.namespace.clone(), p.name.clone(), p.uid.clone())).collect();
-            self.spawn(&name, Action::PowerOn(keys), server);
+            self.spawn(&name, Action::PowerOn(keys), server.clone());
             power_on_sent = Some(Instant::now());
         }
         let record = NodeClaim {
@@ -316,18 +327,21 @@ impl Claims {
             spec: NodeClaimSpec { server: new.server.clone(), pool: new.pool.clone(), pods },
             status: None,
         };
-        Ok(Opened { name, power_on_sent, record, decided_s, sent_s: now_s() })
+        Ok(Opened { name, power_on_sent, server, record, decided_s, sent_s: now_s() })
     }
 
-    /// Writes the NodeClaim of a claim [`Claims::open`] opened, with its
-    /// first two stages. Until it exists the server's `claimedAt` tells
-    /// the orphan sweep the claim is being opened; if this fails for good
-    /// the sweep powers the server off and releases it.
+    /// Records a claim [`Claims::open`] opened: the claim on the Server's
+    /// status, then its NodeClaim with the first two stages. Until both
+    /// exist the lock's and the server's times tell the orphan sweep the
+    /// claim is being opened; if this fails for good the sweep powers the
+    /// server off and releases it once the opening grace has passed.
     ///
     /// # Errors
+    /// [`Error::ClaimServerFailed`], [`Error::ServerHeld`],
     /// [`Error::CreateClaimFailed`], [`Error::ApplyStatusFailed`].
     pub async fn record_opened(&self, opened: &Opened) -> Result<()> {
         let server = &opened.record.spec.server;
+        self.write_claim(&opened.server, &opened.name).await?;
         match self.claims_api().create(&PostParams::default(), &opened.record).await {
             Ok(_) => {}
             // A retried create that had landed.
@@ -348,7 +362,7 @@ impl Claims {
     /// status write was lost) and records `PoweringOn`.
     ///
     /// # Guarantees
-    /// A power-on is sent only by the call whose write claimed the server.
+    /// A power-on is sent only by the call that took the server's lock.
     /// When the server was already held by this claim (a restart, or a
     /// retried write), nothing is sent here: the `PoweringOn` stage waits
     /// through the power-on budget and asks the BMC before sending again.
@@ -356,7 +370,11 @@ impl Claims {
         let name = claim.name_any();
         let now = now_s();
         self.ensure_acting()?;
-        let (server, newly) = match self.claim_server_from(server_name, &name, None).await {
+        let claimed = match self.take_server(server_name, &name, None).await {
+            Ok((server, newly)) => self.write_claim(&server, &name).await.map(|server| (server, newly)),
+            Err(err) => Err(err),
+        };
+        let (server, newly) = match claimed {
             Ok(claimed) => claimed,
             Err(err @ Error::ServerHeld { .. }) => {
                 let mut status = claim.status.clone().unwrap_or_default();
@@ -381,37 +399,70 @@ impl Claims {
         Ok(())
     }
 
-    /// Writes `claim` into the server's status, only if no other claim
-    /// holds it, with the resourceVersion read: of two writers, one wins.
+    /// Claims `server` for `claim`: takes its lock, then writes the claim
+    /// to its status.
     ///
     /// # Errors
     /// [`Error::ServerHeld`] when another claim holds the server (also when
-    /// it won a race for it); [`Error::ClaimServerFailed`] otherwise.
+    /// it won a race for it); [`Error::ClaimLockFailed`] or
+    /// [`Error::ClaimServerFailed`] otherwise.
     pub async fn claim_server(&self, server: &str, claim: &str) -> Result<Server> {
-        self.claim_server_from(server, claim, None).await.map(|(server, _)| server)
+        let (current, _) = self.take_server(server, claim, None).await?;
+        self.write_claim(&current, claim).await
     }
 
-    /// [`Claims::claim_server`], starting from `known` (the index's copy)
-    /// instead of a read when given, and marking the server `PoweringOn` in
-    /// the same write; true when this call's write claimed it.
-    async fn claim_server_from(&self, server: &str, claim: &str, known: Option<Server>) -> Result<(Server, bool)> {
+    /// Takes `server` for `claim` if its copy (`known`, the index's, or a
+    /// fresh read) shows it free: by creating its lock, which of two
+    /// claimers only one can do. True when this call took it: only then
+    /// may a power-on be sent.
+    async fn take_server(&self, server: &str, claim: &str, known: Option<Server>) -> Result<(Server, bool)> {
+        let current = match known.filter(|k| k.metadata.resource_version.is_some()) {
+            Some(k) => k,
+            None => self.servers_api().get_status(server).await.map_err(|source| Error::ClaimServerFailed { server: server.into(), source })?,
+        };
+        let status = current.status.clone().unwrap_or_default();
+        match status.claim.as_deref() {
+            // Already ours; a claim written before locks existed gets its lock now.
+            Some(holder) if holder == claim => {
+                self.locks.take(&current, claim).await?;
+                return Ok((current, false));
+            }
+            Some(holder) if !holder.is_empty() => {
+                return Err(Error::ServerHeld { server: server.into(), holder: holder.into() });
+            }
+            _ => {}
+        }
+        if current.spec.maintenance || status.quarantined {
+            return Err(Error::ServerHeld { server: server.into(), holder: "maintenance or quarantine".into() });
+        }
+        let taken = self.locks.take(&current, claim).await?;
+        Ok((current, taken == Taken::Now))
+    }
+
+    /// Writes the claim the caller holds the lock of to the server's
+    /// status: its name, `claimedAt`, and `PoweringOn` unless the server
+    /// is on. A merge patch of those fields on the resourceVersion read,
+    /// read again on a conflict (the power sweep may have written since).
+    ///
+    /// # Errors
+    /// [`Error::ServerHeld`] if the status names another claim (a lock
+    /// broken under a live claim); [`Error::ClaimServerFailed`] otherwise.
+    async fn write_claim(&self, known: &Server, claim: &str) -> Result<Server> {
         let api = self.servers_api();
-        let mut known = known.filter(|k| k.metadata.resource_version.is_some());
+        let server = known.name_any();
+        let mut current = Some(known.clone()).filter(|k| k.metadata.resource_version.is_some());
         for _ in 0..5 {
-            let current = match known.take() {
+            let read = match current.take() {
                 Some(k) => k,
-                None => api.get_status(server).await.map_err(|source| Error::ClaimServerFailed { server: server.into(), source })?,
+                None => api.get_status(&server).await.map_err(|source| Error::ClaimServerFailed { server: server.clone(), source })?,
             };
-            let status = current.status.clone().unwrap_or_default();
+            let status = read.status.clone().unwrap_or_default();
             match status.claim.as_deref() {
-                Some(holder) if holder == claim => return Ok((current, false)),
+                Some(holder) if holder == claim => return Ok(read),
                 Some(holder) if !holder.is_empty() => {
-                    return Err(Error::ServerHeld { server: server.into(), holder: holder.into() });
+                    return Err(Error::ServerHeld { server, holder: holder.into() });
                 }
                 _ => {}
-            }
-            if current.spec.maintenance || status.quarantined {
-                return Err(Error::ServerHeld { server: server.into(), holder: "maintenance or quarantine".into() });
             }
             let mut claimed = serde_json::json!({
                 "claim": claim,
@@ -420,24 +471,19 @@ impl Claims {
             if status.power_state != Some(PowerState::On) {
                 claimed["powerState"] = serde_json::json!(PowerState::PoweringOn);
             }
-            // A merge patch of the three fields, carrying the
-            // resourceVersion read: the API server applies it only to that
-            // version, so of two writers one gets 409 Conflict. Smaller than
-            // replacing the whole object, which matters when a burst of
-            // claims queues on the API server.
             let patch = serde_json::json!({
-                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "metadata": {"resourceVersion": read.metadata.resource_version},
                 "status": claimed,
             });
-            match api.patch_status(server, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(written) => return Ok((written, true)),
+            match api.patch_status(&server, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(written) => return Ok(written),
                 Err(kube::Error::Api(status)) if status.code == 409 => continue,
                 Err(source) => {
-                    return Err(Error::ClaimServerFailed { server: server.into(), source });
+                    return Err(Error::ClaimServerFailed { server, source });
                 }
             }
         }
-        Err(Error::ServerHeld { server: server.into(), holder: "a concurrent writer".into() })
+        Err(Error::ServerHeld { server, holder: "a concurrent writer".into() })
     }
 
     async fn write_status(&self, claim: &str, status: &NodeClaimStatus) -> Result<()> {
@@ -805,8 +851,18 @@ impl Claims {
     }
 
     /// Clears the server's claim (only if `claim` still holds it), counts
-    /// the failure and sets the failure condition.
+    /// the failure and sets the failure condition; then gives up the
+    /// claim's lock, which outlives the status claim by this order.
     pub async fn release_server(&self, server: &Server, claim: &str, count_failure: bool) -> Result<()> {
+        if self.clear_claim(server, claim, count_failure).await? {
+            self.locks.give_up(&server.name_any(), claim).await?;
+        }
+        Ok(())
+    }
+
+    /// True once the server no longer names `claim`; false when five
+    /// writers in a row got there first (the next pass tries again).
+    async fn clear_claim(&self, server: &Server, claim: &str, count_failure: bool) -> Result<bool> {
         let api = self.servers_api();
         let server_name = server.name_any();
         for _ in 0..5 {
@@ -814,7 +870,7 @@ impl Claims {
                 api.get_status(&server_name).await.map_err(|source| Error::ServerStatusFailed { server: server_name.clone(), source })?;
             let mut status: ServerStatus = current.status.clone().unwrap_or_default();
             if status.claim.as_deref() != Some(claim) {
-                return Ok(());
+                return Ok(true);
             }
             let now = now_s();
             status.claim = None;
@@ -835,14 +891,14 @@ impl Claims {
             }
             current.status = Some(status);
             match api.replace_status(&server_name, &PostParams::default(), &current).await {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 409 => continue,
                 Err(source) => {
                     return Err(Error::ServerStatusFailed { server: server_name, source });
                 }
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Deletes a failed claim once its record has been kept long enough.
@@ -946,6 +1002,37 @@ impl Claims {
             }
         }
         self.release_server(server, claim, false).await
+    }
+
+    /// Breaks a lock an opening left behind when it died before writing
+    /// the claim to the server (see [`crate::locks`]): confirmed against
+    /// the API first, since the watch may lag. Its power-on may have
+    /// reached the BMC, so a server that is not a node is powered off, as
+    /// an orphan is; then the lock goes.
+    ///
+    /// # Errors
+    /// [`Error::ClaimLockFailed`], [`Error::ServerStatusFailed`] when a
+    /// read failed; [`Error::PowerFailed`] when the power-off did (the
+    /// lock is kept, so the next sweep tries again).
+    pub async fn break_lock(&self, server: &Server, lock: &Lock, has_node: bool) -> Result<()> {
+        self.ensure_acting()?;
+        let name = server.name_any();
+        if self.locks.read(&name).await?.as_ref() != Some(lock) {
+            return Ok(());
+        }
+        let current = self.servers_api().get_status(&name).await.map_err(|source| Error::ServerStatusFailed { server: name.clone(), source })?;
+        if current.status.as_ref().and_then(|s| s.claim.as_deref()) == Some(lock.holder.as_str()) {
+            return Ok(());
+        }
+        tracing::warn!(server = %name, claim = %lock.holder, "a claim lock outlived its opening; breaking it");
+        if !has_node && current.status.as_ref().and_then(|s| s.claim.as_deref()).is_none_or(str::is_empty) {
+            match self.power.power_state(&current).await {
+                Ok(PowerState::Off) => {}
+                Ok(_) => self.power.power_off(&current).await.map_err(|source| Error::PowerFailed { server: name.clone(), source })?,
+                Err(source) => return Err(Error::PowerFailed { server: name, source }),
+            }
+        }
+        self.locks.give_up(&name, &lock.holder).await
     }
 
     /// Stops every running power task (on shutdown or lost leadership).

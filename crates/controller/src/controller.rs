@@ -18,6 +18,7 @@ use ironclaim_k8s::api::server::{PowerState, ServerStatus};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams};
@@ -34,6 +35,7 @@ use crate::error::Result;
 use crate::events::Events;
 use crate::index::{FailureBackoff, Index, Indexed};
 use crate::leader::{self, Gate, LeaseSettings};
+use crate::locks::{LOCK_LABEL, Lock};
 use crate::metrics::Metrics;
 use crate::pools;
 use crate::provider::Power;
@@ -139,7 +141,15 @@ where
     K: Indexed + Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
 {
-    let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    watch_with(api, watcher::Config::default(), index, notify, synced).await;
+}
+
+async fn watch_with<K>(api: Api<K>, config: watcher::Config, index: Arc<Mutex<Index>>, notify: Arc<Notify>, synced: Arc<AtomicUsize>)
+where
+    K: Indexed + Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut buffer = Vec::new();
     let mut first = true;
     loop {
@@ -170,7 +180,7 @@ where
     }
 }
 
-const WATCHED_KINDS: usize = 7;
+const WATCHED_KINDS: usize = 8;
 
 impl Controller {
     pub fn new(client: Client, power: Arc<dyn Power>, settings: Settings) -> Self {
@@ -222,6 +232,8 @@ impl Controller {
         watches.spawn(watch(Api::<Server>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<NodePool>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<NodeClaim>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        let locks = Api::<Lease>::namespaced(c.clone(), &self.settings.claims.lock_namespace);
+        watches.spawn(watch_with(locks, watcher::Config::default().labels(LOCK_LABEL), i.clone(), n.clone(), s.clone()));
 
         let mut stop = stop_rx.clone();
         while synced.load(Ordering::SeqCst) < WATCHED_KINDS {
@@ -500,6 +512,17 @@ impl Controller {
     }
 }
 
+/// Whether a claim lock was left by an opening that died between taking
+/// it and writing the claim to its server: the server does not name its
+/// holder, and it was taken longer than `grace` ago (or at a time not
+/// recorded). A lock whose server is gone is left to the garbage
+/// collector (the Server owns it).
+fn stale_lock(lock: &Lock, server: &Server, now: jiff::Timestamp, grace: Duration) -> bool {
+    let named = server.status.as_ref().and_then(|s| s.claim.as_deref()) == Some(lock.holder.as_str());
+    let opening = lock.acquired.is_some_and(|at| now.duration_since(at).unsigned_abs() < grace || at > now);
+    !named && !opening
+}
+
 /// The claim holding `server` when it is an orphan: its NodeClaim does not
 /// exist (as far as `claims` knows) and it was written longer than `grace`
 /// ago, or at a time not recorded.
@@ -546,10 +569,19 @@ struct Sweeper {
 
 impl Sweeper {
     async fn sweep(&self) {
-        let (servers, orphans) = {
+        let (servers, orphans, stale) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let servers: Vec<Server> = index.servers.values().cloned().collect();
             let now = jiff::Timestamp::now();
+            let grace = self.claims.opening_grace();
+            let stale: Vec<(Server, Lock, bool)> = index
+                .locks
+                .values()
+                .filter_map(|lock| {
+                    let server = index.servers.get(&lock.server)?;
+                    stale_lock(lock, server, now, grace).then(|| (server.clone(), lock.clone(), index.node_of_server(&lock.server).is_some()))
+                })
+                .collect();
             let orphans: Vec<(Server, String, bool)> = servers
                 .iter()
                 .filter_map(|s| {
@@ -557,8 +589,14 @@ impl Sweeper {
                     Some((s.clone(), claim, index.node_of_server(&s.name_any()).is_some()))
                 })
                 .collect();
-            (servers, orphans)
+            (servers, orphans, stale)
         };
+        for (server, lock, has_node) in stale {
+            if let Err(err) = self.claims.break_lock(&server, &lock, has_node).await {
+                tracing::warn!(server = %server.name_any(), error = %err, "breaking a stale claim lock failed");
+                self.metrics.error(err.metric_label());
+            }
+        }
         let claims_api: Api<NodeClaim> = Api::all(self.client.clone());
         for (server, claim, has_node) in orphans {
             // The watch may lag a claim just created: ask the API itself.
@@ -681,6 +719,23 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(orphaned_claim(&server(Some("c1"), None), &held, now, GRACE), None, "its NodeClaim exists");
+    }
+
+    #[test]
+    fn a_lock_is_stale_only_when_its_server_does_not_name_its_holder_after_the_grace() {
+        let now: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let lock = |holder: &str, ago: Option<i64>| Lock {
+            server: "r1-u01".into(),
+            holder: holder.into(),
+            acquired: ago.map(|s| now - jiff::SignedDuration::from_secs(s)),
+        };
+        assert!(!stale_lock(&lock("c1", Some(5)), &server(None, None), now, GRACE), "still being opened");
+        assert!(!stale_lock(&lock("c1", Some(59)), &server(None, None), now, GRACE));
+        assert!(stale_lock(&lock("c1", Some(61)), &server(None, None), now, GRACE));
+        assert!(stale_lock(&lock("c1", None), &server(None, None), now, GRACE), "no stamp: an old lock");
+        assert!(!stale_lock(&lock("c1", Some(3600)), &server(Some("c1"), None), now, GRACE), "the server names its holder");
+        assert!(stale_lock(&lock("c1", Some(3600)), &server(Some("c2"), None), now, GRACE), "another claim on the server");
+        assert!(!stale_lock(&lock("c1", Some(-300)), &server(None, None), now, GRACE), "a clock ahead of ours");
     }
 
     #[test]

@@ -18,6 +18,14 @@ pub enum Error {
         source: kube::Error,
     },
 
+    #[error("taking the claim lock {lease} of server {server} failed")]
+    ClaimLockFailed {
+        server: String,
+        lease: String,
+        #[source]
+        source: kube::Error,
+    },
+
     #[error("server {server} is already held by claim {holder}")]
     ServerHeld { server: String, holder: String },
 
@@ -80,6 +88,7 @@ impl Error {
         match self {
             Error::CreateClaimFailed { .. } => "create_claim_failed",
             Error::ClaimServerFailed { .. } => "claim_server_failed",
+            Error::ClaimLockFailed { .. } => "claim_lock_failed",
             Error::ServerHeld { .. } => "server_held",
             Error::ApplyStatusFailed { .. } => "apply_status_failed",
             Error::ServerStatusFailed { .. } => "server_status_failed",

@@ -14,10 +14,12 @@ use ironclaim_k8s::pod::{pod_from_k8s, pod_from_template};
 use ironclaim_k8s::{node_from_k8s, nodeclaim_in_flight, nodepool_to_core, pdb_from_k8s, server_to_core};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
 use crate::gates;
+use crate::locks::Lock;
 
 /// The prefix of a node's `spec.providerID` that names its server.
 pub const PROVIDER_ID_PREFIX: &str = "ironclaim://";
@@ -52,6 +54,8 @@ pub struct Index {
     pub servers: BTreeMap<String, Server>,
     pub pools: BTreeMap<String, NodePool>,
     pub claims: BTreeMap<String, NodeClaim>,
+    /// Claim locks by server (see [`crate::locks`]).
+    pub locks: BTreeMap<String, Lock>,
 }
 
 /// A kind the index holds.
@@ -95,6 +99,26 @@ keyed!(PodDisruptionBudget, pdbs, true);
 keyed!(Server, servers, false);
 keyed!(NodePool, pools, false);
 keyed!(NodeClaim, claims, false);
+
+/// Only Leases that are claim locks are kept; a lock is keyed by its server.
+impl Indexed for Lease {
+    fn apply(self, index: &mut Index) {
+        if let Some(lock) = Lock::from_lease(&self) {
+            index.locks.insert(lock.server.clone(), lock);
+        }
+    }
+    fn delete(&self, index: &mut Index) {
+        if let Some(lock) = Lock::from_lease(self) {
+            index.locks.remove(&lock.server);
+        }
+    }
+    fn reset(objects: Vec<Self>, index: &mut Index) {
+        index.locks.clear();
+        for o in objects {
+            o.apply(index);
+        }
+    }
+}
 
 impl Indexed for Pod {
     fn apply(self, index: &mut Index) {
@@ -292,6 +316,12 @@ impl Index {
                         && now_s < failed_s.saturating_add(backoff.after(s.failures))
                     {
                         s.health = Health::Failed;
+                    }
+                    // Locked but not yet written: taken all the same.
+                    if s.claim.is_none()
+                        && let Some(lock) = self.locks.get(&s.name)
+                    {
+                        s.claim = Some(lock.holder.clone());
                     }
                     if s.node.is_none() && self.node_of_server(&s.name).is_some() {
                         s.node = self.node_of_server(&s.name).map(|n| n.name_any());

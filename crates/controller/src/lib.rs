@@ -6,6 +6,8 @@
 //! - [`batch`]: pending pods batched by an idle and a maximum window.
 //! - [`claims`]: opening claims, claiming servers atomically, powering on,
 //!   and walking each claim through its stages.
+//! - [`locks`]: one Lease per claimed server, the cheap atomic token a
+//!   power-on waits for.
 //! - [`timeline`]: the stage records, per-server deadlines (slow versus
 //!   stuck) and the notes pods are told.
 //! - [`gates`]: readiness gates per NodePool.
@@ -27,6 +29,7 @@ pub mod gates;
 pub mod http;
 pub mod index;
 pub mod leader;
+pub mod locks;
 pub mod metrics;
 pub mod pools;
 pub mod provider;

@@ -44,6 +44,8 @@ async fn the_controller_runs_with_exactly_the_rules_of_deploy_rbac() {
     assert!(matches!(forbidden, Err(kube::Error::Api(ref s)) if s.code == 403), "{forbidden:?}");
 
     let mut settings = settings("rbac");
+    // Claim locks where the Deployment keeps them: in its own namespace.
+    settings.claims.lock_namespace = "ironclaim-system".into();
     settings.lease = Some(LeaseSettings {
         namespace: "ironclaim-system".into(),
         name: "ironclaim-controller".into(),

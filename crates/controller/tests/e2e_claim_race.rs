@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use ironclaim_controller::Error;
-use ironclaim_controller::claims::{ClaimSettings, Claims};
+use ironclaim_controller::claims::Claims;
 use ironclaim_controller::events::Events;
 use ironclaim_controller::metrics::Metrics;
 use support::*;
@@ -21,7 +21,7 @@ async fn two_claimers_racing_for_the_same_servers_never_both_win_one() {
         apply(&env, &Machine::new(name, 100 + i, 8, 8).server_json(&sushy));
     }
     let metrics = Arc::new(Metrics::new());
-    let make = || Arc::new(Claims::new(client.clone(), redfish(&client), ClaimSettings::default(), metrics.clone(), Events::disabled()));
+    let make = || Arc::new(Claims::new(client.clone(), redfish(&client), settings("race").claims, metrics.clone(), Events::disabled()));
     let (one, two) = (make(), make());
     let mut tasks = tokio::task::JoinSet::new();
     for name in &names {

@@ -19,13 +19,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_left_without_its_nodeclaim_waits_out_the_grace_then_is_released_without_a_second_power_on() {
     let (env, client) = setup().await;
-    let machines = vec![Machine::new("r1-u01", 41, 16, 32), Machine::new("r1-u02", 42, 16, 32)];
-    // r1-u02's power-on from the dead controller reached the BMC.
-    let sushy = Sushy::start(&[(machines[0].uuid.clone(), "Off"), (machines[1].uuid.clone(), "On")]);
-    for m in &machines {
-        apply(&env, &m.server_json(&sushy));
-    }
-    apply(&env, &nodepool("default", json!([]), json!({})));
+    let (machines, sushy) = two_machines_the_second_on(&env, 41);
     let grace = Duration::from_secs(20);
     let claimed_at = jiff::Timestamp::now();
     let servers: Api<ironclaim_k8s::api::Server> = Api::all(client.clone());
@@ -86,3 +80,4 @@ async fn a_claim_left_without_its_nodeclaim_waits_out_the_grace_then_is_released
     assert_eq!(server(&client, "r1-u02").await.status.unwrap().failures, 0, "an abandoned opening is not the server's failure");
     controller.stop().await;
 }
+

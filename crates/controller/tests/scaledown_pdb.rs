@@ -96,7 +96,7 @@ async fn start(env: &ironclaim_testenv::TestEnv, client: &Client, prefix: &str, 
     let machines = machines(prefix, prefix, 2, uuid_base);
     clean(env, client, &machines, prefix).await;
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "deployment,pdb", prefix, "--ignore-not-found"]);
-    let (sushy, harness) = powered_fleet(env, &client, &machines, 10).await;
+    let (sushy, harness) = powered_fleet(env, client, &machines, 10).await;
     (machines, sushy, harness)
 }
 

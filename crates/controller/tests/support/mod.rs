@@ -13,11 +13,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ironclaim_controller::batch::Windows;
 use ironclaim_controller::claims::{ClaimSettings, Retry};
 use ironclaim_controller::index::FailureBackoff;
 use ironclaim_controller::timeline::Deadlines;
 use ironclaim_controller::{Controller, Power, RedfishPower, Settings};
-use ironclaim_controller::batch::Windows;
 use ironclaim_k8s::api::{NodeClaim, Server};
 use ironclaim_redfish::{Bmc, BmcAddress, BmcConfig, Credentials, SystemSelector, Timing};
 use ironclaim_testenv::{FAKE_NODE_ANNOTATION, TestEnv};
@@ -63,11 +63,7 @@ fn sushy_emulator() -> PathBuf {
             cache.join("sushy-venv/bin/sushy-emulator")
         }
     };
-    assert!(
-        path.is_file(),
-        "the sushy-tools Redfish emulator is not installed at {}: run hack/redfish-emulator-setup",
-        path.display()
-    );
+    assert!(path.is_file(), "the sushy-tools Redfish emulator is not installed at {}: run hack/redfish-emulator-setup", path.display());
     path
 }
 
@@ -365,17 +361,20 @@ pub async fn setup() -> (TestEnv, Client) {
         env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("crd established");
     }
     let _ = env.kubectl(["create", "namespace", NAMESPACE]);
-    let _ = env.kubectl([
-        "-n",
-        NAMESPACE,
-        "create",
-        "secret",
-        "generic",
-        "bmc",
-        "--from-literal=username=admin",
-        "--from-literal=password=password",
-    ]);
+    let _ = env.kubectl(["-n", NAMESPACE, "create", "secret", "generic", "bmc", "--from-literal=username=admin", "--from-literal=password=password"]);
     (env, client)
+}
+
+/// r1-u01 (off) and r1-u02, whose power-on from the dead controller
+/// reached the BMC; one NodePool over both.
+pub fn two_machines_the_second_on(env: &TestEnv, first_index: usize) -> (Vec<Machine>, Sushy) {
+    let machines = vec![Machine::new("r1-u01", first_index, 16, 32), Machine::new("r1-u02", first_index + 1, 16, 32)];
+    let sushy = Sushy::start(&[(machines[0].uuid.clone(), "Off"), (machines[1].uuid.clone(), "On")]);
+    for m in &machines {
+        apply(env, &m.server_json(&sushy));
+    }
+    apply(env, &nodepool("default", json!([]), json!({})));
+    (machines, sushy)
 }
 
 pub fn apply(env: &TestEnv, value: &serde_json::Value) {
@@ -443,6 +442,7 @@ pub fn settings(instance: &str) -> Settings {
             quarantine_after: 3,
             failed_claim_ttl: Duration::from_secs(3600),
             opening_grace: Duration::from_secs(60),
+            lock_namespace: NAMESPACE.into(),
         },
         failure_backoff: FailureBackoff { base_s: 600, max_s: 3600 },
         tick: Duration::from_millis(200),

@@ -1,0 +1,82 @@
+//! The controller dies after taking a server's claim lock and sending its
+//! power-on, before writing the claim to the Server: only the lock says
+//! the server is taken. A new controller leaves it alone while it could
+//! still be opening, then breaks the lock and powers the server off; the
+//! pod is placed on another server and nothing is powered on twice.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use ironclaim_controller::Controller;
+use ironclaim_k8s::api::server::PowerState;
+use ironclaim_testenv::eventually;
+use kube::Api;
+use serde_json::json;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_and_the_server_powered_off() {
+    use ironclaim_controller::locks::{LOCK_LABEL, LOCK_SERVER_ANNOTATION, lock_name};
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (env, client) = setup().await;
+    let (machines, sushy) = two_machines_the_second_on(&env, 51);
+    let owner = server(&client, "r1-u02").await.metadata.uid.unwrap();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let lock: Lease = serde_json::from_value(json!({
+        "metadata": {"name": lock_name("r1-u02"), "labels": {LOCK_LABEL: "true"}, "annotations": {LOCK_SERVER_ANNOTATION: "r1-u02"},
+                     "ownerReferences": [{"apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "name": "r1-u02", "uid": owner}]},
+        "spec": {"holderIdentity": "default-r1-u02-gone2", "acquireTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}
+    }))
+    .unwrap();
+    leases.create(&Default::default(), &lock).await.unwrap();
+    let written = Instant::now();
+    let grace = Duration::from_secs(20);
+    let _harness = Machines::start(client.clone(), &sushy, vec![machines[0].clone()]);
+
+    let mut s = settings("restarted-lock");
+    s.claims.opening_grace = grace;
+    s.power_sweep_every = Duration::from_millis(500);
+    let controller = run(Controller::new(client.clone(), redfish(&client), s));
+    apply(&env, &pod("app", "8", "8Gi", &[], 0));
+
+    let c = client.clone();
+    eventually("a sweep recorded r1-u01's power", Duration::from_secs(15), || {
+        let c = c.clone();
+        async move { if server(&c, "r1-u01").await.status.unwrap_or_default().power_state.is_some() { Ok(()) } else { Err("not yet".into()) } }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(written.elapsed() < grace, "the check ran after the grace ({:?}); it proves nothing", written.elapsed());
+    assert!(leases.get_opt(&lock_name("r1-u02")).await.unwrap().is_some(), "the lock was broken inside the grace");
+    assert_eq!(server(&client, "r1-u02").await.status.unwrap_or_default().claim, None, "r1-u02 was claimed while locked");
+    assert_eq!(sushy.resets(&machines[1].uuid), 0, "r1-u02 touched inside the grace: {}", sushy.log_text());
+
+    let c = client.clone();
+    eventually("the app bound", Duration::from_secs(40), || {
+        let c = c.clone();
+        async move { bound(&c, "app").await }
+    })
+    .await;
+    assert_eq!(pod_node(&client, "app").await.as_deref(), Some("r1-u01"));
+
+    let (c, l) = (client.clone(), leases.clone());
+    eventually("r1-u02 powered off and its lock broken after the grace", Duration::from_secs(60), || {
+        let (c, l) = (c.clone(), l.clone());
+        async move {
+            let s = server(&c, "r1-u02").await.status.unwrap_or_default();
+            let lock = l.get_opt(&lock_name("r1-u02")).await.map_err(|e| e.to_string())?;
+            if lock.is_none() && s.power_state == Some(PowerState::Off) { Ok(()) } else { Err(format!("lock {lock:?}, {s:?}")) }
+        }
+    })
+    .await;
+    assert!(written.elapsed() >= grace, "broken before the grace ended");
+    assert_eq!(sushy.resets(&machines[1].uuid), 1, "r1-u02: one reset, the power-off: {}", sushy.log_text());
+    assert_eq!(sushy.resets(&machines[0].uuid), 1, "r1-u01: one reset, its power-on: {}", sushy.log_text());
+    assert_eq!(server(&client, "r1-u02").await.status.unwrap().failures, 0, "an abandoned opening is not the server's failure");
+    // The app's own claim holds r1-u01's lock, and the Server names it.
+    let held = Api::<Lease>::namespaced(client.clone(), NAMESPACE).get(&lock_name("r1-u01")).await.unwrap();
+    let holder = held.spec.unwrap().holder_identity.unwrap();
+    assert_eq!(server(&client, "r1-u01").await.status.unwrap().claim.as_deref(), Some(holder.as_str()));
+    controller.stop().await;
+}
