@@ -85,12 +85,7 @@ async fn killed_between_power_on_and_status_write_then_restarted_powers_on_once_
     assert_eq!(all[0].status.as_ref().unwrap().stage, Some(Stage::PoweringOn), "the confirmation was never written");
 
     let second = run(Controller::new(client.clone(), redfish(&client), settings("second")));
-    let c = client.clone();
-    eventually("the app bound", Duration::from_secs(40), || {
-        let c = c.clone();
-        async move { bound(&c, "app").await }
-    })
-    .await;
+    await_bound(&client, "app", Duration::from_secs(40)).await;
     assert_eq!(pod_node(&client, "app").await.as_deref(), Some("r1-u01"));
     assert_eq!(claims(&client).await.len(), 1, "no second claim");
     assert_eq!(sushy.resets(&machines[0].uuid), 1, "exactly one power-on reached the BMC: {}", sushy.log_text());

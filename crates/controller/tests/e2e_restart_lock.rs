@@ -8,7 +8,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use ironclaim_controller::Controller;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_testenv::eventually;
 use kube::Api;
@@ -32,32 +31,13 @@ async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_
     leases.create(&Default::default(), &lock).await.unwrap();
     let written = Instant::now();
     let grace = Duration::from_secs(20);
-    let _harness = Machines::start(client.clone(), &sushy, vec![machines[0].clone()]);
-
-    let mut s = settings("restarted-lock");
-    s.claims.opening_grace = grace;
-    s.power_sweep_every = Duration::from_millis(500);
-    let controller = run(Controller::new(client.clone(), redfish(&client), s));
-    apply(&env, &pod("app", "8", "8Gi", &[], 0));
-
-    let c = client.clone();
-    eventually("a sweep recorded r1-u01's power", Duration::from_secs(15), || {
-        let c = c.clone();
-        async move { if server(&c, "r1-u01").await.status.unwrap_or_default().power_state.is_some() { Ok(()) } else { Err("not yet".into()) } }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (controller, _harness) = restart_after_dead_opening(&env, &client, &sushy, &machines, "restarted-lock", grace).await;
     assert!(written.elapsed() < grace, "the check ran after the grace ({:?}); it proves nothing", written.elapsed());
     assert!(leases.get_opt(&lock_name("r1-u02")).await.unwrap().is_some(), "the lock was broken inside the grace");
     assert_eq!(server(&client, "r1-u02").await.status.unwrap_or_default().claim, None, "r1-u02 was claimed while locked");
     assert_eq!(sushy.resets(&machines[1].uuid), 0, "r1-u02 touched inside the grace: {}", sushy.log_text());
 
-    let c = client.clone();
-    eventually("the app bound", Duration::from_secs(40), || {
-        let c = c.clone();
-        async move { bound(&c, "app").await }
-    })
-    .await;
+    await_bound(&client, "app", Duration::from_secs(40)).await;
     assert_eq!(pod_node(&client, "app").await.as_deref(), Some("r1-u01"));
 
     let (c, l) = (client.clone(), leases.clone());

@@ -8,11 +8,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use ironclaim_controller::Controller;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_testenv::eventually;
-use kube::api::{Patch, PatchParams};
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::*;
 
@@ -32,35 +31,15 @@ async fn a_claim_left_without_its_nodeclaim_waits_out_the_grace_then_is_released
         .await
         .unwrap();
     let written = Instant::now();
-    // r1-u02 must not boot into a node: it belongs to nobody now.
-    let _harness = Machines::start(client.clone(), &sushy, vec![machines[0].clone()]);
-
-    let mut s = settings("restarted");
-    s.claims.opening_grace = grace;
-    s.power_sweep_every = Duration::from_millis(500);
-    let controller = run(Controller::new(client.clone(), redfish(&client), s));
-    apply(&env, &pod("app", "8", "8Gi", &[], 0));
-
-    // A sweep has run (it records r1-u01's power state) well inside the
-    // grace, and the opening claim is untouched.
-    let c = client.clone();
-    eventually("a sweep recorded r1-u01's power", Duration::from_secs(15), || {
-        let c = c.clone();
-        async move { if server(&c, "r1-u01").await.status.unwrap_or_default().power_state.is_some() { Ok(()) } else { Err("not yet".into()) } }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // r1-u02 must not boot into a node: it belongs to nobody now. A sweep
+    // runs well inside the grace, and the opening claim is untouched.
+    let (controller, _harness) = restart_after_dead_opening(&env, &client, &sushy, &machines, "restarted", grace).await;
     let held = server(&client, "r1-u02").await.status.unwrap_or_default();
     assert!(written.elapsed() < grace, "the check ran after the grace ({:?}); it proves nothing", written.elapsed());
     assert_eq!(held.claim.as_deref(), Some("default-r1-u02-gone1"), "released inside the grace: {held:?}");
     assert_eq!(sushy.resets(&machines[1].uuid), 0, "r1-u02 touched inside the grace: {}", sushy.log_text());
 
-    let c = client.clone();
-    eventually("the app bound", Duration::from_secs(40), || {
-        let c = c.clone();
-        async move { bound(&c, "app").await }
-    })
-    .await;
+    await_bound(&client, "app", Duration::from_secs(40)).await;
     assert_eq!(pod_node(&client, "app").await.as_deref(), Some("r1-u01"));
 
     let c = client.clone();
@@ -80,4 +59,3 @@ async fn a_claim_left_without_its_nodeclaim_waits_out_the_grace_then_is_released
     assert_eq!(server(&client, "r1-u02").await.status.unwrap().failures, 0, "an abandoned opening is not the server's failure");
     controller.stop().await;
 }
-

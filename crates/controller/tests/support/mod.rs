@@ -20,7 +20,7 @@ use ironclaim_controller::timeline::Deadlines;
 use ironclaim_controller::{Controller, Power, RedfishPower, Settings};
 use ironclaim_k8s::api::{NodeClaim, Server};
 use ironclaim_redfish::{Bmc, BmcAddress, BmcConfig, Credentials, SystemSelector, Timing};
-use ironclaim_testenv::{FAKE_NODE_ANNOTATION, TestEnv};
+use ironclaim_testenv::{FAKE_NODE_ANNOTATION, TestEnv, eventually};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -375,6 +375,46 @@ pub fn two_machines_the_second_on(env: &TestEnv, first_index: usize) -> (Vec<Mac
     }
     apply(env, &nodepool("default", json!([]), json!({})));
     (machines, sushy)
+}
+
+/// The restart after an opening died: the harness plays r1-u01 only (the
+/// dead opening's r1-u02 must not become a node), a controller with
+/// `grace` as its opening grace and a fast power sweep starts, and a pod
+/// `app` that fits either server arrives. Returns once a sweep has run
+/// (it recorded r1-u01's power), two seconds later.
+pub async fn restart_after_dead_opening(
+    env: &TestEnv,
+    client: &Client,
+    sushy: &Sushy,
+    machines: &[Machine],
+    instance: &str,
+    grace: Duration,
+) -> (Running, Machines) {
+    let harness = Machines::start(client.clone(), sushy, vec![machines[0].clone()]);
+    let mut s = settings(instance);
+    s.claims.opening_grace = grace;
+    s.power_sweep_every = Duration::from_millis(500);
+    let controller = run(Controller::new(client.clone(), redfish(client), s));
+    apply(env, &pod("app", "8", "8Gi", &[], 0));
+    let c = client.clone();
+    eventually("a sweep recorded r1-u01's power", Duration::from_secs(15), || {
+        let c = c.clone();
+        async move { if server(&c, "r1-u01").await.status.unwrap_or_default().power_state.is_some() { Ok(()) } else { Err("not yet".into()) } }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    (controller, harness)
+}
+
+/// Waits up to `within` for `pod` to be bound; returns what [`bound`] says.
+pub async fn await_bound(client: &Client, pod: &str, within: Duration) -> String {
+    let c = client.clone();
+    let pod = pod.to_string();
+    eventually(&format!("{pod} bound"), within, || {
+        let (c, pod) = (c.clone(), pod.clone());
+        async move { bound(&c, &pod).await }
+    })
+    .await
 }
 
 pub fn apply(env: &TestEnv, value: &serde_json::Value) {
