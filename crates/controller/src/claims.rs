@@ -8,10 +8,10 @@
 //! power-on is sent; that one cheap write is all a power-on waits for. The
 //! claim is then written to the Server (its name, `claimedAt`, power state
 //! `PoweringOn`) and the NodeClaim follows (with its `Selected` and
-//! `PoweringOn` stages) while the power-on is under way. A restarted controller reads where each claim stands and asks
-//! the BMC before acting: a server already on is not powered on again, and
-//! a power-on sent less than the server's power-on budget ago is waited
-//! for, not repeated. A server whose claim is gone, and was claimed longer
+//! `PoweringOn` stages) while the power-on is under way. A restarted
+//! controller reads where each claim stands and asks the BMC before acting:
+//! a server already on is not powered on again, and a power-on sent less
+//! than the server's power-on budget ago is waited for, not repeated. A server whose claim is gone, and was claimed longer
 //! ago than the opening grace, is powered off and released; so is a server
 //! whose lock names a claim the Server never recorded.
 
@@ -991,17 +991,19 @@ impl Claims {
     /// claim was removed, the server did nothing wrong.
     pub async fn release_orphan(&self, server: &Server, claim: &str, has_node: bool) -> Result<()> {
         if !has_node {
-            match self.power.power_state(server).await {
-                Ok(PowerState::Off) => {}
-                Ok(_) => {
-                    self.power.power_off(server).await.map_err(|source| Error::PowerFailed { server: server.name_any(), source })?;
-                }
-                Err(source) => {
-                    return Err(Error::PowerFailed { server: server.name_any(), source });
-                }
-            }
+            self.power_off_unless_off(server).await?;
         }
         self.release_server(server, claim, false).await
+    }
+
+    /// Powers `server` off unless its BMC already reads Off: a power-on
+    /// nobody follows up may have reached it.
+    async fn power_off_unless_off(&self, server: &Server) -> Result<()> {
+        let failed = |source| Error::PowerFailed { server: server.name_any(), source };
+        match self.power.power_state(server).await.map_err(failed)? {
+            PowerState::Off => Ok(()),
+            _ => self.power.power_off(server).await.map_err(failed),
+        }
     }
 
     /// Breaks a lock an opening left behind when it died before writing
@@ -1021,16 +1023,13 @@ impl Claims {
             return Ok(());
         }
         let current = self.servers_api().get_status(&name).await.map_err(|source| Error::ServerStatusFailed { server: name.clone(), source })?;
-        if current.status.as_ref().and_then(|s| s.claim.as_deref()) == Some(lock.holder.as_str()) {
+        let named = current.status.as_ref().and_then(|s| s.claim.as_deref()).filter(|c| !c.is_empty());
+        if named == Some(lock.holder.as_str()) {
             return Ok(());
         }
         tracing::warn!(server = %name, claim = %lock.holder, "a claim lock outlived its opening; breaking it");
-        if !has_node && current.status.as_ref().and_then(|s| s.claim.as_deref()).is_none_or(str::is_empty) {
-            match self.power.power_state(&current).await {
-                Ok(PowerState::Off) => {}
-                Ok(_) => self.power.power_off(&current).await.map_err(|source| Error::PowerFailed { server: name.clone(), source })?,
-                Err(source) => return Err(Error::PowerFailed { server: name, source }),
-            }
+        if !has_node && named.is_none() {
+            self.power_off_unless_off(&current).await?;
         }
         self.locks.give_up(&name, &lock.holder).await
     }

@@ -519,8 +519,13 @@ impl Controller {
 /// collector (the Server owns it).
 fn stale_lock(lock: &Lock, server: &Server, now: jiff::Timestamp, grace: Duration) -> bool {
     let named = server.status.as_ref().and_then(|s| s.claim.as_deref()) == Some(lock.holder.as_str());
-    let opening = lock.acquired.is_some_and(|at| now.duration_since(at).unsigned_abs() < grace || at > now);
-    !named && !opening
+    !named && !lock.acquired.is_some_and(|at| within_grace(at, now, grace))
+}
+
+/// Whether something stamped `at` may still be opening: less than `grace`
+/// ago, or ahead of our clock (another clock's, never counted as old).
+fn within_grace(at: jiff::Timestamp, now: jiff::Timestamp, grace: Duration) -> bool {
+    now.duration_since(at).unsigned_abs() < grace || at > now
 }
 
 /// The claim holding `server` when it is an orphan: its NodeClaim does not
@@ -532,7 +537,7 @@ fn orphaned_claim(server: &Server, claims: &BTreeMap<String, NodeClaim>, now: ji
     if claims.contains_key(&claim) {
         return None;
     }
-    let opening = status.claimed_at.as_ref().is_some_and(|at| now.duration_since(at.0).unsigned_abs() < grace || at.0 > now);
+    let opening = status.claimed_at.as_ref().is_some_and(|at| within_grace(at.0, now, grace));
     (!opening).then_some(claim)
 }
 
