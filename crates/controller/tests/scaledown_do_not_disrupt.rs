@@ -13,22 +13,11 @@ use serde_json::json;
 use support::*;
 
 fn replicaset(name: &str, cpu: &str, placement: serde_json::Value, annotations: serde_json::Value) -> serde_json::Value {
-    let mut spec = json!({
-        "containers": [{"name": "c", "image": "registry.invalid/app", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}],
-        "tolerations": [{"operator": "Exists"}]
-    });
+    let mut spec = json!({"containers": [app_container(cpu, "1Gi")], "tolerations": [{"operator": "Exists"}]});
     for (k, v) in placement.as_object().cloned().unwrap_or_default() {
         spec[k] = v;
     }
-    json!({
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}, "annotations": annotations}, "spec": spec}
-        }
-    })
+    one_replica(name, json!({"annotations": annotations}), spec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,21 +26,7 @@ const HOLD: &str = "e2e.ironclaim.dev/hold";
 /// One small replica whose pods keep a finalizer: evicted, they stay
 /// terminating until the test lets them go, so the drain times out.
 fn held_replicaset(name: &str, pool: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}, "finalizers": [HOLD]},
-                "spec": {
-                    "nodeSelector": {POOL_LABEL: pool},
-                    "containers": [{"name": "c", "image": "registry.invalid/app", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]
-                }
-            }
-        }
-    })
+    one_replica(name, json!({"finalizers": [HOLD]}), json!({"nodeSelector": {POOL_LABEL: pool}, "containers": [app_container("1", "1Gi")]}))
 }
 
 async fn set_unschedulable(client: &Client, node: &str, on: bool) {

@@ -23,23 +23,9 @@ use support::*;
 const GRACE: Duration = Duration::from_secs(4);
 
 fn replicaset(name: &str, pool: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                // No tolerations: a pod tolerating every taint would land
-                // back on the cordoned node it was just evicted from.
-                "spec": {
-                    "nodeSelector": {POOL_LABEL: pool},
-                    "containers": [{"name": "c", "image": "registry.invalid/app", "resources": {"requests": {"cpu": "2", "memory": "2Gi"}}}]
-                }
-            }
-        }
-    })
+    // No tolerations: a pod tolerating every taint would land back on the
+    // cordoned node it was just evicted from.
+    one_replica(name, json!({}), json!({"nodeSelector": {POOL_LABEL: pool}, "containers": [app_container("2", "2Gi")]}))
 }
 
 async fn patch_status(client: &Client, server: &str, status: serde_json::Value) {

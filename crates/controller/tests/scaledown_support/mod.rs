@@ -18,6 +18,26 @@ use crate::support::{Machine, Machines, Sushy, apply, timing};
 /// The label that ties a test's servers to its NodePool.
 pub const POOL_LABEL: &str = "e2e.ironclaim.dev/pool";
 
+/// A ReplicaSet of one pod labelled `app: name`, in the test namespace:
+/// `template_metadata` adds to the pod's metadata (finalizers,
+/// annotations), `pod_spec` is its spec.
+pub fn one_replica(name: &str, template_metadata: serde_json::Value, pod_spec: serde_json::Value) -> serde_json::Value {
+    let mut metadata = json!({"labels": {"app": name}});
+    for (k, v) in template_metadata.as_object().cloned().unwrap_or_default() {
+        metadata[k] = v;
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": crate::support::NAMESPACE},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": metadata, "spec": pod_spec}}
+    })
+}
+
+/// One container asking for `cpu` and `memory`.
+pub fn app_container(cpu: &str, memory: &str) -> serde_json::Value {
+    json!({"name": "c", "image": "registry.invalid/app", "resources": {"requests": {"cpu": cpu, "memory": memory}}})
+}
+
 /// `count` machines named `{prefix}-{i}`, class `small`, in pool `pool`.
 /// `uuid_base` keeps the emulator's systems apart between tests.
 pub fn machines(prefix: &str, pool: &str, count: usize, uuid_base: usize) -> Vec<Machine> {
