@@ -82,10 +82,6 @@ impl Locks {
         Locks { api: Api::namespaced(client, namespace), namespace: namespace.to_string() }
     }
 
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
     fn failed(&self, server: &str, source: kube::Error) -> Error {
         Error::ClaimLockFailed { server: server.to_string(), lease: format!("{}/{}", self.namespace, lock_name(server)), source }
     }
