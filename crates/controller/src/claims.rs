@@ -4,16 +4,18 @@
 //!
 //! # Restart safety
 //! Every step is written to the API before the action it announces. The
-//! server's claim lock (a Lease, see [`crate::locks`]) is taken before the
-//! power-on is sent; that one cheap write is all a power-on waits for. The
-//! claim is then written to the Server (its name, `claimedAt`, power state
-//! `PoweringOn`) and the NodeClaim follows (with its `Selected` and
-//! `PoweringOn` stages) while the power-on is under way. A restarted
-//! controller reads where each claim stands and asks the BMC before acting:
-//! a server already on is not powered on again, and a power-on sent less
-//! than the server's power-on budget ago is waited for, not repeated. A server whose claim is gone, and was claimed longer
-//! ago than the opening grace, is powered off and released; so is a server
-//! whose lock names a claim the Server never recorded.
+//! server's claim lock (an entry in the lock ledger, see [`crate::locks`])
+//! is taken before the power-on is sent; that write, shared by the claims
+//! opened with it, is all a power-on waits for. The claim is then written
+//! to the Server (its name, `claimedAt`, power state `PoweringOn`) and the
+//! NodeClaim follows (with its `Selected` and `PoweringOn` stages) while
+//! the power-on is under way. A restarted controller reads where each claim
+//! stands and asks the BMC before acting: a server already on is not
+//! powered on again, and a power-on sent less than the server's power-on
+//! budget ago is waited for, not repeated. A server whose claim is gone,
+//! and was claimed longer ago than the opening grace, is powered off and
+//! released; so is a server whose lock names a claim the Server never
+//! recorded.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -85,7 +87,7 @@ pub struct ClaimSettings {
     /// power-on, so anything longer means the controller that opened it is
     /// gone.
     pub opening_grace: Duration,
-    /// Where the per-server claim locks (Leases) live: the controller's
+    /// Where the claim lock ledger (a ConfigMap) lives: the controller's
     /// own namespace.
     pub lock_namespace: String,
 }
@@ -280,8 +282,9 @@ impl Claims {
     }
 
     /// Opens a claim the core decided on, up to its power-on: takes the
-    /// server's lock (one Lease created) and sends the power-on. The claim
-    /// is written to the Server and the NodeClaim created afterwards by
+    /// server's lock (one write to the lock ledger, shared by the claims
+    /// opened at the same time) and sends the power-on. The claim is
+    /// written to the Server and the NodeClaim created afterwards by
     /// [`Claims::record_opened`], so a power-on waits for one cheap write.
     ///
     /// # Errors
@@ -1007,31 +1010,34 @@ impl Claims {
     }
 
     /// Breaks a lock an opening left behind when it died before writing
-    /// the claim to the server (see [`crate::locks`]): confirmed against
-    /// the API first, since the watch may lag. Its power-on may have
-    /// reached the BMC, so a server that is not a node is powered off, as
-    /// an orphan is; then the lock goes.
+    /// the claim to the server (see [`crate::locks`]), or one whose server
+    /// was deleted: confirmed against the API first, since the watch may
+    /// lag. Its power-on may have reached the BMC, so a server that is not
+    /// a node is powered off, as an orphan is; then the lock goes.
     ///
     /// # Errors
     /// [`Error::ClaimLockFailed`], [`Error::ServerStatusFailed`] when a
     /// read failed; [`Error::PowerFailed`] when the power-off did (the
     /// lock is kept, so the next sweep tries again).
-    pub async fn break_lock(&self, server: &Server, lock: &Lock, has_node: bool) -> Result<()> {
+    pub async fn break_lock(&self, lock: &Lock, has_node: bool) -> Result<()> {
         self.ensure_acting()?;
-        let name = server.name_any();
-        if self.locks.read(&name).await?.as_ref() != Some(lock) {
+        let name = &lock.server;
+        if self.locks.read(name).await?.as_ref() != Some(lock) {
             return Ok(());
         }
-        let current = self.servers_api().get_status(&name).await.map_err(|source| Error::ServerStatusFailed { server: name.clone(), source })?;
-        let named = current.status.as_ref().and_then(|s| s.claim.as_deref()).filter(|c| !c.is_empty());
+        let current = self.servers_api().get_opt(name).await.map_err(|source| Error::ServerStatusFailed { server: name.clone(), source })?;
+        let named = current.as_ref().and_then(|s| s.status.as_ref()).and_then(|s| s.claim.as_deref()).filter(|c| !c.is_empty());
         if named == Some(lock.holder.as_str()) {
             return Ok(());
         }
-        tracing::warn!(server = %name, claim = %lock.holder, "a claim lock outlived its opening; breaking it");
-        if !has_node && named.is_none() {
-            self.power_off_unless_off(&current).await?;
+        tracing::warn!(server = %name, claim = %lock.holder, "a claim lock outlived its opening or its server; breaking it");
+        if let Some(current) = &current
+            && !has_node
+            && named.is_none()
+        {
+            self.power_off_unless_off(current).await?;
         }
-        self.locks.give_up(&name, &lock.holder).await
+        self.locks.give_up(name, &lock.holder).await
     }
 
     /// Stops every running power task (on shutdown or lost leadership).

@@ -18,8 +18,7 @@ use ironclaim_k8s::api::server::{PowerState, ServerStatus};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -35,7 +34,7 @@ use crate::error::Result;
 use crate::events::Events;
 use crate::index::{FailureBackoff, Index, Indexed};
 use crate::leader::{self, Gate, LeaseSettings};
-use crate::locks::{LOCK_LABEL, Lock};
+use crate::locks::{LEDGER_NAME, Lock};
 use crate::metrics::Metrics;
 use crate::pools;
 use crate::provider::Power;
@@ -232,8 +231,9 @@ impl Controller {
         watches.spawn(watch(Api::<Server>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<NodePool>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<NodeClaim>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        let locks = Api::<Lease>::namespaced(c.clone(), &self.settings.claims.lock_namespace);
-        watches.spawn(watch_with(locks, watcher::Config::default().labels(LOCK_LABEL), i.clone(), n.clone(), s.clone()));
+        let ledger = Api::<ConfigMap>::namespaced(c.clone(), &self.settings.claims.lock_namespace);
+        let only_ledger = watcher::Config::default().fields(&format!("metadata.name={LEDGER_NAME}"));
+        watches.spawn(watch_with(ledger, only_ledger, i.clone(), n.clone(), s.clone()));
 
         let mut stop = stop_rx.clone();
         while synced.load(Ordering::SeqCst) < WATCHED_KINDS {
@@ -513,12 +513,11 @@ impl Controller {
 }
 
 /// Whether a claim lock was left by an opening that died between taking
-/// it and writing the claim to its server: the server does not name its
-/// holder, and it was taken longer than `grace` ago (or at a time not
-/// recorded). A lock whose server is gone is left to the garbage
-/// collector (the Server owns it).
-fn stale_lock(lock: &Lock, server: &Server, now: jiff::Timestamp, grace: Duration) -> bool {
-    let named = server.status.as_ref().and_then(|s| s.claim.as_deref()) == Some(lock.holder.as_str());
+/// it and writing the claim to its server, or outlived its server: the
+/// server (if any) does not name its holder, and it was taken longer than
+/// `grace` ago (or at a time not recorded).
+fn stale_lock(lock: &Lock, server: Option<&Server>, now: jiff::Timestamp, grace: Duration) -> bool {
+    let named = server.and_then(|s| s.status.as_ref()).and_then(|s| s.claim.as_deref()) == Some(lock.holder.as_str());
     !named && !lock.acquired.is_some_and(|at| within_grace(at, now, grace))
 }
 
@@ -579,13 +578,11 @@ impl Sweeper {
             let servers: Vec<Server> = index.servers.values().cloned().collect();
             let now = jiff::Timestamp::now();
             let grace = self.claims.opening_grace();
-            let stale: Vec<(Server, Lock, bool)> = index
+            let stale: Vec<(Lock, bool)> = index
                 .locks
                 .values()
-                .filter_map(|lock| {
-                    let server = index.servers.get(&lock.server)?;
-                    stale_lock(lock, server, now, grace).then(|| (server.clone(), lock.clone(), index.node_of_server(&lock.server).is_some()))
-                })
+                .filter(|lock| stale_lock(lock, index.servers.get(&lock.server), now, grace))
+                .map(|lock| (lock.clone(), index.node_of_server(&lock.server).is_some()))
                 .collect();
             let orphans: Vec<(Server, String, bool)> = servers
                 .iter()
@@ -596,9 +593,9 @@ impl Sweeper {
                 .collect();
             (servers, orphans, stale)
         };
-        for (server, lock, has_node) in stale {
-            if let Err(err) = self.claims.break_lock(&server, &lock, has_node).await {
-                tracing::warn!(server = %server.name_any(), error = %err, "breaking a stale claim lock failed");
+        for (lock, has_node) in stale {
+            if let Err(err) = self.claims.break_lock(&lock, has_node).await {
+                tracing::warn!(server = %lock.server, error = %err, "breaking a stale claim lock failed");
                 self.metrics.error(err.metric_label());
             }
         }
@@ -727,20 +724,22 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_is_stale_only_when_its_server_does_not_name_its_holder_after_the_grace() {
+    fn a_lock_is_stale_only_when_its_server_does_not_name_its_holder_or_is_gone_after_the_grace() {
         let now: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
         let lock = |holder: &str, ago: Option<i64>| Lock {
             server: "r1-u01".into(),
             holder: holder.into(),
             acquired: ago.map(|s| now - jiff::SignedDuration::from_secs(s)),
         };
-        assert!(!stale_lock(&lock("c1", Some(5)), &server(None, None), now, GRACE), "still being opened");
-        assert!(!stale_lock(&lock("c1", Some(59)), &server(None, None), now, GRACE));
-        assert!(stale_lock(&lock("c1", Some(61)), &server(None, None), now, GRACE));
-        assert!(stale_lock(&lock("c1", None), &server(None, None), now, GRACE), "no stamp: an old lock");
-        assert!(!stale_lock(&lock("c1", Some(3600)), &server(Some("c1"), None), now, GRACE), "the server names its holder");
-        assert!(stale_lock(&lock("c1", Some(3600)), &server(Some("c2"), None), now, GRACE), "another claim on the server");
-        assert!(!stale_lock(&lock("c1", Some(-300)), &server(None, None), now, GRACE), "a clock ahead of ours");
+        assert!(!stale_lock(&lock("c1", Some(5)), Some(&server(None, None)), now, GRACE), "still being opened");
+        assert!(!stale_lock(&lock("c1", Some(59)), Some(&server(None, None)), now, GRACE));
+        assert!(stale_lock(&lock("c1", Some(61)), Some(&server(None, None)), now, GRACE));
+        assert!(stale_lock(&lock("c1", None), Some(&server(None, None)), now, GRACE), "no stamp: an old lock");
+        assert!(!stale_lock(&lock("c1", Some(3600)), Some(&server(Some("c1"), None)), now, GRACE), "the server names its holder");
+        assert!(stale_lock(&lock("c1", Some(3600)), Some(&server(Some("c2"), None)), now, GRACE), "another claim on the server");
+        assert!(!stale_lock(&lock("c1", Some(-300)), Some(&server(None, None)), now, GRACE), "a clock ahead of ours");
+        assert!(!stale_lock(&lock("c1", Some(5)), None, now, GRACE), "a server deleted while it opens: after the grace");
+        assert!(stale_lock(&lock("c1", Some(61)), None, now, GRACE), "the server is gone");
     }
 
     #[test]

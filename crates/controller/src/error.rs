@@ -18,13 +18,8 @@ pub enum Error {
         source: kube::Error,
     },
 
-    #[error("taking the claim lock {lease} of server {server} failed")]
-    ClaimLockFailed {
-        server: String,
-        lease: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error("the claim lock of server {server} in the lock ledger {ledger} could not be written: {reason}")]
+    ClaimLockFailed { server: String, ledger: String, reason: String },
 
     #[error("server {server} is already held by claim {holder}")]
     ServerHeld { server: String, holder: String },

@@ -13,13 +13,12 @@ use ironclaim_k8s::node::SERVER_LABEL;
 use ironclaim_k8s::pod::{pod_from_k8s, pod_from_template};
 use ironclaim_k8s::{node_from_k8s, nodeclaim_in_flight, nodepool_to_core, pdb_from_k8s, server_to_core};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
 use crate::gates;
-use crate::locks::Lock;
+use crate::locks::{LEDGER_NAME, Lock};
 
 /// The prefix of a node's `spec.providerID` that names its server.
 pub const PROVIDER_ID_PREFIX: &str = "ironclaim://";
@@ -100,16 +99,17 @@ keyed!(Server, servers, false);
 keyed!(NodePool, pools, false);
 keyed!(NodeClaim, claims, false);
 
-/// Only Leases that are claim locks are kept; a lock is keyed by its server.
-impl Indexed for Lease {
+/// Only the lock ledger is kept, as its locks keyed by server (the watch
+/// selects it by name; anything else is ignored all the same).
+impl Indexed for ConfigMap {
     fn apply(self, index: &mut Index) {
-        if let Some(lock) = Lock::from_lease(&self) {
-            index.locks.insert(lock.server.clone(), lock);
+        if self.metadata.name.as_deref() == Some(LEDGER_NAME) {
+            index.locks = Lock::all_in(&self);
         }
     }
     fn delete(&self, index: &mut Index) {
-        if let Some(lock) = Lock::from_lease(self) {
-            index.locks.remove(&lock.server);
+        if self.metadata.name.as_deref() == Some(LEDGER_NAME) {
+            index.locks.clear();
         }
     }
     fn reset(objects: Vec<Self>, index: &mut Index) {

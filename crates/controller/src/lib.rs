@@ -6,8 +6,8 @@
 //! - [`batch`]: pending pods batched by an idle and a maximum window.
 //! - [`claims`]: opening claims, claiming servers atomically, powering on,
 //!   and walking each claim through its stages.
-//! - [`locks`]: one Lease per claimed server, the cheap atomic token a
-//!   power-on waits for.
+//! - [`locks`]: the claim lock ledger, one ConfigMap whose writes take a
+//!   decision's locks together: the atomic token a power-on waits for.
 //! - [`timeline`]: the stage records, per-server deadlines (slow versus
 //!   stuck) and the notes pods are told.
 //! - [`gates`]: readiness gates per NodePool.

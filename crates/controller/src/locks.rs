@@ -1,11 +1,17 @@
-//! Claim locks: one `coordination.k8s.io` Lease per claimed server, in the
-//! controller's namespace, named after the server.
+//! Claim locks: which claim holds which server, kept in one ConfigMap (the
+//! lock ledger, [`LEDGER_NAME`]) in the controller's namespace.
 //!
-//! Creating a Lease is atomic (the API server answers 409 to the second
-//! creator) and costs about a quarter of a write to a custom resource, so
-//! a burst of claims takes its locks quickly and each power-on waits for
-//! one cheap write. The claim is then written to the Server's status, as
-//! before, once the power-on is under way.
+//! A lock is exclusive because every write to the ledger carries the
+//! resourceVersion it was computed from: of two controllers writing from
+//! one version, the API server takes one write and answers 409 to the
+//! other, which reads the ledger again and finds the server held.
+//!
+//! One object, not one per server, because a decision takes its locks
+//! together: a lock wanted while a write is in flight queues, and the next
+//! write carries every queued change (a group commit). A burst of claims
+//! costs a few writes instead of one each, and each power-on waits for the
+//! write carrying its lock. An entry is about 100 bytes, so the ledger
+//! holds some 9,000 locks under the API server's 1 MiB object limit.
 //!
 //! # Invariant
 //! The lock is held at least as long as the Server names the claim: it is
@@ -15,33 +21,22 @@
 //! the Server does not name: the sweep breaks it once it is older than the
 //! opening grace (powering the server off if it never became a node).
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
-use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use ironclaim_k8s::api::Server;
 
-/// The label every claim lock carries (its value is always "true"); the
-/// controller watches only these Leases.
-pub const LOCK_LABEL: &str = "ironclaim.dev/claim-lock";
-/// The annotation naming the locked server (a label value is too short for
-/// a server name).
-pub const LOCK_SERVER_ANNOTATION: &str = "ironclaim.dev/server";
-
-/// The Lease name of a server's lock: `server.NAME`, or for a name too
-/// long for that, a prefix and a hash of the whole name.
-pub fn lock_name(server: &str) -> String {
-    let name = format!("server.{server}");
-    if name.len() <= 253 {
-        return name;
-    }
-    // FNV-1a: stable across processes and releases, unlike the std hasher.
-    let hash = server.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    let prefix = name[..236].trim_end_matches(['-', '.']);
-    format!("{prefix}.{hash:016x}")
-}
+/// The ConfigMap holding every claim lock of a controller's namespace.
+pub const LEDGER_NAME: &str = "ironclaim-claim-locks";
+/// The label the ledger carries, for operators' selectors.
+pub const LEDGER_LABEL: &str = "ironclaim.dev/claim-locks";
 
 /// A lock as the index holds it.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,14 +47,39 @@ pub struct Lock {
     pub acquired: Option<jiff::Timestamp>,
 }
 
+/// A ledger entry's value, keyed by the server's name.
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    holder: String,
+    /// RFC 3339, to the microsecond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    acquired: Option<String>,
+}
+
 impl Lock {
-    /// The lock a Lease is, if it is one of ours.
-    pub fn from_lease(lease: &Lease) -> Option<Lock> {
-        let server = lease.annotations().get(LOCK_SERVER_ANNOTATION)?.clone();
-        let spec = lease.spec.as_ref();
-        let holder = spec.and_then(|s| s.holder_identity.clone()).unwrap_or_default();
-        let acquired = spec.and_then(|s| s.acquire_time.as_ref()).map(|t| t.0);
-        Some(Lock { server, holder, acquired })
+    /// The lock a ledger entry records. An entry that is not ours to read
+    /// (edited by hand) still locks its server: its whole value is taken
+    /// as the holder, with no time, so the sweep breaks it unless the
+    /// server names that holder.
+    pub fn from_entry(server: &str, value: &str) -> Lock {
+        match serde_json::from_str::<Entry>(value) {
+            Ok(e) => Lock { server: server.to_string(), holder: e.holder, acquired: e.acquired.and_then(|t| t.parse().ok()) },
+            Err(_) => Lock { server: server.to_string(), holder: value.to_string(), acquired: None },
+        }
+    }
+
+    fn entry(&self) -> String {
+        let acquired = self.acquired.map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string());
+        let entry = Entry { holder: self.holder.clone(), acquired };
+        serde_json::to_string(&entry).unwrap_or_else(|_| self.holder.clone())
+    }
+
+    /// Every lock a ledger holds (nothing for any other ConfigMap).
+    pub fn all_in(ledger: &ConfigMap) -> BTreeMap<String, Lock> {
+        if ledger.metadata.name.as_deref() != Some(LEDGER_NAME) {
+            return BTreeMap::new();
+        }
+        ledger.data.iter().flatten().map(|(server, value)| (server.clone(), Lock::from_entry(server, value))).collect()
     }
 }
 
@@ -70,59 +90,93 @@ pub enum Taken {
     Already,
 }
 
-/// Takes and gives up claim locks in one namespace.
-#[derive(Clone)]
-pub struct Locks {
-    api: Api<Lease>,
-    namespace: String,
+/// One change asked of the ledger.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Change {
+    /// Take `server` for `claim` unless another claim holds it.
+    Take { server: String, claim: String },
+    /// Give up `server` if `claim` holds it.
+    GiveUp { server: String, claim: String },
 }
+
+/// What a change found: the holder of its server after it, and whether
+/// the change is what made it so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Outcome {
+    holder: Option<String>,
+    wrote: bool,
+}
+
+/// Applies `changes` in order to the ledger's `entries`: the values to
+/// write (None deletes an entry) and each change's outcome. Pure, so the
+/// rules are tested without an API server.
+fn apply(entries: &BTreeMap<String, String>, changes: &[Change], now: jiff::Timestamp) -> (BTreeMap<String, Option<String>>, Vec<Outcome>) {
+    let mut holders: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut writes: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut outcomes = Vec::with_capacity(changes.len());
+    for change in changes {
+        let (server, claim) = match change {
+            Change::Take { server, claim } | Change::GiveUp { server, claim } => (server, claim),
+        };
+        let holder = holders.entry(server.clone()).or_insert_with(|| entries.get(server).map(|v| Lock::from_entry(server, v).holder)).clone();
+        let outcome = match (change, holder) {
+            (Change::Take { .. }, None) => {
+                let lock = Lock { server: server.clone(), holder: claim.clone(), acquired: Some(now) };
+                writes.insert(server.clone(), Some(lock.entry()));
+                holders.insert(server.clone(), Some(claim.clone()));
+                Outcome { holder: Some(claim.clone()), wrote: true }
+            }
+            (Change::GiveUp { .. }, Some(h)) if h == *claim => {
+                writes.insert(server.clone(), None);
+                holders.insert(server.clone(), None);
+                Outcome { holder: None, wrote: true }
+            }
+            (_, holder) => Outcome { holder, wrote: false },
+        };
+        outcomes.push(outcome);
+    }
+    (writes, outcomes)
+}
+
+const ABANDONED: &str = "the write carrying this change was abandoned";
+
+type Answer = oneshot::Sender<std::result::Result<Outcome, String>>;
+
+/// Takes and gives up claim locks in one namespace's ledger.
+pub struct Locks {
+    api: Api<ConfigMap>,
+    namespace: String,
+    /// The ledger as last written or read, the base of the next write;
+    /// holding this mutex is a writer's turn.
+    ledger: tokio::sync::Mutex<Option<ConfigMap>>,
+    /// Changes waiting for the next write.
+    queue: Mutex<Vec<(Change, Answer)>>,
+}
+
+/// How many conflicting writes in a row a batch survives before its
+/// changes fail (each conflict means another writer got in first).
+const CONFLICT_RETRIES: usize = 8;
 
 impl Locks {
     pub fn new(client: Client, namespace: &str) -> Self {
-        Locks { api: Api::namespaced(client, namespace), namespace: namespace.to_string() }
+        Locks { api: Api::namespaced(client, namespace), namespace: namespace.to_string(), ledger: Default::default(), queue: Default::default() }
     }
 
-    fn failed(&self, server: &str, source: kube::Error) -> Error {
-        Error::ClaimLockFailed { server: server.to_string(), lease: format!("{}/{}", self.namespace, lock_name(server)), source }
+    fn failed(&self, server: &str, reason: String) -> Error {
+        Error::ClaimLockFailed { server: server.to_string(), ledger: format!("{}/{LEDGER_NAME}", self.namespace), reason }
     }
 
     /// Takes the lock of `server` for `claim`.
     ///
     /// # Errors
     /// [`Error::ServerHeld`] when another claim holds it;
-    /// [`Error::ClaimLockFailed`] when the API refused otherwise.
+    /// [`Error::ClaimLockFailed`] when the ledger could not be written.
     pub async fn take(&self, server: &Server, claim: &str) -> Result<Taken> {
-        let server_name = server.name_any();
-        // The Server owns its lock, so deleting a Server collects it.
-        let owner = server.metadata.uid.clone().map(|uid| OwnerReference {
-            api_version: "ironclaim.dev/v1alpha1".into(),
-            kind: "Server".into(),
-            name: server_name.clone(),
-            uid,
-            ..OwnerReference::default()
-        });
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(lock_name(&server_name)),
-                labels: Some([(LOCK_LABEL.to_string(), "true".to_string())].into()),
-                annotations: Some([(LOCK_SERVER_ANNOTATION.to_string(), server_name.clone())].into()),
-                owner_references: owner.map(|o| vec![o]),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(claim.to_string()),
-                acquire_time: Some(MicroTime(jiff::Timestamp::now())),
-                ..LeaseSpec::default()
-            }),
-        };
-        match self.api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(Taken::Now),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                let held = self.api.get(&lock_name(&server_name)).await.map_err(|e| self.failed(&server_name, e))?;
-                let holder = held.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-                if holder == claim { Ok(Taken::Already) } else { Err(Error::ServerHeld { server: server_name, holder }) }
-            }
-            Err(source) => Err(self.failed(&server_name, source)),
+        let server = server.name_any();
+        let outcome = self.submit(Change::Take { server: server.clone(), claim: claim.to_string() }).await.map_err(|r| self.failed(&server, r))?;
+        match outcome.holder {
+            Some(holder) if holder == claim => Ok(if outcome.wrote { Taken::Now } else { Taken::Already }),
+            holder => Err(Error::ServerHeld { server, holder: holder.unwrap_or_default() }),
         }
     }
 
@@ -130,60 +184,225 @@ impl Locks {
     /// claim took since is left alone).
     ///
     /// # Errors
-    /// [`Error::ClaimLockFailed`] when it could not be read or deleted.
+    /// [`Error::ClaimLockFailed`] when the ledger could not be written.
     pub async fn give_up(&self, server: &str, claim: &str) -> Result<()> {
-        let held = match self.api.get_opt(&lock_name(server)).await {
-            Ok(Some(held)) => held,
-            Ok(None) => return Ok(()),
-            Err(source) => return Err(self.failed(server, source)),
-        };
-        if held.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) != Some(claim) {
-            return Ok(());
-        }
-        // Deleted only in the version read: a lock taken anew in between stays.
-        let params = DeleteParams {
-            preconditions: Some(Preconditions { uid: held.metadata.uid.clone(), resource_version: held.metadata.resource_version.clone() }),
-            ..DeleteParams::default()
-        };
-        match self.api.delete(&lock_name(server), &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-            Err(source) => Err(self.failed(server, source)),
-        }
+        self.submit(Change::GiveUp { server: server.to_string(), claim: claim.to_string() }).await.map_err(|r| self.failed(server, r))?;
+        Ok(())
     }
 
     /// The lock of `server` as the API holds it now.
     ///
     /// # Errors
-    /// [`Error::ClaimLockFailed`] when it could not be read.
+    /// [`Error::ClaimLockFailed`] when the ledger could not be read.
     pub async fn read(&self, server: &str) -> Result<Option<Lock>> {
-        let lease = self.api.get_opt(&lock_name(server)).await.map_err(|e| self.failed(server, e))?;
-        Ok(lease.as_ref().and_then(Lock::from_lease))
+        let ledger = self.api.get_opt(LEDGER_NAME).await.map_err(|e| self.failed(server, e.to_string()))?;
+        Ok(ledger.as_ref().and_then(|l| Lock::all_in(l).remove(server)))
+    }
+
+    /// Queues `change` and waits for the write that carries it. Whoever
+    /// gets the writer's turn writes everything queued by then, so changes
+    /// asked together share one write.
+    async fn submit(&self, change: Change) -> std::result::Result<Outcome, String> {
+        let (answer, mut answered) = oneshot::channel();
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner).push((change, answer));
+        // Lets the other openings of a decision queue theirs first.
+        tokio::task::yield_now().await;
+        tokio::select! {
+            // Carried by a write that another caller made: no turn needed
+            // (waiting for one would hold this caller behind every write).
+            answer = &mut answered => return answer.unwrap_or_else(|_| Err(ABANDONED.into())),
+            mut ledger = self.ledger.lock() => {
+                let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
+                if !batch.is_empty() {
+                    self.commit(&mut ledger, batch).await;
+                }
+            }
+        }
+        answered.await.unwrap_or_else(|_| Err(ABANDONED.into()))
+    }
+
+    /// Writes `batch` to the ledger in one merge patch on the version it
+    /// was computed from, computing again from a fresh read on a conflict,
+    /// and answers each change.
+    async fn commit(&self, ledger: &mut Option<ConfigMap>, batch: Vec<(Change, Answer)>) {
+        let (changes, answers): (Vec<Change>, Vec<Answer>) = batch.into_iter().unzip();
+        let mut result = Err(String::new());
+        for _ in 0..CONFLICT_RETRIES {
+            let base = match ledger.take() {
+                Some(base) => base,
+                None => match self.read_or_create().await {
+                    Ok(base) => base,
+                    Err(e) => {
+                        result = Err(e.to_string());
+                        break;
+                    }
+                },
+            };
+            let entries = base.data.clone().unwrap_or_default();
+            let (writes, outcomes) = apply(&entries, &changes, jiff::Timestamp::now());
+            if writes.is_empty() {
+                *ledger = Some(base);
+                result = Ok(outcomes);
+                break;
+            }
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": base.metadata.resource_version},
+                "data": writes,
+            });
+            match self.api.patch(LEDGER_NAME, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(written) => {
+                    *ledger = Some(written);
+                    result = Ok(outcomes);
+                    break;
+                }
+                // Another writer got in first (409), or the ledger was
+                // deleted (404): read it again and recompute.
+                Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+                    result = Err(format!("{} writes in a row conflicted; the last: {}", CONFLICT_RETRIES, status.message));
+                }
+                Err(e) => {
+                    result = Err(e.to_string());
+                    break;
+                }
+            }
+        }
+        match result {
+            Ok(outcomes) => {
+                for (answer, outcome) in answers.into_iter().zip(outcomes) {
+                    let _ = answer.send(Ok(outcome));
+                }
+            }
+            Err(reason) => {
+                for answer in answers {
+                    let _ = answer.send(Err(reason.clone()));
+                }
+            }
+        }
+    }
+
+    async fn read_or_create(&self) -> std::result::Result<ConfigMap, kube::Error> {
+        if let Some(ledger) = self.api.get_opt(LEDGER_NAME).await? {
+            return Ok(ledger);
+        }
+        let empty = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(LEDGER_NAME.into()),
+                labels: Some([(LEDGER_LABEL.to_string(), "true".to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        match self.api.create(&PostParams::default(), &empty).await {
+            Err(kube::Error::Api(status)) if status.code == 409 => self.api.get(LEDGER_NAME).await,
+            created => created,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    #[test]
-    fn lock_names_are_valid_distinct_and_bounded() {
-        assert_eq!(lock_name("r1-u07"), "server.r1-u07");
-        let long_a = "a".repeat(253);
-        let long_b = format!("{}b", "a".repeat(252));
-        let (a, b) = (lock_name(&long_a), lock_name(&long_b));
-        assert!(a.len() <= 253 && b.len() <= 253, "{} {}", a.len(), b.len());
-        assert_ne!(a, b);
-        assert_eq!(a, lock_name(&long_a), "stable");
-        for name in [a, b, lock_name("x.y-z")] {
-            assert!(name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'), "{name}");
-            assert!(!name.ends_with(['-', '.']) && !name.starts_with(['-', '.']), "{name}");
-        }
+    fn take(server: &str, claim: &str) -> Change {
+        Change::Take { server: server.into(), claim: claim.into() }
+    }
+    fn give_up(server: &str, claim: &str) -> Change {
+        Change::GiveUp { server: server.into(), claim: claim.into() }
     }
 
     #[test]
-    fn a_lease_without_the_server_annotation_is_not_a_lock() {
-        let lease = Lease { metadata: ObjectMeta { name: Some("ironclaim-controller".into()), ..ObjectMeta::default() }, spec: None };
-        assert_eq!(Lock::from_lease(&lease), None);
+    fn an_entry_round_trips_and_a_hand_written_one_still_locks() {
+        let at: jiff::Timestamp = "2026-11-30T12:00:00.123456Z".parse().unwrap();
+        let lock = Lock { server: "r1-u07".into(), holder: "gpu-r1-u07-x".into(), acquired: Some(at) };
+        assert_eq!(Lock::from_entry("r1-u07", &lock.entry()), lock);
+        let odd = Lock::from_entry("r1-u07", "someone");
+        assert_eq!((odd.holder.as_str(), odd.acquired), ("someone", None));
+    }
+
+    #[test]
+    fn only_the_ledger_holds_locks() {
+        let mut cm = ConfigMap {
+            metadata: ObjectMeta { name: Some("other".into()), ..ObjectMeta::default() },
+            data: Some([("r1-u01".to_string(), "x".to_string())].into()),
+            ..ConfigMap::default()
+        };
+        assert!(Lock::all_in(&cm).is_empty());
+        cm.metadata.name = Some(LEDGER_NAME.into());
+        assert_eq!(Lock::all_in(&cm)["r1-u01"].holder, "x");
+    }
+
+    #[test]
+    fn a_batch_takes_free_servers_once_and_gives_up_only_its_own() {
+        let now = jiff::Timestamp::now();
+        let held = Lock { server: "b".into(), holder: "c2".into(), acquired: Some(now) };
+        let entries: BTreeMap<String, String> = [("b".to_string(), held.entry())].into();
+        let changes = [take("a", "c1"), take("a", "c3"), take("b", "c1"), take("b", "c2"), give_up("b", "c9"), give_up("a", "c1"), take("a", "c3")];
+        let (writes, outcomes) = apply(&entries, &changes, now);
+        let seen: Vec<(Option<&str>, bool)> = outcomes.iter().map(|o| (o.holder.as_deref(), o.wrote)).collect();
+        assert_eq!(
+            seen,
+            [
+                (Some("c1"), true),
+                (Some("c1"), false),
+                (Some("c2"), false),
+                (Some("c2"), false),
+                (Some("c2"), false),
+                (None, true),
+                (Some("c3"), true)
+            ]
+        );
+        assert_eq!(writes.keys().collect::<Vec<_>>(), ["a"], "b untouched");
+        assert_eq!(Lock::from_entry("a", writes["a"].as_deref().unwrap()).holder, "c3");
+    }
+
+    fn changes() -> impl Strategy<Value = Vec<Change>> {
+        let change = (0..4usize, 0..4usize, any::<bool>()).prop_map(|(s, c, t)| {
+            let (server, claim) = (format!("s{s}"), format!("c{c}"));
+            if t { Change::Take { server, claim } } else { Change::GiveUp { server, claim } }
+        });
+        proptest::collection::vec(change, 0..24)
+    }
+
+    proptest! {
+        /// Checked against a plain replay: each server has at most one
+        /// holder, a take wins exactly when its server is free, and what
+        /// is written leads to the holders the outcomes report.
+        #[test]
+        fn a_batch_agrees_with_a_replay_one_change_at_a_time(start in changes(), batch in changes()) {
+            let now = jiff::Timestamp::now();
+            let (first, _) = apply(&BTreeMap::new(), &start, now);
+            let entries: BTreeMap<String, String> = first.into_iter().filter_map(|(k, v)| Some((k, v?))).collect();
+            let (writes, outcomes) = apply(&entries, &batch, now);
+            let mut holders: BTreeMap<String, String> =
+                entries.iter().map(|(s, v)| (s.clone(), Lock::from_entry(s, v).holder)).collect();
+            for (change, outcome) in batch.iter().zip(&outcomes) {
+                match change {
+                    Change::Take { server, claim } => {
+                        let free = !holders.contains_key(server);
+                        prop_assert_eq!(outcome.wrote, free);
+                        holders.entry(server.clone()).or_insert_with(|| claim.clone());
+                    }
+                    Change::GiveUp { server, claim } => {
+                        let ours = holders.get(server) == Some(claim);
+                        prop_assert_eq!(outcome.wrote, ours);
+                        if ours {
+                            holders.remove(server);
+                        }
+                    }
+                }
+                let server = match change { Change::Take { server, .. } | Change::GiveUp { server, .. } => server };
+                prop_assert_eq!(outcome.holder.as_ref(), holders.get(server));
+            }
+            let mut after = entries.clone();
+            for (server, value) in writes {
+                match value {
+                    Some(v) => after.insert(server, v),
+                    None => after.remove(&server),
+                };
+            }
+            let written: BTreeMap<String, String> = after.iter().map(|(s, v)| (s.clone(), Lock::from_entry(s, v).holder)).collect();
+            prop_assert_eq!(written, holders);
+        }
     }
 }

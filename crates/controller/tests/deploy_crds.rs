@@ -29,7 +29,7 @@ fn the_chart_grants_the_same_cluster_rules_as_deploy_rbac() {
         body[..end]
             .lines()
             .map(str::trim)
-            .filter(|l| l.starts_with("- apiGroups") || l.starts_with("resources") || l.starts_with("verbs"))
+            .filter(|l| ["- apiGroups", "resources", "resourceNames", "verbs"].iter().any(|k| l.starts_with(k)))
             .map(str::to_string)
             .collect()
     };

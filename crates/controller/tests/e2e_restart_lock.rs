@@ -16,36 +16,44 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_and_the_server_powered_off() {
-    use ironclaim_controller::locks::{LOCK_LABEL, LOCK_SERVER_ANNOTATION, lock_name};
-    use k8s_openapi::api::coordination::v1::Lease;
+    use ironclaim_controller::locks::{LEDGER_LABEL, LEDGER_NAME};
+    use k8s_openapi::api::core::v1::ConfigMap;
     let (env, client) = setup().await;
     let (machines, sushy) = two_machines_the_second_on(&env, 51);
-    let owner = server(&client, "r1-u02").await.metadata.uid.unwrap();
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
-    let lock: Lease = serde_json::from_value(json!({
-        "metadata": {"name": lock_name("r1-u02"), "labels": {LOCK_LABEL: "true"}, "annotations": {LOCK_SERVER_ANNOTATION: "r1-u02"},
-                     "ownerReferences": [{"apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "name": "r1-u02", "uid": owner}]},
-        "spec": {"holderIdentity": "default-r1-u02-gone2", "acquireTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}
+    let ledgers: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let acquired = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    let entry = json!({"holder": "default-r1-u02-gone2", "acquired": acquired}).to_string();
+    let ledger: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": LEDGER_NAME, "labels": {LEDGER_LABEL: "true"}},
+        "data": {"r1-u02": entry}
     }))
     .unwrap();
-    leases.create(&Default::default(), &lock).await.unwrap();
+    ledgers.create(&Default::default(), &ledger).await.unwrap();
+    let lock_of = |server: &'static str| {
+        let ledgers = ledgers.clone();
+        async move {
+            let ledger = ledgers.get(LEDGER_NAME).await.map_err(|e| e.to_string())?;
+            let value = ledger.data.unwrap_or_default().remove(server);
+            Ok::<_, String>(value.map(|v| serde_json::from_str::<serde_json::Value>(&v).unwrap()["holder"].as_str().unwrap().to_string()))
+        }
+    };
     let written = Instant::now();
     let grace = Duration::from_secs(20);
     let (controller, _harness) = restart_after_dead_opening(&env, &client, &sushy, &machines, "restarted-lock", grace).await;
     assert!(written.elapsed() < grace, "the check ran after the grace ({:?}); it proves nothing", written.elapsed());
-    assert!(leases.get_opt(&lock_name("r1-u02")).await.unwrap().is_some(), "the lock was broken inside the grace");
+    assert_eq!(lock_of("r1-u02").await.unwrap().as_deref(), Some("default-r1-u02-gone2"), "the lock was broken inside the grace");
     assert_eq!(server(&client, "r1-u02").await.status.unwrap_or_default().claim, None, "r1-u02 was claimed while locked");
     assert_eq!(sushy.resets(&machines[1].uuid), 0, "r1-u02 touched inside the grace: {}", sushy.log_text());
 
     await_bound(&client, "app", Duration::from_secs(40)).await;
     assert_eq!(pod_node(&client, "app").await.as_deref(), Some("r1-u01"));
 
-    let (c, l) = (client.clone(), leases.clone());
+    let c = client.clone();
     eventually("r1-u02 powered off and its lock broken after the grace", Duration::from_secs(60), || {
-        let (c, l) = (c.clone(), l.clone());
+        let (c, lock) = (c.clone(), lock_of("r1-u02"));
         async move {
             let s = server(&c, "r1-u02").await.status.unwrap_or_default();
-            let lock = l.get_opt(&lock_name("r1-u02")).await.map_err(|e| e.to_string())?;
+            let lock = lock.await?;
             if lock.is_none() && s.power_state == Some(PowerState::Off) { Ok(()) } else { Err(format!("lock {lock:?}, {s:?}")) }
         }
     })
@@ -55,8 +63,8 @@ async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_
     assert_eq!(sushy.resets(&machines[0].uuid), 1, "r1-u01: one reset, its power-on: {}", sushy.log_text());
     assert_eq!(server(&client, "r1-u02").await.status.unwrap().failures, 0, "an abandoned opening is not the server's failure");
     // The app's own claim holds r1-u01's lock, and the Server names it.
-    let held = Api::<Lease>::namespaced(client.clone(), NAMESPACE).get(&lock_name("r1-u01")).await.unwrap();
-    let holder = held.spec.unwrap().holder_identity.unwrap();
-    assert_eq!(server(&client, "r1-u01").await.status.unwrap().claim.as_deref(), Some(holder.as_str()));
+    let holder = lock_of("r1-u01").await.unwrap();
+    assert!(holder.is_some(), "r1-u01 is not locked");
+    assert_eq!(server(&client, "r1-u01").await.status.unwrap().claim, holder);
     controller.stop().await;
 }
