@@ -42,8 +42,8 @@ pub struct Args {
     /// Elect a leader through a Lease: only the holder acts.
     #[arg(long)]
     leader_elect: bool,
-    /// The controller's namespace: the leader Lease and the claim locks
-    /// (one Lease per claimed server) live there.
+    /// The controller's namespace: the leader Lease and the claim lock
+    /// ledger (the ConfigMap ironclaim-claim-locks) live there.
     #[arg(long, env = "POD_NAMESPACE", default_value = "ironclaim-system")]
     lease_namespace: String,
     #[arg(long, default_value = "ironclaim-controller")]

@@ -24,6 +24,9 @@ pub struct Args {
     /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
     #[arg(long, value_name = "FILE", global = true)]
     kubeconfig: Option<PathBuf>,
+    /// The controller's namespace, where its claim lock ledger lives.
+    #[arg(long, value_name = "NAMESPACE", default_value = "ironclaim-system", global = true)]
+    controller_namespace: String,
     #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
     output: Output,
 }
@@ -144,7 +147,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let explanation = runtime.block_on(async {
         let client = crate::controller::client(args.kubeconfig.as_ref()).await.map_err(Failure::world)?;
-        let index = ironclaim_controller::cluster::read(&client).await.map_err(Failure::world)?;
+        let index = ironclaim_controller::cluster::read(&client, &args.controller_namespace).await.map_err(Failure::world)?;
         explain(&index, &namespace, &name, now_s())
     })?;
     match args.output {

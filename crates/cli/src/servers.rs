@@ -21,6 +21,9 @@ pub struct Args {
     /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
+    /// The controller's namespace, where its claim lock ledger lives.
+    #[arg(long, value_name = "NAMESPACE", default_value = "ironclaim-system")]
+    controller_namespace: String,
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
     output: Output,
 }
@@ -95,7 +98,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let inventory = runtime.block_on(async {
         let client = crate::controller::client(args.kubeconfig.as_ref()).await.map_err(Failure::world)?;
-        let index = ironclaim_controller::cluster::read(&client).await.map_err(Failure::world)?;
+        let index = ironclaim_controller::cluster::read(&client, &args.controller_namespace).await.map_err(Failure::world)?;
         Ok::<_, Failure>(inventory(&index))
     })?;
     match args.output {
@@ -154,7 +157,14 @@ fn inventory(index: &Index) -> Inventory {
                 summary.unmeasured_servers += 1;
             }
         }
-        let stage = status.claim.as_ref().map(|claim| match index.claims.get(claim).and_then(|c| c.status.as_ref()) {
+        // A server locked for a claim its status does not name yet is
+        // being opened (or its opening died; the controller's sweep breaks
+        // such a lock after the opening grace).
+        let named = status.claim.clone().filter(|c| !c.is_empty());
+        let locked = index.locks.get(&server.name_any()).map(|l| l.holder.clone()).filter(|_| named.is_none());
+        let claim = named.or(locked.clone());
+        let stage = claim.as_ref().map(|claim| match index.claims.get(claim).and_then(|c| c.status.as_ref()) {
+            None if locked.is_some() => "opening (locked)".to_string(),
             None if !index.claims.contains_key(claim) => "claim missing".to_string(),
             None => "selected".to_string(),
             Some(s) => match (s.failure_reason, s.stage) {
@@ -177,7 +187,7 @@ fn inventory(index: &Index) -> Inventory {
             name: server.name_any(),
             provider: provider(server),
             power,
-            claim: status.claim.clone(),
+            claim,
             stage,
             node,
             watts,

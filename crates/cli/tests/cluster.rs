@@ -179,6 +179,12 @@ async fn setup() -> (TestEnv, Client) {
         }),
     )
     .await;
+    // s-metal3 is locked by a claim being opened: its lock is in the
+    // controller's ledger, its status does not name it yet.
+    let _ = env.kubectl(["create", "namespace", "ironclaim-system"]);
+    let entry = json!({"holder": "c-opening", "acquired": at(now_s())}).to_string();
+    let ledger = json!({"name": "ironclaim-claim-locks", "namespace": "ironclaim-system"});
+    apply(&env, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": ledger, "data": {"s-metal3": entry}}));
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
     eventually("the small pod bound by the scheduler", Duration::from_secs(30), || {
         let pods = pods.clone();
@@ -193,7 +199,7 @@ async fn setup() -> (TestEnv, Client) {
 
 /// The core's decision for a pod, computed here as the controller would.
 async fn core_decision(client: &Client, pod: &str) -> Outcome {
-    let index = ironclaim_controller::cluster::read(client).await.expect("read the cluster");
+    let index = ironclaim_controller::cluster::read(client, "ironclaim-system").await.expect("read the cluster");
     let now = now_s();
     let (snapshot, _) = index.snapshot(now, FailureBackoff { base_s: 60, max_s: 3600 });
     let plan = ironclaim_core::provision(&snapshot, now);
@@ -289,6 +295,7 @@ async fn explain_and_servers_read_the_cluster() {
     };
     assert_eq!(row("s-on"), ["s-on", "on", "", "", "n-general", "210 W", "healthy", "4", "8Gi", ""], "{out}");
     assert_eq!(row("s-booting"), ["s-booting", "on", "c-wait", "powered on", "", "180 W", "healthy", "16", "32Gi", ""], "{out}");
+    assert_eq!(row("s-metal3")[..7], ["s-metal3", "off", "c-opening", "opening (locked)", "", "-", "healthy"], "{out}");
     assert_eq!(row("s-maint")[..7], ["s-maint", "off", "", "", "", "-", "maintenance"], "{out}");
     assert_eq!(row("s-quarantined")[..7], ["s-quarantined", "off", "", "", "", "-", "quarantined (3 failures)"], "{out}");
     let lines: Vec<&str> = out.lines().collect();

@@ -3,7 +3,7 @@
 
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client, Resource};
@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::index::{Index, Indexed};
+use crate::locks::{LEDGER_NAME, Lock};
 
 async fn list<K>(client: &Client) -> Result<Vec<K>>
 where
@@ -28,11 +29,13 @@ fn reset<K: Indexed>(index: &mut Index, objects: Vec<K>) {
     index.reset(objects);
 }
 
-/// Lists every kind the controller watches.
+/// Lists every kind the controller watches, and reads the claim locks of
+/// the controller in `lock_namespace` (a server locked but not yet named
+/// by its claim is taken all the same).
 ///
 /// # Errors
 /// [`Error::ReadFailed`] naming the kind that could not be listed.
-pub async fn read(client: &Client) -> Result<Index> {
+pub async fn read(client: &Client, lock_namespace: &str) -> Result<Index> {
     let mut index = Index::default();
     reset(&mut index, list::<Pod>(client).await?);
     reset(&mut index, list::<Node>(client).await?);
@@ -41,5 +44,10 @@ pub async fn read(client: &Client) -> Result<Index> {
     reset(&mut index, list::<Server>(client).await?);
     reset(&mut index, list::<NodePool>(client).await?);
     reset(&mut index, list::<NodeClaim>(client).await?);
+    let ledger = Api::<ConfigMap>::namespaced(client.clone(), lock_namespace)
+        .get_opt(LEDGER_NAME)
+        .await
+        .map_err(|source| Error::ReadFailed { what: format!("the claim lock ledger {lock_namespace}/{LEDGER_NAME}"), source })?;
+    index.locks = ledger.as_ref().map(Lock::all_in).unwrap_or_default();
     Ok(index)
 }
