@@ -4,7 +4,9 @@
 //! A lock is exclusive because every write to the ledger carries the
 //! resourceVersion it was computed from: of two controllers writing from
 //! one version, the API server takes one write and answers 409 to the
-//! other, which reads the ledger again and finds the server held.
+//! other, which reads the ledger again and finds the server held. An
+//! answer that needs no write (held by another claim, already ours) is
+//! given from a ledger read for it, never from a copy kept from earlier.
 //!
 //! One object, not one per server, because a decision takes its locks
 //! together: a lock wanted while a write is in flight queues, and the next
@@ -224,14 +226,20 @@ impl Locks {
     /// Writes `batch` to the ledger in one merge patch on the version it
     /// was computed from, computing again from a fresh read on a conflict,
     /// and answers each change.
+    ///
+    /// A batch that writes nothing ("held by another claim", "already
+    /// ours", "not ours to give up") is answered only from a ledger read in
+    /// this commit: the copy kept from an earlier write may be stale (another
+    /// replica led meanwhile, or an operator edited it), and without a write
+    /// no resourceVersion would catch that.
     async fn commit(&self, ledger: &mut Option<ConfigMap>, batch: Vec<(Change, Answer)>) {
         let (changes, answers): (Vec<Change>, Vec<Answer>) = batch.into_iter().unzip();
         let mut result = Err(String::new());
         for _ in 0..CONFLICT_RETRIES {
-            let base = match ledger.take() {
-                Some(base) => base,
+            let (base, fresh) = match ledger.take() {
+                Some(base) => (base, false),
                 None => match self.read_or_create().await {
-                    Ok(base) => base,
+                    Ok(base) => (base, true),
                     Err(e) => {
                         result = Err(e.to_string());
                         break;
@@ -241,6 +249,9 @@ impl Locks {
             let entries = base.data.clone().unwrap_or_default();
             let (writes, outcomes) = apply(&entries, &changes, jiff::Timestamp::now());
             if writes.is_empty() {
+                if !fresh {
+                    continue;
+                }
                 *ledger = Some(base);
                 result = Ok(outcomes);
                 break;

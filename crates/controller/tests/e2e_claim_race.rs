@@ -1,6 +1,7 @@
 //! Two controllers without leader election race for the same servers:
-//! the claim is written with the resourceVersion read, so each server is
-//! won by exactly one.
+//! the claim lock is written to the ledger with the resourceVersion read,
+//! so each server is won by exactly one; and a replica's view of the
+//! ledger from its own last write never decides for it.
 
 mod support;
 
@@ -65,4 +66,42 @@ async fn a_merge_patch_with_a_stale_resource_version_is_refused() {
         other => panic!("a write on a stale version went through: {other:?}"),
     }
     assert_eq!(server(&client, "stale-0").await.status.unwrap().claim.as_deref(), Some("first"));
+}
+
+/// Two replicas take turns on the ledger; each keeps its copy from its
+/// own last write, which the other's writes make stale. No answer may come
+/// from that stale copy: a lock released elsewhere is free, a lock taken
+/// elsewhere is given up when asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_never_answers_from_its_stale_copy_of_the_ledger() {
+    use ironclaim_controller::locks::{Locks, Taken};
+    let (_env, client) = setup().await;
+    let sushy = Sushy::start(&[]);
+    let server = |name: &str, index: usize| -> ironclaim_k8s::api::Server {
+        serde_json::from_value(Machine::new(name, index, 8, 8).server_json(&sushy)).unwrap()
+    };
+    let (s1, s2) = (server("ledger-1", 150), server("ledger-2", 151));
+    let (a, b) = (Locks::new(client.clone(), NAMESPACE), Locks::new(client.clone(), NAMESPACE));
+    let holder = |name: &'static str| {
+        let locks = Locks::new(client.clone(), NAMESPACE);
+        async move { locks.read(name).await.unwrap().map(|l| l.holder) }
+    };
+
+    assert_eq!(a.take(&s1, "c1").await.unwrap(), Taken::Now);
+    b.give_up("ledger-1", "c1").await.unwrap();
+    assert_eq!(holder("ledger-1").await, None);
+    // A's copy still shows c1 on ledger-1.
+    assert_eq!(a.take(&s1, "c2").await.unwrap(), Taken::Now, "a lock released by the other replica is free");
+    assert_eq!(holder("ledger-1").await.as_deref(), Some("c2"));
+
+    assert_eq!(b.take(&s2, "c5").await.unwrap(), Taken::Now);
+    // A's copy has no ledger-2 at all.
+    a.give_up("ledger-2", "c5").await.unwrap();
+    assert_eq!(holder("ledger-2").await, None, "a lock taken by the other replica is given up when asked");
+
+    match b.take(&s1, "c3").await {
+        Err(Error::ServerHeld { holder, .. }) => assert_eq!(holder, "c2"),
+        other => panic!("ledger-1 is held by c2: {other:?}"),
+    }
+    assert_eq!(b.take(&s1, "c2").await.unwrap(), Taken::Already);
 }
