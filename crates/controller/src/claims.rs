@@ -1040,6 +1040,15 @@ impl Claims {
         self.locks.give_up(name, &lock.holder).await
     }
 
+    /// Reads (or creates) the claim lock ledger ahead of the first claims
+    /// (see [`Locks::prepare`]).
+    ///
+    /// # Errors
+    /// [`Error::ReadFailed`] naming the ledger.
+    pub async fn prepare_locks(&self) -> Result<()> {
+        self.locks.prepare().await
+    }
+
     /// Stops every running power task (on shutdown or lost leadership).
     /// What they announced is on the API, so a successor picks them up.
     pub fn abort_all(&self) {

@@ -294,6 +294,13 @@ impl Controller {
             }
             if !was_leading {
                 tracing::info!(instance = %self.settings.instance, "acting");
+                // Another replica may have written the ledger while this
+                // one stood by; a failure here only costs the first claims
+                // a read.
+                if let Err(err) = self.claims.prepare_locks().await {
+                    tracing::warn!(error = %err, "reading the claim lock ledger failed");
+                    self.metrics.error(err.metric_label());
+                }
                 batcher.forget();
                 next_sweep = now;
                 was_leading = true;

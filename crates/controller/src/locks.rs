@@ -201,6 +201,20 @@ impl Locks {
         Ok(ledger.as_ref().and_then(|l| Lock::all_in(l).remove(server)))
     }
 
+    /// Reads the ledger, creating it if it is missing, as the base of the
+    /// next write: done when the controller starts acting, so the first
+    /// claims wait for one write rather than a read, a create and a write.
+    ///
+    /// # Errors
+    /// [`Error::ReadFailed`] naming the ledger.
+    pub async fn prepare(&self) -> Result<()> {
+        let mut ledger = self.ledger.lock().await;
+        let read = self.read_or_create().await;
+        let what = || format!("the claim lock ledger {}/{LEDGER_NAME}", self.namespace);
+        *ledger = Some(read.map_err(|source| Error::ReadFailed { what: what(), source })?);
+        Ok(())
+    }
+
     /// Queues `change` and waits for the write that carries it. Whoever
     /// gets the writer's turn writes everything queued by then, so changes
     /// asked together share one write.
