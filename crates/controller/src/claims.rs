@@ -1016,9 +1016,10 @@ impl Claims {
     /// a node is powered off, as an orphan is; then the lock goes.
     ///
     /// # Errors
-    /// [`Error::ClaimLockFailed`], [`Error::ServerStatusFailed`] when a
-    /// read failed; [`Error::PowerFailed`] when the power-off did (the
-    /// lock is kept, so the next sweep tries again).
+    /// [`Error::ReadFailed`], [`Error::ServerStatusFailed`] when a read
+    /// failed; [`Error::ClaimLockFailed`] when giving the lock up did;
+    /// [`Error::PowerFailed`] when the power-off did (the lock is kept, so
+    /// the next sweep tries again).
     pub async fn break_lock(&self, lock: &Lock, has_node: bool) -> Result<()> {
         self.ensure_acting()?;
         let name = &lock.server;

@@ -3,7 +3,7 @@
 
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client, Resource};
@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::index::{Index, Indexed};
-use crate::locks::{LEDGER_NAME, Lock};
+use crate::locks::Locks;
 
 async fn list<K>(client: &Client) -> Result<Vec<K>>
 where
@@ -44,10 +44,6 @@ pub async fn read(client: &Client, lock_namespace: &str) -> Result<Index> {
     reset(&mut index, list::<Server>(client).await?);
     reset(&mut index, list::<NodePool>(client).await?);
     reset(&mut index, list::<NodeClaim>(client).await?);
-    let ledger = Api::<ConfigMap>::namespaced(client.clone(), lock_namespace)
-        .get_opt(LEDGER_NAME)
-        .await
-        .map_err(|source| Error::ReadFailed { what: format!("the claim lock ledger {lock_namespace}/{LEDGER_NAME}"), source })?;
-    index.locks = ledger.as_ref().map(Lock::all_in).unwrap_or_default();
+    index.locks = Locks::new(client.clone(), lock_namespace).all().await?;
     Ok(index)
 }

@@ -164,8 +164,17 @@ impl Locks {
         Locks { api: Api::namespaced(client, namespace), namespace: namespace.to_string(), ledger: Default::default(), queue: Default::default() }
     }
 
+    /// `NAMESPACE/NAME` of the ledger, for messages.
+    fn ledger_ref(&self) -> String {
+        format!("{}/{LEDGER_NAME}", self.namespace)
+    }
+
     fn failed(&self, server: &str, reason: String) -> Error {
-        Error::ClaimLockFailed { server: server.to_string(), ledger: format!("{}/{LEDGER_NAME}", self.namespace), reason }
+        Error::ClaimLockFailed { server: server.to_string(), ledger: self.ledger_ref(), reason }
+    }
+
+    fn read_failed(&self, source: kube::Error) -> Error {
+        Error::ReadFailed { what: format!("the claim lock ledger {}", self.ledger_ref()), source }
     }
 
     /// Takes the lock of `server` for `claim`.
@@ -192,13 +201,21 @@ impl Locks {
         Ok(())
     }
 
+    /// Every lock as the API holds it now (none without a ledger).
+    ///
+    /// # Errors
+    /// [`Error::ReadFailed`] naming the ledger.
+    pub async fn all(&self) -> Result<BTreeMap<String, Lock>> {
+        let ledger = self.api.get_opt(LEDGER_NAME).await.map_err(|e| self.read_failed(e))?;
+        Ok(ledger.as_ref().map(Lock::all_in).unwrap_or_default())
+    }
+
     /// The lock of `server` as the API holds it now.
     ///
     /// # Errors
-    /// [`Error::ClaimLockFailed`] when the ledger could not be read.
+    /// [`Error::ReadFailed`] naming the ledger.
     pub async fn read(&self, server: &str) -> Result<Option<Lock>> {
-        let ledger = self.api.get_opt(LEDGER_NAME).await.map_err(|e| self.failed(server, e.to_string()))?;
-        Ok(ledger.as_ref().and_then(|l| Lock::all_in(l).remove(server)))
+        Ok(self.all().await?.remove(server))
     }
 
     /// Reads the ledger, creating it if it is missing, as the base of the
@@ -209,9 +226,7 @@ impl Locks {
     /// [`Error::ReadFailed`] naming the ledger.
     pub async fn prepare(&self) -> Result<()> {
         let mut ledger = self.ledger.lock().await;
-        let read = self.read_or_create().await;
-        let what = || format!("the claim lock ledger {}/{LEDGER_NAME}", self.namespace);
-        *ledger = Some(read.map_err(|source| Error::ReadFailed { what: what(), source })?);
+        *ledger = Some(self.read_or_create().await.map_err(|e| self.read_failed(e))?);
         Ok(())
     }
 
