@@ -1,0 +1,646 @@
+//! The autoscaler: batching and the core's scale-up decision, each claim's
+//! walk, the core's scale-down decision paced and carried out, and the
+//! idle clocks, over one [`World`], as effects.
+//!
+//! # How a runner drives it
+//! Call [`Autoscaler::step`] whenever the world changed or
+//! [`Autoscaler::next_wake`] has come; carry out every [`Effect`] it
+//! returns, and hand each answer back with [`Autoscaler::report`]. What the
+//! autoscaler keeps between steps is soft: power actions under way, retry
+//! times, the batch, idle clocks, drains. A runner that restarts builds a
+//! new one, and it carries on from what the world records.
+//!
+//! # Guarantees
+//! - One power action per server at a time: a server with an action under
+//!   way (a claim's, a spare's or a drain's) is given no other.
+//! - What is under way counts in the next decision: a drained node is
+//!   disrupting, a spare being powered on or off is in its new state, a
+//!   server being taken is claimed.
+//! - A drain that evicts workload starts only when re-proposed after
+//!   [`ScaleDownSettings::revalidate_after`]; a node whose drain was
+//!   abandoned is held for [`ScaleDownSettings::cool_down`].
+//! - A node tainted as disrupting that no drain of this autoscaler owns
+//!   (a drain cut short by a restart) is uncordoned, unless its server's
+//!   power-off may be under way: then it stays cordoned.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use ironclaim_core::disruption::{Action, disrupt};
+use ironclaim_core::model::{ClaimInFlight, Health, Pod, PowerState, Seconds, Snapshot};
+use ironclaim_core::provision;
+
+use crate::backoff::FailureBackoff;
+use crate::batch::{Batcher, Windows};
+use crate::claim::{self, ClaimIo, ClaimRecord, ClaimSettings, ClaimView, Io};
+use crate::drain::{Drain, DrainSettings, Ended};
+use crate::idle::{IdleClock, Seen};
+use crate::pacing::{self, Settling};
+use crate::{Effect, Report, Stage};
+
+/// What the autoscaler reads of the world. Every method is a read of what
+/// the runner holds now (an index fed by watches, or the simulated rack).
+pub trait World {
+    /// Keys (`namespace/name`) of the pods waiting for a node.
+    fn pending(&self) -> Vec<String>;
+    /// The core's snapshot: nodes, pods, pools, PDBs, servers (power
+    /// state, health as recorded: healthy, quarantined or maintenance;
+    /// failures in a row; claim and node), claims in flight and recent
+    /// arrivals. `scale_up` is Some(pods to place) when the snapshot is
+    /// for [`provision`] alone, which lets a runner pass only as many free
+    /// servers of each kind as it could open claims on.
+    fn snapshot(&self, scale_up: Option<usize>) -> Snapshot;
+    /// Every claim the world records, failed ones included.
+    fn claims(&self) -> Vec<ClaimView>;
+    /// When the server's last claim failed.
+    fn last_failure_s(&self, server: &str) -> Option<Seconds>;
+    /// Nodes whose last drain was abandoned, and when.
+    fn abandoned_drains(&self) -> Vec<(String, Seconds)>;
+    /// Per server: its recorded idle time, and the latest known start of
+    /// business (its claim written, its node registered).
+    fn recorded_idle(&self, server: &str) -> (Option<Seconds>, Option<Seconds>);
+    /// The pods on a node, as fresh as the runner can read them.
+    fn pods_on(&self, node: &str) -> Vec<Pod>;
+}
+
+/// The knobs of scale-down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScaleDownSettings {
+    /// How often the core's scale-down is asked.
+    pub every: Duration,
+    /// A drain that evicts workload starts only when proposed again at
+    /// least this long after its first proposal.
+    pub revalidate_after: Duration,
+    /// A node whose drain was abandoned is not drained again for this long.
+    pub cool_down: Duration,
+    pub drain: DrainSettings,
+}
+
+impl Default for ScaleDownSettings {
+    fn default() -> Self {
+        ScaleDownSettings {
+            every: Duration::from_secs(2),
+            revalidate_after: Duration::from_secs(15),
+            cool_down: Duration::from_secs(600),
+            drain: DrainSettings::default(),
+        }
+    }
+}
+
+/// The knobs of the autoscaler.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub windows: Windows,
+    /// Pending pods are decided again this often even with no new one.
+    pub redecide_every: Duration,
+    /// How often every claim is reconciled without a change.
+    pub reconcile_every: Duration,
+    pub claims: ClaimSettings,
+    pub backoff: FailureBackoff,
+    /// None: no scale-down (a runner that powers servers off its own way).
+    pub scale_down: Option<ScaleDownSettings>,
+    /// Seeds claim names, so two runs never share one.
+    pub name_seed: u64,
+    /// Whether [`Effect::Note`]s are emitted for held scale-down.
+    pub held_notes: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            windows: Windows::default(),
+            redecide_every: Duration::from_secs(30),
+            reconcile_every: Duration::from_secs(1),
+            claims: ClaimSettings::default(),
+            backoff: FailureBackoff::default(),
+            scale_down: Some(ScaleDownSettings::default()),
+            name_seed: 0,
+            held_notes: true,
+        }
+    }
+}
+
+/// A warm-spare power action under way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SpareOp {
+    On,
+    Off,
+}
+
+/// What the autoscaler counts, for reports and metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub decisions: u64,
+    pub claims_opened: u64,
+    pub drains_started: u64,
+    pub drains_done: u64,
+    pub drains_abandoned: u64,
+    pub spares_powered_on: u64,
+    pub spares_powered_off: u64,
+}
+
+/// The autoscaler's soft state. See the module docs.
+#[derive(Debug)]
+pub struct Autoscaler {
+    settings: Settings,
+    batcher: Batcher,
+    last_decision: Option<Duration>,
+    /// Claims being taken: not in the world yet, already the core's.
+    taking: BTreeMap<String, ClaimRecord>,
+    claims: BTreeMap<String, ClaimIo>,
+    /// The live claims at the last step: one gone or failed re-plans.
+    live: BTreeSet<String>,
+    /// The stage (and failure) each claim was last written at, until the
+    /// world shows it: an older view is stale and waits.
+    written: BTreeMap<String, (bool, Stage)>,
+    spares: BTreeMap<String, SpareOp>,
+    drains: BTreeMap<String, Drain>,
+    /// Servers whose drain's power-off was confirmed.
+    confirmed_off: BTreeSet<String>,
+    /// The claim each server's claim actions belong to.
+    server_claims: BTreeMap<String, String>,
+    idle: IdleClock,
+    settling: Settling,
+    next_scale_down: Duration,
+    next_reconcile: Duration,
+    names: u64,
+    pub counters: Counters,
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+impl Autoscaler {
+    pub fn new(settings: Settings) -> Self {
+        Autoscaler {
+            batcher: Batcher::new(settings.windows),
+            settings,
+            last_decision: None,
+            taking: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            live: BTreeSet::new(),
+            written: BTreeMap::new(),
+            spares: BTreeMap::new(),
+            drains: BTreeMap::new(),
+            confirmed_off: BTreeSet::new(),
+            server_claims: BTreeMap::new(),
+            idle: IdleClock::default(),
+            settling: Settling::default(),
+            next_scale_down: Duration::ZERO,
+            next_reconcile: Duration::ZERO,
+            names: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Drops what this process believed while it acted (it lost the lease):
+    /// whoever acts next starts from what the world records.
+    pub fn forget(&mut self) {
+        let settings = self.settings.clone();
+        let counters = std::mem::take(&mut self.counters);
+        let names = self.names;
+        *self = Autoscaler::new(settings);
+        self.names = names;
+        self.counters = counters;
+    }
+
+    /// The next time a step is due with no change in the world.
+    pub fn next_wake(&self) -> Duration {
+        let mut at = self.next_reconcile;
+        if let Some(due) = self.batcher.due_at() {
+            at = at.min(due);
+        }
+        if self.settings.scale_down.is_some() {
+            at = at.min(self.next_scale_down);
+        }
+        for d in self.drains.values() {
+            at = at.min(d.next_at());
+        }
+        at
+    }
+
+    /// Whether the server has a power action under way here.
+    pub fn busy(&self, server: &str) -> bool {
+        self.spares.contains_key(server) || self.drains.values().any(|d| d.server.as_deref() == Some(server) && d.powering_off())
+    }
+
+    /// A fresh claim name, `POOL-SERVER-xxxxx`.
+    fn claim_name(&mut self, pool: &str, server: &str, now: Duration) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        self.names += 1;
+        let mut bits = mix(self.settings.name_seed ^ mix(now.as_nanos() as u64 ^ mix(self.names)));
+        let suffix: String = (0..5)
+            .map(|_| {
+                let c = ALPHABET[(bits % ALPHABET.len() as u64) as usize] as char;
+                bits /= ALPHABET.len() as u64;
+                c
+            })
+            .collect();
+        let prefix: String = format!("{pool}-{server}").chars().take(240).collect();
+        let prefix = prefix.trim_end_matches(['-', '.']);
+        format!("{prefix}-{suffix}")
+    }
+
+    /// Takes the answer to an effect.
+    pub fn report(&mut self, report: Report, now: Duration) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match report {
+            Report::Taken { claim, newly } => {
+                if let Some(record) = self.taking.remove(&claim) {
+                    let io = self.claims.entry(claim.clone()).or_default();
+                    if newly {
+                        io.running = Some(Io::PowerOn);
+                        out.push(Effect::PowerOn { server: record.server.clone(), claim: Some(claim.clone()) });
+                    }
+                    out.push(Effect::EnterStage {
+                        claim: claim.clone(),
+                        stage: Stage::PoweringOn,
+                        message: format!("server {} taken", record.server),
+                    });
+                    self.written.insert(claim, (false, Stage::PoweringOn));
+                }
+            }
+            Report::Held { claim, holder } => {
+                if self.taking.remove(&claim).is_some() {
+                    out.push(Effect::FailClaim {
+                        claim: claim.clone(),
+                        reason: crate::FailureReason::ClaimConflict,
+                        message: format!("the server is held by {holder}"),
+                        timed_out: false,
+                    });
+                    self.written.insert(claim, (true, Stage::Selected));
+                    self.batcher.forget();
+                }
+            }
+            Report::TakeFailed { claim, .. } => {
+                self.taking.remove(&claim);
+                self.batcher.forget();
+            }
+            Report::PoweredOn { server, result } => {
+                if self.spares.get(&server) == Some(&SpareOp::On) {
+                    self.spares.remove(&server);
+                    if result.is_ok() {
+                        self.counters.spares_powered_on += 1;
+                    }
+                } else if let Some(io) = self.claim_io_of(&server) {
+                    io.running = None;
+                    io.finished = Some((Io::PowerOn, result.map(|()| true)));
+                }
+            }
+            Report::PoweredOff { server, result, refused } => {
+                if self.spares.get(&server) == Some(&SpareOp::Off) {
+                    self.spares.remove(&server);
+                    if result.is_ok() && refused.is_none() {
+                        self.counters.spares_powered_off += 1;
+                    }
+                } else if let Some(d) = self.drains.values_mut().find(|d| d.server.as_deref() == Some(server.as_str()) && d.powering_off()) {
+                    let drain_settings = self.settings.scale_down.map(|s| s.drain).unwrap_or_default();
+                    if let Some(note) = d.powered_off(&result, refused.as_deref(), &drain_settings, now) {
+                        out.push(Effect::Note { subject: server.clone(), reason: "PowerOffFailed", message: note, warning: true });
+                    }
+                    if result.is_ok() && refused.is_none() {
+                        self.confirmed_off.insert(server);
+                    }
+                } else if let Some(io) = self.claim_io_of(&server) {
+                    io.running = None;
+                    let result = match (result, refused) {
+                        (Ok(()), None) => Ok(false),
+                        (Err(e), _) => Err(e),
+                        (Ok(()), Some(why)) => {
+                            Err(crate::PowerFailure { reason: crate::FailureReason::PowerActionFailed, message: format!("power-off refused: {why}") })
+                        }
+                    };
+                    io.finished = Some((Io::PowerOff, result));
+                }
+            }
+            Report::PowerRead { server, result } => {
+                if let Some(io) = self.claim_io_of(&server) {
+                    io.running = None;
+                    io.finished = Some((Io::Read, result));
+                }
+            }
+            Report::Evicted { node, pod, answer } => {
+                let drain_settings = self.settings.scale_down.map(|s| s.drain).unwrap_or_default();
+                if let Some(d) = self.drains.get_mut(&node) {
+                    d.evicted(&pod, &answer, &drain_settings);
+                }
+            }
+            Report::WriteFailed { .. } => {}
+        }
+        out
+    }
+
+    /// The soft state of the live claim on `server` whose action is under way.
+    fn claim_io_of(&mut self, server: &str) -> Option<&mut ClaimIo> {
+        let name = self.server_claims.get(server)?.clone();
+        self.claims.get_mut(&name)
+    }
+
+    /// Marks in `snap` what is under way here: servers being taken are
+    /// claimed (their pods the claim's), spares being powered on or off
+    /// are in their new state, drained nodes are disrupting; and servers
+    /// still waiting out a failure's backoff are not chosen.
+    fn prepare(&self, snap: &mut Snapshot, world: &dyn World, now_s: Seconds) {
+        self.settings.backoff.apply(snap, |s| world.last_failure_s(s), now_s);
+        for s in snap.servers.iter_mut() {
+            if let Some(record) = self.taking.values().find(|r| r.server == s.name) {
+                s.claim = Some(record.name.clone());
+            }
+            match self.spares.get(&s.name) {
+                Some(SpareOp::On) => s.power_state = PowerState::On,
+                Some(SpareOp::Off) => s.power_state = PowerState::Off,
+                None => {}
+            }
+        }
+        for r in self.taking.values() {
+            if !snap.claims.iter().any(|c| c.name == r.name) {
+                snap.claims.push(ClaimInFlight {
+                    name: r.name.clone(),
+                    server: r.server.clone(),
+                    pool: r.pool.clone(),
+                    stage: ironclaim_core::Stage::Selected,
+                    stage_started_s: r.stage_started_s,
+                    pods: r.pods.clone(),
+                });
+            }
+        }
+        let draining: BTreeSet<&str> = self.drains.values().filter_map(|d| d.server.as_deref()).collect();
+        for n in snap.nodes.iter_mut() {
+            if self.drains.contains_key(&n.name) || n.server.as_deref().is_some_and(|s| draining.contains(s)) {
+                n.disrupting = true;
+            }
+        }
+    }
+
+    /// One step at `now`. See the module docs.
+    pub fn step(&mut self, world: &dyn World, now: Duration) -> Vec<Effect> {
+        let now_s = now.as_secs();
+        let mut out = Vec::new();
+
+        // Each claim a step further.
+        let views = world.claims();
+        let mut live = BTreeSet::new();
+        let mut holders: BTreeMap<String, String> = BTreeMap::new();
+        let mut present = BTreeSet::new();
+        let reconcile = now >= self.next_reconcile;
+        if reconcile {
+            self.next_reconcile = now + self.settings.reconcile_every;
+        }
+        for v in &views {
+            let name = v.record.name.clone();
+            present.insert(name.clone());
+            if v.record.failure.is_none() {
+                live.insert(name.clone());
+                if v.server.as_ref().is_some_and(|s| s.holder.as_deref() == Some(name.as_str())) {
+                    holders.insert(v.record.server.clone(), name.clone());
+                }
+            }
+            if let Some(&written) = self.written.get(&name) {
+                if (v.record.failure.is_some(), v.record.stage) < written {
+                    continue;
+                }
+                self.written.remove(&name);
+            }
+            if self.taking.contains_key(&name) {
+                continue;
+            }
+            let io = self.claims.entry(name.clone()).or_default();
+            if !reconcile && io.finished.is_none() {
+                continue;
+            }
+            self.server_claims.insert(v.record.server.clone(), name.clone());
+            let effects = claim::step(v, io, &self.settings.claims, now);
+            for e in &effects {
+                match e {
+                    Effect::EnterStage { stage, .. } => {
+                        self.written.insert(name.clone(), (false, *stage));
+                    }
+                    Effect::FailClaim { .. } => {
+                        self.written.insert(name.clone(), (true, v.record.stage));
+                    }
+                    Effect::Release { server, .. } => {
+                        self.server_claims.remove(server);
+                    }
+                    _ => {}
+                }
+            }
+            out.extend(effects);
+        }
+        self.claims.retain(|k, _| present.contains(k) || self.taking.contains_key(k));
+        self.written.retain(|k, _| present.contains(k) || self.taking.contains_key(k));
+        if self.live.iter().any(|c| !live.contains(c)) {
+            // Claims that failed or vanished hand their pods back.
+            self.batcher.forget();
+        }
+        self.live = live;
+
+        // Scale-up: a batch due, or pods pending long enough to ask again.
+        let pending = world.pending();
+        self.batcher.observe(pending.iter(), now);
+        let periodic = !pending.is_empty() && self.last_decision.is_none_or(|t| now >= t + self.settings.redecide_every);
+        if self.batcher.due(now) || periodic {
+            let mut snap = world.snapshot(Some(pending.len()));
+            self.prepare(&mut snap, world, now_s);
+            let plan = provision(&snap, now_s);
+            self.counters.decisions += 1;
+            for c in &plan.claims {
+                if self.busy(&c.server) {
+                    continue;
+                }
+                let name = self.claim_name(&c.pool, &c.server, now);
+                let record = ClaimRecord {
+                    name: name.clone(),
+                    server: c.server.clone(),
+                    pool: c.pool.clone(),
+                    pods: c.pods.clone(),
+                    stage: Stage::Selected,
+                    stage_started_s: now_s,
+                    failure: None,
+                    node: None,
+                    created_s: now_s,
+                    history: vec![(Stage::Selected, now_s)],
+                };
+                self.taking.insert(name.clone(), record.clone());
+                self.server_claims.insert(c.server.clone(), name);
+                self.counters.claims_opened += 1;
+                out.push(Effect::TakeServer { claim: record });
+            }
+            self.batcher.decided(pending.iter());
+            self.last_decision = Some(now);
+        }
+
+        // Scale-down.
+        let Some(sd) = self.settings.scale_down else { return out };
+        let pass = now >= self.next_scale_down;
+        if !pass && self.drains.values().all(|d| now < d.next_at()) {
+            return out;
+        }
+        let mut snap = world.snapshot(None);
+        self.prepare(&mut snap, world, now_s);
+        for s in &snap.servers {
+            if let Some(c) = &s.claim {
+                holders.entry(s.name.clone()).or_insert_with(|| c.clone());
+            }
+        }
+        self.run_drains(world, &holders, &sd, now, &mut out);
+        if !pass {
+            return out;
+        }
+        self.next_scale_down = now + sd.every;
+        self.stamp_idle(&mut snap, &views, world, now_s, &mut out);
+
+        // Drains cut short by a restart: uncordoned, unless the machine
+        // may be shutting down (its recorded power is not On).
+        let power: BTreeMap<&str, PowerState> = snap.servers.iter().map(|s| (s.name.as_str(), s.power_state)).collect();
+        for n in snap.nodes.iter().filter(|n| n.disrupting && !self.drains.contains_key(&n.name)) {
+            let on = n.server.as_deref().is_none_or(|s| power.get(s) == Some(&PowerState::On));
+            if on && !n.server.as_deref().is_some_and(|s| self.busy(s)) {
+                out.push(Effect::Uncordon { node: n.name.clone(), abandoned: false });
+                out.push(Effect::Note {
+                    subject: n.name.clone(),
+                    reason: "DrainAbandoned",
+                    message: "a drain cut short by a restart: uncordoned".into(),
+                    warning: false,
+                });
+            }
+        }
+
+        let cooling = pacing::cooling(world.abandoned_drains().iter().map(|(n, at)| (n.as_str(), *at)), now_s, sd.cool_down.as_secs());
+        let mut decided = snap.clone();
+        pacing::hold_cooling(&mut decided, &cooling);
+        let mut plan = disrupt(&decided, now_s);
+        pacing::drop_cooling(&mut plan.actions, &mut plan.held, &cooling, now_s);
+        let (go, waiting) = self.settling.settle(plan.actions, now_s, sd.revalidate_after.as_secs());
+        for action in go {
+            self.act(action, &snap, &holders, &sd, world, now, &mut out);
+        }
+        if self.settings.held_notes {
+            for h in plan.held {
+                out.push(Effect::Note { subject: h.subject, reason: "ScaleDownHeld", message: h.why, warning: false });
+            }
+            for w in waiting {
+                let message = format!("proposed for consolidation; drained only if still proposed {}s later", sd.revalidate_after.as_secs());
+                out.push(Effect::Note { subject: w.node, reason: "ConsolidationProposed", message, warning: false });
+            }
+        }
+        out
+    }
+
+    fn run_drains(&mut self, world: &dyn World, holders: &BTreeMap<String, String>, sd: &ScaleDownSettings, now: Duration, out: &mut Vec<Effect>) {
+        let _ = sd;
+        let nodes: Vec<String> = self.drains.keys().cloned().collect();
+        for node in nodes {
+            let Some(d) = self.drains.get_mut(&node) else { continue };
+            let pods = world.pods_on(&node);
+            let holder = d.server.as_ref().and_then(|s| holders.get(s)).map(String::as_str);
+            let off = d.server.as_ref().is_some_and(|s| self.confirmed_off.remove(s));
+            let (effects, ended) = d.step(&pods, holder, off, now);
+            out.extend(effects);
+            match ended {
+                Some(Ended::Done { .. }) => {
+                    self.drains.remove(&node);
+                    self.counters.drains_done += 1;
+                }
+                Some(Ended::Abandoned { .. }) => {
+                    self.drains.remove(&node);
+                    self.counters.drains_abandoned += 1;
+                }
+                None => {}
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn act(
+        &mut self,
+        action: Action,
+        snap: &Snapshot,
+        holders: &BTreeMap<String, String>,
+        sd: &ScaleDownSettings,
+        world: &dyn World,
+        now: Duration,
+        out: &mut Vec<Effect>,
+    ) {
+        let claimed = |server: &str| {
+            self.taking.values().any(|r| r.server == server) || self.server_claims.contains_key(server) && holders.contains_key(server)
+        };
+        match action {
+            Action::PowerOff { server, .. } => {
+                if self.busy(&server) || claimed(&server) {
+                    return;
+                }
+                self.spares.insert(server.clone(), SpareOp::Off);
+                out.push(Effect::PowerOff { server, claim: None, node: None });
+            }
+            Action::PowerOn { server, .. } | Action::PowerOnForHeadroom { server, .. } | Action::PowerOnForReplacement { server, .. } => {
+                if self.busy(&server) || claimed(&server) {
+                    return;
+                }
+                self.spares.insert(server.clone(), SpareOp::On);
+                out.push(Effect::PowerOn { server, claim: None });
+            }
+            Action::Drain { node, server, pool, reason, evict, .. } => {
+                if self.drains.contains_key(&node) || server.as_deref().is_some_and(|s| self.busy(s)) {
+                    return;
+                }
+                let timeout = snap
+                    .pools
+                    .iter()
+                    .find(|p| p.name == pool)
+                    .and_then(|p| p.disruption.drain_timeout_s)
+                    .map_or(sd.drain.default_timeout, Duration::from_secs);
+                let reason = format!("{reason:?}").to_lowercase();
+                let mut d = Drain::new(&node, server.as_deref(), &reason, evict.into_iter().collect(), true, timeout, &sd.drain, now);
+                let holder = server.as_ref().and_then(|s| holders.get(s)).map(String::as_str);
+                let (effects, _) = d.step(&world.pods_on(&node), holder, false, now);
+                out.extend(effects);
+                self.drains.insert(node, d);
+                self.counters.drains_started += 1;
+            }
+        }
+    }
+
+    /// Stamps each server's `idle_since_s` from the idle clocks: idle is
+    /// powered on and either unclaimed with no node, or a serving node with
+    /// no workload pod; a server in maintenance is never idle.
+    fn stamp_idle(&mut self, snap: &mut Snapshot, views: &[ClaimView], world: &dyn World, now_s: Seconds, out: &mut Vec<Effect>) {
+        let not_serving: BTreeSet<&str> =
+            views.iter().filter(|v| v.record.failure.is_none() && v.record.stage != Stage::Serving).map(|v| v.record.server.as_str()).collect();
+        let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
+        for p in &snap.pods {
+            if p.occupies_node() && !p.terminating && !p.is_daemonset_pod() {
+                busy_nodes.insert(p.node_name.as_deref().unwrap_or_default());
+            }
+        }
+        let seen: Vec<Seen> = snap
+            .servers
+            .iter()
+            .filter(|s| !s.unlimited)
+            .map(|s| {
+                let idle = s.health != Health::Maintenance
+                    && match &s.node {
+                        Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(s.name.as_str()),
+                        None => s.power_state == PowerState::On && s.claim.is_none(),
+                    };
+                let (recorded, busy_at_least_until) = world.recorded_idle(&s.name);
+                Seen { server: s.name.clone(), idle, recorded, busy_at_least_until }
+            })
+            .collect();
+        let (idle, writes) = self.idle.observe(&seen, now_s);
+        for s in snap.servers.iter_mut() {
+            if let Some(&since) = idle.get(&s.name) {
+                s.idle_since_s = Some(since);
+            }
+        }
+        out.extend(writes.into_iter().map(|w| Effect::RecordIdle { server: w.server, since: w.idle_since }));
+    }
+}

@@ -1,0 +1,606 @@
+//! One claim's walk: server taken, powered on, booting, a node joined, the
+//! node Ready and its gates passed, its pods bound; or a failure, after
+//! which the server is powered off (unless it became a node) and released,
+//! the failure counted against it.
+//!
+//! [`step`] is one reconcile of one claim: it looks at where the claim
+//! stands ([`ClaimView`], what the API holds) and at what this process
+//! has under way for it ([`ClaimIo`]), and returns what to do. It does not
+//! care why it was called.
+//!
+//! # Guarantees
+//! - A power-on is sent only after the server was taken by this claim's
+//!   own take ([`crate::Report::Taken`] with `newly`), or, for a claim
+//!   found at `PoweringOn` (a restart), after the BMC read Off and the
+//!   power-on budget passed; never while a power action is under way.
+//! - A failed power attempt is retried after [`Retry::delay`]; after
+//!   [`Retry::attempts`] the claim fails with the last reason.
+//! - A stage past its budget ([`Deadlines`]) fails the claim as timed out.
+//! - A failed claim's server is powered off (unless it is a node, or the
+//!   claim lost its server to another claim) and confirmed off before it
+//!   is released; a release counts a failure except after a conflict.
+
+use std::time::Duration;
+
+use ironclaim_core::model::{Seconds, StageDurations};
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::{Retry, quarantines};
+use crate::deadline::Deadlines;
+use crate::{Effect, FailureReason, PowerFailure, Stage};
+
+/// A claim as the API holds it (a NodeClaim and its server's claim).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    pub name: String,
+    pub server: String,
+    pub pool: String,
+    /// The pods (`namespace/name`) it was opened for.
+    pub pods: Vec<String>,
+    pub stage: Stage,
+    pub stage_started_s: Seconds,
+    pub failure: Option<FailureReason>,
+    pub node: Option<String>,
+    pub created_s: Seconds,
+    /// Each stage entered so far, with when: the timeline a start's
+    /// measurements are taken from.
+    pub history: Vec<(Stage, Seconds)>,
+}
+
+impl ClaimRecord {
+    /// When the claim entered `stage`, if it did.
+    pub fn entered_s(&self, stage: Stage) -> Option<Seconds> {
+        self.history.iter().rev().find(|(s, _)| *s == stage).map(|(_, at)| *at)
+    }
+}
+
+/// The claim's server, as the API holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerFacts {
+    /// The claim its status names.
+    pub holder: Option<String>,
+    pub durations: StageDurations,
+    /// Failed claims in a row so far.
+    pub failures: u32,
+}
+
+/// The node linked to the claim's server.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub name: String,
+    pub ready: bool,
+    /// Since when Ready has been True; None when not Ready.
+    pub ready_since_s: Option<Seconds>,
+    /// Readiness gates not met yet ("node Ready" first when it is not).
+    pub unmet: Vec<String>,
+}
+
+/// Everything one claim's step reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimView {
+    pub record: ClaimRecord,
+    /// None: the server is gone from the inventory.
+    pub server: Option<ServerFacts>,
+    pub node: Option<NodeFacts>,
+    /// Pods of the claim that still exist and wait for a node.
+    pub pods_pending: Vec<String>,
+    /// Pods of the claim bound to its node.
+    pub pods_bound: usize,
+}
+
+/// A power action or read this process has under way or just finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Io {
+    PowerOn,
+    PowerOff,
+    Read,
+}
+
+/// What this process holds about one claim, beyond the API: lost on a
+/// restart, by design (a restarted process reads and asks again).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimIo {
+    /// The action under way.
+    pub running: Option<Io>,
+    /// The last action that finished, and how.
+    pub finished: Option<(Io, Result<bool, PowerFailure>)>,
+    /// Failed attempts in a row.
+    pub failed: u32,
+    /// No attempt before this.
+    pub next_at: Option<Duration>,
+    /// The gates note last written, so it is written on change only.
+    pub gates_note: Option<String>,
+    /// Since when this process has seen the serving node NotReady.
+    pub not_ready_since: Option<Duration>,
+}
+
+impl ClaimIo {
+    fn retry_due(&self, now: Duration) -> bool {
+        self.next_at.is_none_or(|at| now >= at)
+    }
+
+    fn fail_attempt(&mut self, retry: &Retry, now: Duration) -> u32 {
+        self.failed += 1;
+        self.next_at = Some(now + retry.delay(self.failed));
+        self.failed
+    }
+}
+
+/// The knobs of a claim's walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimSettings {
+    pub deadlines: Deadlines,
+    pub retry: Retry,
+    /// A server is quarantined after this many failed claims in a row.
+    pub quarantine_after: u32,
+    /// A failed claim's record is kept this long, then deleted.
+    pub failed_claim_ttl_s: Seconds,
+    /// A serving node NotReady this long fails its claim.
+    pub not_ready_grace_s: Seconds,
+}
+
+impl Default for ClaimSettings {
+    fn default() -> Self {
+        ClaimSettings {
+            deadlines: Deadlines::default(),
+            retry: Retry::default(),
+            quarantine_after: 3,
+            failed_claim_ttl_s: 3600,
+            not_ready_grace_s: 300,
+        }
+    }
+}
+
+/// A duration as people say it: `45s`, `3m`, `1h20m`.
+pub fn human(s: Seconds) -> String {
+    match s {
+        0..=89 => format!("{s}s"),
+        90..=5399 => format!("{}m", (s + 30) / 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn fail(name: &str, reason: FailureReason, message: String, timed_out: bool) -> Effect {
+    Effect::FailClaim { claim: name.to_string(), reason, message, timed_out }
+}
+
+fn enter(name: &str, stage: Stage, message: impl Into<String>) -> Effect {
+    Effect::EnterStage { claim: name.to_string(), stage, message: message.into() }
+}
+
+/// One reconcile of one claim at `now` (`now_s` its whole seconds):
+/// updates `io` and returns the effects due.
+pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: Duration) -> Vec<Effect> {
+    let now_s = now.as_secs();
+    let r = &view.record;
+    let name = r.name.as_str();
+    if r.failure.is_some() {
+        return release_failed(view, io, settings, now);
+    }
+    let Some(server) = &view.server else {
+        return vec![fail(name, FailureReason::ServerUnavailable, format!("server {} is not in the inventory", r.server), false)];
+    };
+    if server.holder.as_deref() != Some(name) && r.stage != Stage::Selected {
+        let holder = server.holder.clone().unwrap_or_else(|| "nothing".into());
+        return vec![fail(name, FailureReason::ServerUnavailable, format!("server {} is held by {holder}, not by this claim", r.server), false)];
+    }
+    let age = now_s.saturating_sub(r.stage_started_s);
+    let budget = settings.deadlines.budget(r.stage, &server.durations);
+    match r.stage {
+        // Taken (or being taken) by the driver's open; nothing to do here.
+        Stage::Selected => Vec::new(),
+        Stage::PoweringOn => power_on(view, io, settings, server, age, now),
+        Stage::Booting => {
+            if let Some(node) = &view.node {
+                return vec![
+                    Effect::LinkNode { claim: name.into(), server: r.server.clone(), node: node.name.clone(), pool: r.pool.clone() },
+                    enter(name, Stage::Joined, format!("node {} registered", node.name)),
+                ];
+            }
+            match budget {
+                Some(b) if age > b.stuck_after_s => vec![fail(
+                    name,
+                    FailureReason::RegistrationTimedOut,
+                    format!(
+                        "server {} powered on {} ago and no node registered; it usually registers in {} (stuck after {})",
+                        r.server,
+                        human(age),
+                        human(b.usual_s),
+                        human(b.stuck_after_s)
+                    ),
+                    true,
+                )],
+                _ => Vec::new(),
+            }
+        }
+        Stage::Joined => {
+            let Some(node) = &view.node else {
+                let message = format!("node {} went away before it was ready", r.node.clone().unwrap_or_default());
+                return vec![fail(name, FailureReason::NodeLost, message, false)];
+            };
+            if node.unmet.is_empty() {
+                io.gates_note = None;
+                let joined_at = r.stage_started_s;
+                let ready_at = node.ready_since_s.unwrap_or(joined_at).clamp(joined_at, now_s);
+                let took = |from: Stage, to: Stage| match (r.entered_s(from), r.entered_s(to)) {
+                    (Some(a), Some(b)) => b.saturating_sub(a),
+                    _ => 0,
+                };
+                let sample = [took(Stage::PoweringOn, Stage::Booting), took(Stage::Booting, Stage::Joined), ready_at - joined_at, now_s - ready_at];
+                return vec![
+                    enter(name, Stage::Ready, "node Ready and readiness gates passed"),
+                    Effect::Measure { server: r.server.clone(), sample },
+                ];
+            }
+            let waiting = format!("waiting for {}", node.unmet.join(", "));
+            if let Some(b) = budget
+                && age > b.stuck_after_s
+            {
+                let reason =
+                    if node.unmet.iter().any(|u| u == "node Ready") { FailureReason::NodeNotReady } else { FailureReason::ReadinessGateFailed };
+                let message =
+                    format!("node {} registered {} ago and is not ready: {waiting}; usually ready in {}", node.name, human(age), human(b.usual_s));
+                return vec![fail(name, reason, message, true)];
+            }
+            if io.gates_note.as_deref() != Some(waiting.as_str()) {
+                io.gates_note = Some(waiting.clone());
+                return vec![Effect::Note { subject: format!("claim {name}"), reason: "GatesWaiting", message: waiting, warning: false }];
+            }
+            Vec::new()
+        }
+        Stage::Ready => {
+            if view.pods_pending.is_empty() {
+                vec![enter(name, Stage::Serving, format!("{} pod(s) bound", view.pods_bound))]
+            } else {
+                Vec::new()
+            }
+        }
+        Stage::Serving => match &view.node {
+            None => {
+                vec![fail(name, FailureReason::NodeLost, format!("node {} of a serving claim is gone", r.node.clone().unwrap_or_default()), false)]
+            }
+            Some(node) if !node.ready => {
+                // The grace runs from the moment this process first saw
+                // it NotReady: a restart only lengthens it.
+                let since = *io.not_ready_since.get_or_insert(now);
+                let down_s = now.saturating_sub(since).as_secs();
+                if down_s >= settings.not_ready_grace_s {
+                    let message = format!("node {} of a serving claim has been NotReady for {}", node.name, human(down_s));
+                    vec![fail(name, FailureReason::NodeNotReady, message, true)]
+                } else {
+                    Vec::new()
+                }
+            }
+            Some(_) => {
+                io.not_ready_since = None;
+                Vec::new()
+            }
+        },
+    }
+}
+
+/// `PoweringOn`: wait for the power-on under way, retry a failed one,
+/// move on once it is confirmed; after a restart, read the BMC first.
+fn power_on(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, server: &ServerFacts, age: Seconds, now: Duration) -> Vec<Effect> {
+    let r = &view.record;
+    let name = r.name.as_str();
+    if io.running.is_some() {
+        return Vec::new();
+    }
+    let on = match io.finished.take() {
+        Some((Io::PowerOn, Ok(_))) => true,
+        Some((Io::Read, Ok(on))) => on,
+        Some((_, Err(err))) => return power_failed(view, io, settings, err, now),
+        Some((Io::PowerOff, Ok(_))) | None => {
+            if !io.retry_due(now) {
+                return Vec::new();
+            }
+            io.running = Some(Io::Read);
+            return vec![Effect::ReadPower { server: r.server.clone() }];
+        }
+    };
+    if on {
+        *io = ClaimIo::default();
+        return vec![enter(name, Stage::Booting, "power on confirmed")];
+    }
+    // Off. A power-on sent by an earlier run may still be settling: wait
+    // for it through the power-on budget before sending another.
+    let budget = settings.deadlines.budget(Stage::PoweringOn, &server.durations).map_or(60, |b| b.stuck_after_s);
+    if io.failed == 0 && io.next_at.is_none() && age < budget {
+        io.next_at = Some(now + Duration::from_secs(budget - age));
+        return Vec::new();
+    }
+    io.running = Some(Io::PowerOn);
+    vec![Effect::PowerOn { server: r.server.clone(), claim: Some(name.into()) }]
+}
+
+fn power_failed(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, err: PowerFailure, now: Duration) -> Vec<Effect> {
+    let name = view.record.name.as_str();
+    let failed = io.fail_attempt(&settings.retry, now);
+    let message = format!("attempt {failed} of {}: {}", settings.retry.attempts, err.message);
+    if failed >= settings.retry.attempts {
+        *io = ClaimIo::default();
+        return vec![fail(name, err.reason, message, false)];
+    }
+    let delay = settings.retry.delay(failed).as_secs().max(1);
+    vec![Effect::Note {
+        subject: format!("claim {name}"),
+        reason: "PowerOnRetrying",
+        message: format!("{message}; retrying in {}", human(delay)),
+        warning: true,
+    }]
+}
+
+/// A failed claim: power its server off unless it became a node, then
+/// release it, counting the failure; delete the record after its TTL.
+fn release_failed(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: Duration) -> Vec<Effect> {
+    let r = &view.record;
+    let name = r.name.as_str();
+    let holds = view.server.as_ref().is_some_and(|s| s.holder.as_deref() == Some(name));
+    if !holds {
+        if now.as_secs().saturating_sub(r.created_s) >= settings.failed_claim_ttl_s {
+            return vec![Effect::DeleteClaim { claim: name.into() }];
+        }
+        return Vec::new();
+    }
+    let conflict = r.failure == Some(FailureReason::ClaimConflict);
+    if view.node.is_none() && !conflict {
+        if io.running.is_some() {
+            return Vec::new();
+        }
+        match io.finished.take() {
+            Some((Io::PowerOff, Ok(_))) => {}
+            Some((_, Err(_))) => {
+                io.fail_attempt(&settings.retry, now);
+                return Vec::new();
+            }
+            _ => {
+                if !io.retry_due(now) {
+                    return Vec::new();
+                }
+                io.running = Some(Io::PowerOff);
+                return vec![Effect::PowerOff { server: r.server.clone(), claim: Some(name.into()), node: None }];
+            }
+        }
+    }
+    *io = ClaimIo::default();
+    let failures = view.server.as_ref().map_or(0, |s| s.failures) + 1;
+    vec![Effect::Release {
+        server: r.server.clone(),
+        claim: name.into(),
+        count_failure: !conflict,
+        quarantine: !conflict && quarantines(failures, settings.quarantine_after),
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW_S: Seconds = 10_000;
+
+    fn now() -> Duration {
+        Duration::from_secs(NOW_S)
+    }
+
+    fn view(stage: Stage, started_ago_s: Seconds) -> ClaimView {
+        ClaimView {
+            record: ClaimRecord {
+                name: "c".into(),
+                server: "s".into(),
+                pool: "p".into(),
+                pods: vec!["ns/a".into()],
+                stage,
+                stage_started_s: NOW_S - started_ago_s,
+                failure: None,
+                node: None,
+                created_s: NOW_S - started_ago_s,
+                history: vec![(stage, NOW_S - started_ago_s)],
+            },
+            server: Some(ServerFacts {
+                holder: Some("c".into()),
+                durations: StageDurations { power_on_s: 30, boot_s: 240, join_s: 30, ready_s: 30, tail_percent: 150 },
+                failures: 0,
+            }),
+            node: None,
+            pods_pending: vec!["ns/a".into()],
+            pods_bound: 0,
+        }
+    }
+
+    fn node(ready: bool, unmet: &[&str]) -> Option<NodeFacts> {
+        Some(NodeFacts { name: "n".into(), ready, ready_since_s: ready.then_some(NOW_S), unmet: unmet.iter().map(|s| s.to_string()).collect() })
+    }
+
+    fn failed(reason: FailureReason) -> ClaimView {
+        let mut v = view(Stage::Booting, 900);
+        v.record.failure = Some(reason);
+        v
+    }
+
+    fn kinds(effects: &[Effect]) -> Vec<String> {
+        effects
+            .iter()
+            .map(|e| match e {
+                Effect::EnterStage { stage, .. } => format!("enter {}", stage.label()),
+                Effect::FailClaim { reason, timed_out, .. } => format!("fail {reason}{}", if *timed_out { " (timed out)" } else { "" }),
+                Effect::PowerOn { .. } => "power on".into(),
+                Effect::PowerOff { .. } => "power off".into(),
+                Effect::ReadPower { .. } => "read power".into(),
+                Effect::LinkNode { .. } => "link node".into(),
+                Effect::Release { count_failure, quarantine, .. } => format!("release (count {count_failure}, quarantine {quarantine})"),
+                Effect::DeleteClaim { .. } => "delete claim".into(),
+                Effect::Note { reason, .. } => format!("note {reason}"),
+                Effect::Measure { .. } => "measure".into(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    fn run(v: &ClaimView, io: &mut ClaimIo) -> Vec<String> {
+        kinds(&step(v, io, &ClaimSettings::default(), now()))
+    }
+
+    /// State x observation -> effects, one row each.
+    #[test]
+    fn each_stage_and_observation_gives_the_expected_effects() {
+        let ok = |io: Io, on: bool| ClaimIo { finished: Some((io, Ok(on))), ..ClaimIo::default() };
+        let err = |io: Io| ClaimIo {
+            finished: Some((io, Err(PowerFailure { reason: FailureReason::BmcUnreachable, message: "connection refused".into() }))),
+            ..ClaimIo::default()
+        };
+        let with_node = |mut v: ClaimView, n: Option<NodeFacts>| {
+            v.node = n;
+            v
+        };
+        let bound = |mut v: ClaimView| {
+            v.pods_pending.clear();
+            v.pods_bound = 1;
+            v
+        };
+        let mut no_server = view(Stage::Booting, 10);
+        no_server.server = None;
+        let mut taken_elsewhere = view(Stage::Booting, 10);
+        taken_elsewhere.server.as_mut().unwrap().holder = Some("other".into());
+        let mut not_held_failed = failed(FailureReason::RegistrationTimedOut);
+        not_held_failed.server.as_mut().unwrap().holder = None;
+        let mut third_failure = failed(FailureReason::RegistrationTimedOut);
+        third_failure.server.as_mut().unwrap().failures = 2;
+        let mut old_not_held = not_held_failed.clone();
+        old_not_held.record.created_s = NOW_S - 3600;
+        let running = |io: Io| ClaimIo { running: Some(io), ..ClaimIo::default() };
+        let rows: Vec<(&str, ClaimView, ClaimIo, Vec<&str>)> = vec![
+            ("selected: the open's take is under way", view(Stage::Selected, 0), ClaimIo::default(), vec![]),
+            ("server gone", no_server, ClaimIo::default(), vec!["fail server_unavailable"]),
+            ("server held by another claim", taken_elsewhere, ClaimIo::default(), vec!["fail server_unavailable"]),
+            ("powering on, nothing known: read the BMC", view(Stage::PoweringOn, 5), ClaimIo::default(), vec!["read power"]),
+            ("powering on, a power-on is under way", view(Stage::PoweringOn, 5), running(Io::PowerOn), vec![]),
+            ("powering on, confirmed", view(Stage::PoweringOn, 5), ok(Io::PowerOn, true), vec!["enter booting"]),
+            ("powering on, read On", view(Stage::PoweringOn, 5), ok(Io::Read, true), vec!["enter booting"]),
+            ("powering on, read Off inside the budget: wait", view(Stage::PoweringOn, 5), ok(Io::Read, false), vec![]),
+            ("powering on, read Off past the budget: send", view(Stage::PoweringOn, 500), ok(Io::Read, false), vec!["power on"]),
+            ("powering on, failed: retry later", view(Stage::PoweringOn, 5), err(Io::PowerOn), vec!["note PowerOnRetrying"]),
+            ("powering on, read failed: counts as an attempt", view(Stage::PoweringOn, 5), err(Io::Read), vec!["note PowerOnRetrying"]),
+            ("booting, no node yet", view(Stage::Booting, 100), ClaimIo::default(), vec![]),
+            (
+                "booting, node registered",
+                with_node(view(Stage::Booting, 100), node(false, &["node Ready"])),
+                ClaimIo::default(),
+                vec!["link node", "enter joined"],
+            ),
+            ("booting past 2x its tail", view(Stage::Booting, 721), ClaimIo::default(), vec!["fail registration_timed_out (timed out)"]),
+            ("joined, node gone", view(Stage::Joined, 5), ClaimIo::default(), vec!["fail node_lost"]),
+            ("joined, not ready", with_node(view(Stage::Joined, 5), node(false, &["node Ready"])), ClaimIo::default(), vec!["note GatesWaiting"]),
+            ("joined, ready, gates met", with_node(view(Stage::Joined, 5), node(true, &[])), ClaimIo::default(), vec!["enter ready", "measure"]),
+            (
+                "joined, never ready",
+                with_node(view(Stage::Joined, 181), node(false, &["node Ready"])),
+                ClaimIo::default(),
+                vec!["fail node_not_ready (timed out)"],
+            ),
+            (
+                "joined, a gate never passes",
+                with_node(view(Stage::Joined, 181), node(true, &["gpu driver"])),
+                ClaimIo::default(),
+                vec!["fail readiness_gate_failed (timed out)"],
+            ),
+            ("ready, pods still pending", with_node(view(Stage::Ready, 5), node(true, &[])), ClaimIo::default(), vec![]),
+            ("ready, pods bound", bound(with_node(view(Stage::Ready, 5), node(true, &[]))), ClaimIo::default(), vec!["enter serving"]),
+            ("serving, node healthy", bound(with_node(view(Stage::Serving, 5), node(true, &[]))), ClaimIo::default(), vec![]),
+            ("serving, node deleted", bound(view(Stage::Serving, 5)), ClaimIo::default(), vec!["fail node_lost"]),
+            ("failed, no node: power off first", failed(FailureReason::RegistrationTimedOut), ClaimIo::default(), vec!["power off"]),
+            ("failed, power-off under way", failed(FailureReason::RegistrationTimedOut), running(Io::PowerOff), vec![]),
+            (
+                "failed, confirmed off: release, counted",
+                failed(FailureReason::RegistrationTimedOut),
+                ok(Io::PowerOff, false),
+                vec!["release (count true, quarantine false)"],
+            ),
+            ("failed, power-off failed: retry later", failed(FailureReason::RegistrationTimedOut), err(Io::PowerOff), vec![]),
+            ("failed, third in a row: quarantine", third_failure, ok(Io::PowerOff, false), vec!["release (count true, quarantine true)"]),
+            (
+                "failed with a node: release without power-off",
+                with_node(failed(FailureReason::NodeNotReady), node(false, &["node Ready"])),
+                ClaimIo::default(),
+                vec!["release (count true, quarantine false)"],
+            ),
+            (
+                "failed on a conflict: release, not counted, no power-off",
+                failed(FailureReason::ClaimConflict),
+                ClaimIo::default(),
+                vec!["release (count false, quarantine false)"],
+            ),
+            ("failed, released, kept as a record", not_held_failed, ClaimIo::default(), vec![]),
+            ("failed, released, past its TTL", old_not_held, ClaimIo::default(), vec!["delete claim"]),
+        ];
+        for (what, v, mut io, want) in rows {
+            assert_eq!(run(&v, &mut io), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn power_on_is_retried_with_backoff_then_the_claim_fails_with_the_last_reason() {
+        let v = view(Stage::PoweringOn, 5);
+        let settings =
+            ClaimSettings { retry: Retry { base: Duration::from_secs(2), max: Duration::from_secs(60), attempts: 3 }, ..ClaimSettings::default() };
+        let mut io = ClaimIo::default();
+        let mut t = now();
+        let mut log = Vec::new();
+        for _ in 0..200 {
+            let effects = step(&v, &mut io, &settings, t);
+            for e in &effects {
+                match e {
+                    Effect::ReadPower { .. } => {
+                        io.running = None;
+                        io.finished = Some((Io::Read, Ok(false)));
+                    }
+                    Effect::PowerOn { .. } => {
+                        io.running = None;
+                        io.finished = Some((Io::PowerOn, Err(PowerFailure { reason: FailureReason::PowerActionFailed, message: "500".into() })));
+                    }
+                    _ => {}
+                }
+            }
+            log.extend(kinds(&effects).into_iter().map(|k| format!("{}s {k}", t.as_secs() - NOW_S)));
+            if effects.iter().any(|e| matches!(e, Effect::FailClaim { .. })) {
+                break;
+            }
+            t += Duration::from_secs(1);
+        }
+        // Read Off, wait out the 90 s power-on budget, read again, send; it
+        // fails; 2 s later read (it may have landed after all), send; fails;
+        // 4 s later read, send; fails the third time: the claim fails.
+        assert_eq!(
+            log,
+            [
+                "0s read power",
+                "85s read power",
+                "86s power on",
+                "87s note PowerOnRetrying",
+                "89s read power",
+                "90s power on",
+                "91s note PowerOnRetrying",
+                "95s read power",
+                "96s power on",
+                "97s fail power_action_failed",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_serving_node_not_ready_past_its_grace_fails_its_claim_and_recovering_resets_the_grace() {
+        let mut v = view(Stage::Serving, 5);
+        v.node = node(false, &["node Ready"]);
+        v.pods_pending.clear();
+        let settings = ClaimSettings::default();
+        let mut io = ClaimIo::default();
+        assert!(step(&v, &mut io, &settings, now()).is_empty());
+        assert!(step(&v, &mut io, &settings, now() + Duration::from_secs(299)).is_empty());
+        v.node = node(true, &[]);
+        assert!(step(&v, &mut io, &settings, now() + Duration::from_secs(300)).is_empty());
+        v.node = node(false, &["node Ready"]);
+        assert!(step(&v, &mut io, &settings, now() + Duration::from_secs(301)).is_empty(), "the grace starts again");
+        let effects = step(&v, &mut io, &settings, now() + Duration::from_secs(601));
+        assert_eq!(kinds(&effects), ["fail node_not_ready (timed out)"]);
+    }
+}
