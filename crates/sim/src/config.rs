@@ -4,6 +4,7 @@
 //! replay a run exactly.
 
 use ironclaim_core::Seconds;
+use ironclaim_driver::backoff::FailureBackoff;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -146,8 +147,11 @@ pub struct SimConfig {
     pub faults: Faults,
     /// Consecutive failures after which a server is quarantined.
     pub quarantine_after_failures: u32,
-    /// First backoff after a failed attempt; doubles on each failure.
+    /// First backoff after a failed attempt; doubles on each failure in a
+    /// row up to `failure_backoff_max_s` (the controller's defaults).
     pub failure_backoff_s: Seconds,
+    #[serde(default = "default_failure_backoff_max_s")]
+    pub failure_backoff_max_s: Seconds,
     /// Time from power-off command to off.
     pub power_off_s: Seconds,
     /// A stage longer than this many times its median is stuck.
@@ -157,6 +161,10 @@ pub struct SimConfig {
     pub policy: PolicySettings,
     /// Samples kept per time series for plots.
     pub timeline_points: usize,
+}
+
+fn default_failure_backoff_max_s() -> Seconds {
+    FailureBackoff::default().max_s
 }
 
 impl Default for SimConfig {
@@ -169,7 +177,8 @@ impl Default for SimConfig {
             scoring: Scoring::LeastAllocated,
             faults: Faults::default(),
             quarantine_after_failures: 3,
-            failure_backoff_s: 300,
+            failure_backoff_s: FailureBackoff::default().base_s,
+            failure_backoff_max_s: FailureBackoff::default().max_s,
             power_off_s: 30,
             stuck_factor: 4.0,
             duration_s: None,

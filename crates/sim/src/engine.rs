@@ -12,15 +12,13 @@
 use crate::check::Checker;
 use crate::config::{Scoring, SimConfig};
 use crate::policy::{FirstPod, FleetView, PolicyKind, PowerPolicy, ServerStatus};
-use crate::rng::{chance, lognormal_s, stream, SimRng};
-use crate::workload::{gpu_milli_of, HardwareClass, Workload};
-use ironclaim_core::labels::{Labels, Taint, HOSTNAME};
+use crate::rng::{SimRng, chance, lognormal_s, stream};
+use crate::workload::{HardwareClass, Workload, gpu_milli_of};
+use ironclaim_core::labels::{HOSTNAME, Labels, Taint};
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
 use ironclaim_core::provision::{NODEPOOL_LABEL, SERVER_LABEL};
-use ironclaim_core::{
-    ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot,
-    Stage,
-};
+use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot, Stage};
+use ironclaim_driver::backoff::{FailureBackoff, quarantines};
 use serde::Serialize;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -102,11 +100,7 @@ impl Prepared {
         let (classes, class_of) = w.hardware_classes();
         let mut order: Vec<usize> = (0..w.pools.len()).collect();
         order.sort_by(|&a, &b| w.pools[b].weight.cmp(&w.pools[a].weight).then(w.pools[a].name.cmp(&w.pools[b].name)));
-        let pool_of = w
-            .servers
-            .iter()
-            .map(|s| order.iter().copied().find(|&p| w.pools[p].admits(&s.server)))
-            .collect();
+        let pool_of = w.servers.iter().map(|s| order.iter().copied().find(|&p| w.pools[p].admits(&s.server))).collect();
         let mut seen: HashMap<String, u32> = HashMap::new();
         let mut pods = Vec::with_capacity(w.pods.len());
         let mut pod_index = HashMap::with_capacity(w.pods.len());
@@ -125,16 +119,7 @@ impl Prepared {
         }
         let server_index = w.servers.iter().enumerate().map(|(i, s)| (s.server.name.clone(), i)).collect();
         let end_s = duration_s.unwrap_or(w.end_s);
-        let mut p = Prepared {
-            classes,
-            class_of,
-            pool_of,
-            unplaceable: vec![None; pods.len()],
-            pods,
-            end_s,
-            pod_index,
-            server_index,
-        };
+        let mut p = Prepared { classes, class_of, pool_of, unplaceable: vec![None; pods.len()], pods, end_s, pod_index, server_index };
         p.find_unplaceable(w);
         p
     }
@@ -590,9 +575,7 @@ impl<'a> Engine<'a> {
             Event::Depart(p) => self.depart(p),
             Event::StageDone { server, epoch } if self.srv[server].epoch == epoch => self.stage_done(server),
             Event::StopDone { server, epoch } if self.srv[server].epoch == epoch => self.stop_done(server),
-            Event::BackoffOver { server, epoch }
-                if self.srv[server].epoch == epoch && self.srv[server].health == Health::Failed =>
-            {
+            Event::BackoffOver { server, epoch } if self.srv[server].epoch == epoch && self.srv[server].health == Health::Failed => {
                 self.srv[server].health = Health::Healthy;
                 if self.srv[server].state == State::Off {
                     self.status[server] = ServerStatus::Off;
@@ -672,9 +655,7 @@ impl<'a> Engine<'a> {
         srv.daemon_pods.clear();
         for (i, ds) in self.w.daemonsets.iter().enumerate() {
             let t = &ds.template;
-            if check_node_affinity(t, &srv.labels, &sim.server.name).is_ok()
-                && check_taints(t, &srv.taints, false).is_ok()
-            {
+            if check_node_affinity(t, &srv.labels, &sim.server.name).is_ok() && check_taints(t, &srv.taints, false).is_ok() {
                 srv.allocated.add(&Resources { pods: 1, ..t.requests.clone() });
                 srv.daemon_pods.push(i);
             }
@@ -813,15 +794,15 @@ impl<'a> Engine<'a> {
         srv.failures += 1;
         srv.consecutive_failures += 1;
         srv.claim = None;
-        if srv.consecutive_failures >= self.cfg.quarantine_after_failures {
+        if quarantines(srv.consecutive_failures, self.cfg.quarantine_after_failures) {
             srv.health = Health::Quarantined;
         } else {
             srv.health = Health::Failed;
         }
         self.begin_stop(s);
         if self.srv[s].health == Health::Failed {
-            let shift = (self.srv[s].consecutive_failures - 1).min(10);
-            let backoff = self.cfg.failure_backoff_s.saturating_mul(1 << shift);
+            let backoff =
+                FailureBackoff { base_s: self.cfg.failure_backoff_s, max_s: self.cfg.failure_backoff_max_s }.after(self.srv[s].consecutive_failures);
             let epoch = self.srv[s].epoch;
             self.push(self.now + self.cfg.power_off_s + backoff, Event::BackoffOver { server: s, epoch });
         }
@@ -1052,11 +1033,7 @@ impl<'a> Engine<'a> {
     /// open no more claims than that, so its decision is the same as with
     /// the whole inventory, and a large idle inventory costs nothing.
     fn snapshot(&self, uncovered: usize) -> Snapshot {
-        let mut snap = Snapshot {
-            pools: self.w.pools.clone(),
-            daemonsets: self.w.daemonsets.clone(),
-            ..Default::default()
-        };
+        let mut snap = Snapshot { pools: self.w.pools.clone(), daemonsets: self.w.daemonsets.clone(), ..Default::default() };
         for &s in &self.ready {
             let srv = &self.srv[s];
             let name = &self.w.servers[s].server.name;
@@ -1221,12 +1198,8 @@ impl<'a> Engine<'a> {
         }
         self.last_liveness_check = self.now;
         let bound = self.liveness_bound_s;
-        let overdue: Vec<usize> = self
-            .pending
-            .iter()
-            .map(|k| k.2)
-            .filter(|&p| self.now.saturating_sub(self.w.pods[p].arrival_s.max(until)) > bound)
-            .collect();
+        let overdue: Vec<usize> =
+            self.pending.iter().map(|k| k.2).filter(|&p| self.now.saturating_sub(self.w.pods[p].arrival_s.max(until)) > bound).collect();
         for p in overdue {
             if let Some(host) = self.could_host(p) {
                 let waited = self.now - self.w.pods[p].arrival_s.max(until);
@@ -1307,11 +1280,7 @@ impl<'a> Engine<'a> {
         waiting_reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         waiting_reasons.truncate(10);
         let claims_in_flight_at_end = self.srv.iter().filter(|s| s.claim.is_some()).count() as u64;
-        let failures = self
-            .failures
-            .iter()
-            .map(|(&(rank, reason), &count)| FailureCount { stage: STAGES[rank as usize].1, reason, count })
-            .collect();
+        let failures = self.failures.iter().map(|(&(rank, reason), &count)| FailureCount { stage: STAGES[rank as usize].1, reason, count }).collect();
         RunStats {
             policy: self.policy.kind(),
             scoring: self.cfg.scoring,
@@ -1343,13 +1312,7 @@ impl<'a> Engine<'a> {
 }
 
 /// Runs one policy over a prepared workload.
-pub fn run_policy(
-    w: &Workload,
-    prep: &Prepared,
-    cfg: &SimConfig,
-    kind: PolicyKind,
-    progress: &mut dyn FnMut(f64),
-) -> RunStats {
+pub fn run_policy(w: &Workload, prep: &Prepared, cfg: &SimConfig, kind: PolicyKind, progress: &mut dyn FnMut(f64)) -> RunStats {
     let policy = kind.build(&cfg.policy);
     Engine::new(w, prep, cfg, policy).run(progress)
 }
