@@ -1,8 +1,10 @@
 //! A mock BMC on loopback that serves the DMTF public-rackmount1 mockup
 //! payloads verbatim, plus the behaviour a static mockup cannot show:
-//! sessions, ETags, power changes, task monitors, ActionInfo and faults.
+//! sessions, ETags, power changes, task monitors, ActionInfo and faults,
+//! more systems behind the one endpoint (a chassis manager), and a record
+//! of every request and of when each reset was in flight.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +25,32 @@ pub const RESET_TARGET: &str = "/redfish/v1/Systems/437XR1138R2/Actions/Computer
 pub const ACTION_INFO: &str = "/redfish/v1/Systems/437XR1138R2/ResetActionInfo";
 const SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
 const TASK_MONITOR: &str = "/redfish/v1/TaskService/TaskMonitors/";
+const SYSTEMS: &str = "/redfish/v1/Systems";
+const RESET_SUFFIX: &str = "/Actions/ComputerSystem.Reset";
+
+/// A system served besides the mockup's own, as a copy of it under
+/// `/redfish/v1/Systems/{id}`.
+pub struct OtherSystem {
+    pub power: String,
+    pub pending: Option<(String, Instant)>,
+}
+
+/// One reset the mock received: which system, what, and when it arrived
+/// and was answered.
+#[derive(Clone, Debug)]
+pub struct ResetSeen {
+    pub system: String,
+    pub reset: String,
+    pub arrived: Instant,
+    pub answered: Instant,
+}
+
+impl ResetSeen {
+    /// True when the two were in flight at the same moment.
+    pub fn overlaps(&self, other: &ResetSeen) -> bool {
+        self.arrived < other.answered && other.arrived < self.answered
+    }
+}
 
 /// What the mock does and what it saw. Tests change and read it freely.
 pub struct World {
@@ -60,6 +88,18 @@ pub struct World {
     pub not_modified: u32,
     pub basic_requests: u32,
     pub token_requests: u32,
+    /// Systems besides the mockup's, by Id (see [`World::add_system`]).
+    pub other_systems: BTreeMap<String, OtherSystem>,
+    /// How long every reset takes to be answered (held outside the world,
+    /// so other requests go on meanwhile).
+    pub reset_delay: Duration,
+    /// Every request, as `METHOD /path`, in arrival order.
+    pub requests: Vec<String>,
+    /// Every reset, of any system, with when it was in flight.
+    pub reset_log: Vec<ResetSeen>,
+    pub resets_in_flight: u32,
+    /// The most resets ever in flight at once.
+    pub max_resets_in_flight: u32,
 }
 
 impl World {
@@ -89,7 +129,28 @@ impl World {
             not_modified: 0,
             basic_requests: 0,
             token_requests: 0,
+            other_systems: BTreeMap::new(),
+            reset_delay: Duration::ZERO,
+            requests: Vec::new(),
+            reset_log: Vec::new(),
+            resets_in_flight: 0,
+            max_resets_in_flight: 0,
         }
+    }
+
+    /// Serves one more system, `/redfish/v1/Systems/{id}`, in `power`.
+    pub fn add_system(&mut self, id: &str, power: &str) {
+        self.other_systems.insert(id.to_owned(), OtherSystem { power: power.to_owned(), pending: None });
+    }
+
+    /// The power state of the mockup's system or of another one.
+    pub fn power_of(&mut self, system: &str) -> String {
+        self.settle();
+        if system == SYSTEM {
+            return self.power.clone();
+        }
+        let id = system.rsplit('/').next().unwrap_or(system);
+        self.other_systems.get(id).map(|s| s.power.clone()).unwrap_or_default()
     }
 
     /// Every open session token stops working, as after a session timeout.
@@ -98,11 +159,20 @@ impl World {
     }
 
     fn settle(&mut self) {
+        let now = Instant::now();
         if let Some((state, at)) = self.pending.clone()
-            && Instant::now() >= at
+            && now >= at
         {
             self.power = state;
             self.pending = None;
+        }
+        for system in self.other_systems.values_mut() {
+            if let Some((state, at)) = system.pending.clone()
+                && now >= at
+            {
+                system.power = state;
+                system.pending = None;
+            }
         }
     }
 }
@@ -191,7 +261,56 @@ fn etag_of(body: &str) -> String {
     format!("W/\"{:016x}\"", hasher.finish())
 }
 
+/// Records the request and, for a reset, holds it `reset_delay` and notes
+/// when it was in flight.
 async fn handle(
+    world: Arc<Mutex<World>>,
+    root: Arc<PathBuf>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().trim_end_matches('/').to_owned();
+    let reset = (method == Method::POST && path.ends_with(RESET_SUFFIX)).then(|| {
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        (path.trim_end_matches(RESET_SUFFIX).to_owned(), request["ResetType"].as_str().unwrap_or_default().to_owned())
+    });
+    let delay = {
+        let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
+        w.requests.push(format!("{method} {path}"));
+        if reset.is_some() {
+            w.resets_in_flight += 1;
+            w.max_resets_in_flight = w.max_resets_in_flight.max(w.resets_in_flight);
+        }
+        w.reset_delay
+    };
+    let Some((system, reset)) = reset else {
+        return respond(world, root, method, uri, headers, body).await;
+    };
+    let arrived = Instant::now();
+    tokio::time::sleep(delay).await;
+    let response = respond(world.clone(), root, method, uri, headers, body).await;
+    let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
+    w.resets_in_flight -= 1;
+    w.reset_log.push(ResetSeen { system, reset, arrived, answered: Instant::now() });
+    response
+}
+
+/// The copy of the mockup's system that stands for another one.
+fn other_system_body(mut value: Value, id: &str, power: &str) -> Value {
+    let path = format!("{SYSTEMS}/{id}");
+    value["@odata.id"] = json!(path);
+    value["Id"] = json!(id);
+    value["Name"] = json!(format!("system {id}"));
+    let tag = id.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) & 0xffff_ffff_ffff;
+    value["UUID"] = json!(format!("00000000-0000-4000-8000-{tag:012x}"));
+    value["PowerState"] = json!(power);
+    value["Actions"]["#ComputerSystem.Reset"]["target"] = json!(format!("{path}{RESET_SUFFIX}"));
+    value
+}
+
+async fn respond(
     world: Arc<Mutex<World>>,
     root: Arc<PathBuf>,
     method: Method,
@@ -274,6 +393,23 @@ async fn handle(
         return StatusCode::NO_CONTENT.into_response();
     }
 
+    if method == Method::POST
+        && let Some(id) = path.strip_suffix(RESET_SUFFIX).and_then(|p| p.strip_prefix(&format!("{SYSTEMS}/")))
+        && w.other_systems.contains_key(id)
+    {
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let Some(reset) = request["ResetType"].as_str().map(str::to_owned) else {
+            return redfish_error(StatusCode::BAD_REQUEST, "ResetType missing");
+        };
+        let apply_at = Instant::now() + w.apply_delay;
+        let system = w.other_systems.get_mut(id).expect("checked above");
+        let target = if matches!(reset.as_str(), "GracefulShutdown" | "ForceOff") { "Off" } else { "On" };
+        if system.power != target {
+            system.pending = Some((target.to_owned(), apply_at));
+        }
+        return StatusCode::NO_CONTENT.into_response();
+    }
+
     if method == Method::POST && path == RESET_TARGET {
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let Some(reset) = request["ResetType"].as_str().map(str::to_owned) else {
@@ -334,9 +470,25 @@ async fn handle(
     if let Some(value) = w.replace.get(&path).cloned() {
         return json_response(&value, &headers, &mut w);
     }
+    if let Some(id) = path.strip_prefix(&format!("{SYSTEMS}/"))
+        && let Some(power) = w.other_systems.get(id).map(|s| s.power.clone())
+    {
+        let Some(value) = read_mockup(&root, SYSTEM) else {
+            return redfish_error(StatusCode::NOT_FOUND, "no such resource");
+        };
+        return json_response(&other_system_body(value, id, &power), &headers, &mut w);
+    }
     let Some(mut value) = read_mockup(&root, &path) else {
         return redfish_error(StatusCode::NOT_FOUND, "no such resource");
     };
+    if path == SYSTEMS && !w.other_systems.is_empty() {
+        let members: Vec<Value> = std::iter::once(SYSTEM.to_owned())
+            .chain(w.other_systems.keys().map(|id| format!("{SYSTEMS}/{id}")))
+            .map(|path| json!({"@odata.id": path}))
+            .collect();
+        value["Members@odata.count"] = json!(members.len());
+        value["Members"] = json!(members);
+    }
     if path == SYSTEM {
         value["PowerState"] = json!(w.power);
         if w.action_info.is_some() {
