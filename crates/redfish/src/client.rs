@@ -3,6 +3,7 @@
 //!
 //! A [`Bmc`] is cheap to clone (an `Arc` inside) and shared by every system
 //! it manages, so a chassis of blades holds one session, not one per blade.
+//! [`crate::fleet::BmcFleet`] hands out one per endpoint and account.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as SyncMutex};
@@ -11,12 +12,13 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, OwnedMutexGuard, Semaphore, SemaphorePermit};
 use url::Url;
 
 use crate::address::SystemSelector;
 use crate::credentials::{Credentials, Secret};
 use crate::error::{Error, Result, Step};
+use crate::fleet::EndpointGate;
 use crate::payload::{self, PayloadError, ServiceRoot};
 use crate::tls::TlsSettings;
 
@@ -140,10 +142,11 @@ struct Inner {
     auth_mode: AuthMode,
     timing: Timing,
     limiter: Arc<Semaphore>,
+    /// Shared by every client of this endpoint (see [`crate::fleet`]).
+    gate: Arc<EndpointGate>,
     conversation: Mutex<Option<Conversation>>,
     etags: SyncMutex<HashMap<String, (String, Value)>>,
     systems: Mutex<HashMap<SystemSelector, String>>,
-    power_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for Bmc {
@@ -165,11 +168,18 @@ pub(crate) fn jittered_backoff(base: Duration, attempt: u32) -> Duration {
 
 impl Bmc {
     /// A client for one BMC. `limiter` bounds the requests in flight across
-    /// every BMC that shares it.
+    /// every BMC that shares it. The client has its own reset slot and no
+    /// request bound of its own; clients from a [`crate::fleet::BmcFleet`]
+    /// share both with every other client of their endpoint.
     ///
     /// # Errors
     /// [`Error::TlsConfig`] when the TLS settings cannot be used.
     pub fn new(config: BmcConfig, limiter: Arc<Semaphore>) -> Result<Self> {
+        Bmc::with_gate(config, limiter, Arc::new(EndpointGate::new(Semaphore::MAX_PERMITS)))
+    }
+
+    /// A client that shares `gate` with the other clients of its endpoint.
+    pub(crate) fn with_gate(config: BmcConfig, limiter: Arc<Semaphore>, gate: Arc<EndpointGate>) -> Result<Self> {
         let tls = config.tls.client_config(config.endpoint.as_str())?;
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
@@ -187,10 +197,10 @@ impl Bmc {
                 auth_mode: config.auth,
                 timing: config.timing,
                 limiter,
+                gate,
                 conversation: Mutex::new(None),
                 etags: SyncMutex::new(HashMap::new()),
                 systems: Mutex::new(HashMap::new()),
-                power_lock: Mutex::new(()),
             }),
         })
     }
@@ -203,9 +213,25 @@ impl Bmc {
         &self.inner.timing
     }
 
-    /// Serializes power actions on this BMC.
-    pub(crate) async fn power_lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.inner.power_lock.lock().await
+    /// True when both are one client: one session, one connection pool.
+    pub fn is_same_client(&self, other: &Bmc) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// True while another handle to this client exists.
+    pub(crate) fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
+    /// The endpoint's one reset slot: held while a reset is sent and its
+    /// task monitor followed, so resets reach one BMC one at a time.
+    pub(crate) async fn reset_slot(&self) -> Result<SemaphorePermit<'_>> {
+        self.inner.gate.reset().await.ok_or_else(|| shutting_down(Step::Reset, &self.inner.endpoint))
+    }
+
+    /// Serializes power sequences on the system at `path`.
+    pub(crate) async fn sequence_lock(&self, path: &str) -> OwnedMutexGuard<()> {
+        self.inner.gate.sequence(path).await
     }
 
     /// An absolute URL on this BMC. Links that leave the BMC's origin are
@@ -226,14 +252,12 @@ impl Bmc {
         Ok(url)
     }
 
-    /// One HTTP exchange, holding a global permit while it runs.
+    /// One HTTP exchange, holding a permit of its endpoint and then one of
+    /// the global bound while it runs (in that order, so that a request
+    /// waiting for a busy BMC holds no permit other BMCs could use).
     async fn send(&self, step: Step, method: Method, url: &Url, body: Option<&Value>, auth: &Auth, etag: Option<&str>) -> Result<Reply> {
-        let _permit = self.inner.limiter.acquire().await.map_err(|_| Error::HttpStatus {
-            step,
-            url: url.to_string(),
-            status: 0,
-            message: "the client is shutting down".into(),
-        })?;
+        let _endpoint_permit = self.inner.gate.request().await.ok_or_else(|| shutting_down(step, url))?;
+        let _permit = self.inner.limiter.acquire().await.map_err(|_| shutting_down(step, url))?;
         let mut request = self.inner.http.request(method, url.clone()).header("Accept", "application/json");
         request = match auth {
             Auth::Anonymous => request,
@@ -627,6 +651,10 @@ impl Drop for Inner {
             let _ = http.delete(url).header("X-Auth-Token", value).send().await;
         });
     }
+}
+
+fn shutting_down(step: Step, url: &Url) -> Error {
+    Error::HttpStatus { step, url: url.to_string(), status: 0, message: "the client is shutting down".into() }
 }
 
 /// An answer that is neither success nor a case the step handles.

@@ -13,6 +13,9 @@
 //!   explicit, loudly logged escape hatch.
 //! - [`client`]: one [`client::Bmc`] per BMC endpoint: discovery, sessions
 //!   or Basic auth, retries with jitter, ETags, a global request bound.
+//! - [`fleet`]: [`fleet::BmcFleet`], one shared client per endpoint and
+//!   account, with one session, one reset at a time and one request bound
+//!   per endpoint, however many servers sit behind it.
 //! - [`power`]: the power-on / power-off sequences with confirmation, task
 //!   monitors and a single re-send when a BMC silently drops an action.
 //! - [`payload`]: tolerant parsers for the few payload fields we read; every
@@ -29,6 +32,7 @@ pub mod address;
 pub mod client;
 pub mod credentials;
 mod error;
+pub mod fleet;
 pub mod payload;
 pub mod power;
 pub mod provider;
@@ -38,6 +42,7 @@ pub use address::{BmcAddress, SystemSelector};
 pub use client::{AuthMode, Bmc, BmcConfig, Timing};
 pub use credentials::{Credentials, SecretRef};
 pub use error::{Error, Result, Step};
+pub use fleet::{BmcFleet, FleetOptions};
 pub use power::{PowerOutcome, PowerState, ResetType};
 pub use provider::{FleetWatts, LabeledError, PowerProvider, ProviderOptions, RedfishProvider, ServerSpec, ServerStatus, Watts, WattsSource};
 pub use tls::{TlsSettings, install_crypto_provider};

@@ -179,8 +179,10 @@ async fn send_and_confirm(
     timing: &Timing,
     sent: &mut Vec<ResetType>,
 ) -> Result<()> {
-    let first_send = Instant::now();
     api.send_reset(reset).await?;
+    // Counted from when the BMC took the reset, not from when it was asked
+    // for: a reset may wait for the endpoint's resets to other systems.
+    let first_send = Instant::now();
     sent.push(reset);
     let mut sends = 1;
     let resend_deadline = first_send + timing.resend_after.min(timing.confirm_timeout);
@@ -419,6 +421,7 @@ impl PowerApi for SystemHandle<'_> {
 
     async fn send_reset(&self, reset: ResetType) -> Result<()> {
         let action = self.reset_action().await?;
+        let _one_reset_per_endpoint = self.bmc.reset_slot().await?;
         let body = json!({ "ResetType": reset.as_str() });
         tracing::info!(system = %self.path, %reset, "sending reset");
         let reply = self.bmc.request(Step::Reset, Method::POST, &action.target, Some(&body), false).await?;

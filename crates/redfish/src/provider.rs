@@ -1,18 +1,17 @@
 //! The provider boundary and the Redfish fleet behind it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use url::Url;
 
 use crate::address::SystemSelector;
-use crate::client::{AuthMode, Bmc, BmcConfig, Timing, malformed};
+use crate::client::{AuthMode, Bmc, Timing, malformed};
 use crate::credentials::Credentials;
 use crate::error::{Error, Result, Step};
+use crate::fleet::{BmcFleet, FleetOptions};
 use crate::payload;
 use crate::power::{self, PowerOutcome, PowerState, SystemHandle};
 use crate::tls::TlsSettings;
@@ -98,7 +97,7 @@ pub struct ServerSpec {
 /// Knobs of a [`RedfishProvider`].
 #[derive(Clone, Debug)]
 pub struct ProviderOptions {
-    /// HTTP requests in flight across the whole fleet.
+    /// HTTP requests in flight across the whole fleet, and to any one BMC.
     pub max_concurrent_requests: usize,
     pub timing: Timing,
     pub auth: AuthMode,
@@ -128,7 +127,8 @@ pub struct FleetWatts {
 /// A fleet of servers reached through their BMCs over Redfish.
 ///
 /// Servers on the same endpoint with the same account and TLS settings
-/// share one [`Bmc`]: one session, one power action at a time.
+/// share one [`Bmc`] from a [`BmcFleet`]: one session, one reset at a time,
+/// one request bound (see the fleet's guarantees).
 #[derive(Debug)]
 pub struct RedfishProvider {
     servers: BTreeMap<String, (Bmc, SystemSelector)>,
@@ -136,32 +136,40 @@ pub struct RedfishProvider {
 }
 
 impl RedfishProvider {
+    /// A provider with a fleet of its own, in which
+    /// `options.max_concurrent_requests` bounds the requests in flight both
+    /// across all BMCs and to each one.
+    ///
     /// # Errors
     /// [`Error::InvalidAddress`] for a duplicate server name;
     /// [`Error::TlsConfig`] for unusable TLS settings.
     pub fn new(specs: Vec<ServerSpec>, options: ProviderOptions) -> Result<Self> {
-        let limiter = Arc::new(Semaphore::new(options.max_concurrent_requests.max(1)));
-        let mut by_bmc: HashMap<(String, String, TlsSettings), Bmc> = HashMap::new();
+        let fleet = BmcFleet::new(FleetOptions {
+            max_concurrent_requests: options.max_concurrent_requests,
+            max_requests_per_endpoint: options.max_concurrent_requests,
+            // The provider holds every client it builds, so none is idle.
+            max_endpoints: usize::MAX,
+            idle_after: Duration::MAX,
+            timing: options.timing,
+            auth: options.auth,
+        });
+        RedfishProvider::with_fleet(specs, &fleet)
+    }
+
+    /// A provider whose servers take their clients from `fleet`, sharing
+    /// them with every other user of the fleet.
+    ///
+    /// # Errors
+    /// As [`RedfishProvider::new`], and [`Error::InvalidAddress`] for an
+    /// endpoint that is not an HTTP(S) URL.
+    pub fn with_fleet(specs: Vec<ServerSpec>, fleet: &BmcFleet) -> Result<Self> {
         let mut servers = BTreeMap::new();
-        let mut bmcs = Vec::new();
+        let mut bmcs: Vec<Bmc> = Vec::new();
         for spec in specs {
-            let key = (spec.endpoint.to_string(), spec.credentials.username.clone(), spec.tls.clone());
-            let bmc = match by_bmc.get(&key) {
-                Some(bmc) => bmc.clone(),
-                None => {
-                    let config = BmcConfig {
-                        endpoint: spec.endpoint.clone(),
-                        credentials: spec.credentials.clone(),
-                        tls: spec.tls.clone(),
-                        auth: options.auth,
-                        timing: options.timing.clone(),
-                    };
-                    let bmc = Bmc::new(config, limiter.clone())?;
-                    by_bmc.insert(key, bmc.clone());
-                    bmcs.push(bmc.clone());
-                    bmc
-                }
-            };
+            let bmc = fleet.client(&spec.endpoint, &spec.credentials, &spec.tls)?;
+            if !bmcs.iter().any(|known| known.is_same_client(&bmc)) {
+                bmcs.push(bmc.clone());
+            }
             if servers.insert(spec.name.clone(), (bmc, spec.system)).is_some() {
                 return Err(Error::InvalidAddress { address: spec.name, reason: "duplicate server name".into() });
             }
@@ -279,18 +287,26 @@ impl Bmc {
         read_power_state(self, selector).await
     }
 
-    /// Powers one system on (see [`PowerProvider::power_on`]), holding this
-    /// BMC's power-action lock throughout.
+    /// Powers one system on (see [`PowerProvider::power_on`]).
+    ///
+    /// # Guarantees
+    /// One power sequence at a time per system: a second call for the same
+    /// system waits, then finds it on and sends nothing. Each reset holds
+    /// the endpoint's single reset slot while it is sent (and its task
+    /// monitor followed), so resets to one BMC never overlap; confirming the
+    /// new state does not hold it, so the sequences of several systems
+    /// behind one endpoint wait for their states side by side.
     pub async fn power_on(&self, selector: &SystemSelector) -> Result<PowerOutcome> {
         let path = self.resolve(selector).await?;
-        let _one_action_at_a_time = self.power_lock().await;
+        let _one_sequence_per_system = self.sequence_lock(&path).await;
         power::power_on(&SystemHandle::new(self, path), self.timing()).await
     }
 
-    /// Powers one system off (see [`PowerProvider::power_off`]).
+    /// Powers one system off (see [`PowerProvider::power_off`]), with the
+    /// guarantees of [`Bmc::power_on`].
     pub async fn power_off(&self, selector: &SystemSelector) -> Result<PowerOutcome> {
         let path = self.resolve(selector).await?;
-        let _one_action_at_a_time = self.power_lock().await;
+        let _one_sequence_per_system = self.sequence_lock(&path).await;
         power::power_off(&SystemHandle::new(self, path), self.timing()).await
     }
 

@@ -1,0 +1,225 @@
+//! The shared fleet against mock BMCs: every server behind one endpoint
+//! shares one client (one session), resets to one endpoint never overlap,
+//! and different endpoints are worked in parallel.
+
+mod common;
+
+use std::time::Duration;
+
+use common::mock::{MockBmc, SYSTEM};
+use common::{PASSWORD, TempDir, USERNAME, mock_timing, password_file};
+use ironclaim_redfish::{
+    Bmc, BmcAddress, BmcFleet, Credentials, FleetOptions, PowerProvider, PowerState, RedfishProvider, ServerSpec, SystemSelector, TlsSettings,
+};
+use tokio::time::Instant;
+
+fn fleet() -> BmcFleet {
+    BmcFleet::new(FleetOptions { timing: mock_timing(), ..FleetOptions::default() })
+}
+
+fn credentials(dir: &TempDir) -> Credentials {
+    Credentials::from_password_file(USERNAME, &password_file(dir.path(), PASSWORD)).unwrap()
+}
+
+/// The client a server behind `mock` gets, asked for as the controller
+/// asks: once per server, with its own copy of the settings.
+fn client_for(fleet: &BmcFleet, mock: &MockBmc, dir: &TempDir) -> Bmc {
+    let endpoint = BmcAddress::parse(&mock.endpoint()).unwrap().endpoint;
+    fleet.client(&endpoint, &credentials(dir), &TlsSettings::default()).unwrap()
+}
+
+fn mockup_system() -> SystemSelector {
+    SystemSelector::Path(SYSTEM.into())
+}
+
+fn other(id: &str) -> SystemSelector {
+    SystemSelector::Id(id.into())
+}
+
+/// A mock BMC serving the mockup's system and `others` more, all `power`.
+async fn chassis(others: &[&str], power: &str) -> MockBmc {
+    let mock = MockBmc::start().await;
+    {
+        let mut w = mock.world();
+        w.power = power.into();
+        for id in others {
+            w.add_system(id, power);
+        }
+    }
+    mock
+}
+
+#[tokio::test]
+async fn two_systems_behind_one_endpoint_share_one_session() {
+    let (main, blade) = (mockup_system(), other("blade-2"));
+    let mock = chassis(&["blade-2"], "On").await;
+    let dir = TempDir::new("fleet");
+    let fleet = fleet();
+    let (a, b) = (client_for(&fleet, &mock, &dir), client_for(&fleet, &mock, &dir));
+    for _ in 0..3 {
+        let (state_a, state_b) = tokio::join!(a.power_state(&main), b.power_state(&blade));
+        assert_eq!((state_a.unwrap(), state_b.unwrap()), (PowerState::On, PowerState::On));
+    }
+    assert_eq!(mock.world().logins, 1, "one login serves every system of the endpoint");
+    assert_eq!(fleet.endpoint_count(), 1);
+
+    mock.world().expire_sessions();
+    let (state_a, state_b) = tokio::join!(a.power_state(&main), b.power_state(&blade));
+    assert_eq!((state_a.unwrap(), state_b.unwrap()), (PowerState::On, PowerState::On));
+    assert_eq!(mock.world().logins, 2, "an expired session is replaced once, for both systems");
+}
+
+#[tokio::test]
+async fn power_actions_on_one_endpoint_never_overlap() {
+    let mock = chassis(&["blade-2", "blade-3"], "Off").await;
+    mock.world().reset_delay = Duration::from_millis(150);
+    let dir = TempDir::new("fleet");
+    let fleet = fleet();
+    let servers = [mockup_system(), other("blade-2"), other("blade-3")];
+    let clients: Vec<Bmc> = servers.iter().map(|_| client_for(&fleet, &mock, &dir)).collect();
+    let outcomes = tokio::join!(clients[0].power_on(&servers[0]), clients[1].power_on(&servers[1]), clients[2].power_on(&servers[2]));
+    for outcome in [outcomes.0, outcomes.1, outcomes.2] {
+        assert_eq!(outcome.unwrap().state, PowerState::On);
+    }
+    let mut w = mock.world();
+    assert_eq!(w.reset_log.len(), 3, "{:?}", w.reset_log);
+    assert_eq!(w.max_resets_in_flight, 1, "resets to one BMC overlapped: {:?}", w.reset_log);
+    for (i, first) in w.reset_log.iter().enumerate() {
+        for second in &w.reset_log[i + 1..] {
+            assert!(!first.overlaps(second), "{first:?} overlaps {second:?}");
+        }
+    }
+    for system in [SYSTEM, "/redfish/v1/Systems/blade-2", "/redfish/v1/Systems/blade-3"] {
+        assert_eq!(w.power_of(system), "On", "{system}");
+    }
+    assert_eq!(w.logins, 1);
+}
+
+#[tokio::test]
+async fn power_actions_on_different_endpoints_run_in_parallel() {
+    let main = mockup_system();
+    let (first, second) = (chassis(&[], "Off").await, chassis(&[], "Off").await);
+    for mock in [&first, &second] {
+        mock.world().reset_delay = Duration::from_millis(300);
+    }
+    let dir = TempDir::new("fleet");
+    let fleet = fleet();
+    let (a, b) = (client_for(&fleet, &first, &dir), client_for(&fleet, &second, &dir));
+    let (on_a, on_b) = tokio::join!(a.power_on(&main), b.power_on(&main));
+    assert_eq!((on_a.unwrap().state, on_b.unwrap().state), (PowerState::On, PowerState::On));
+    let (reset_a, reset_b) = (first.world().reset_log[0].clone(), second.world().reset_log[0].clone());
+    assert!(reset_a.overlaps(&reset_b), "two BMCs were reset one after the other: {reset_a:?} then {reset_b:?}");
+    assert_eq!(fleet.endpoint_count(), 2);
+}
+
+#[tokio::test]
+async fn reads_go_on_while_a_reset_to_the_same_endpoint_is_in_flight() {
+    let (main, blade) = (mockup_system(), other("blade-2"));
+    let mock = chassis(&["blade-2"], "Off").await;
+    mock.world().reset_delay = Duration::from_millis(800);
+    let dir = TempDir::new("fleet");
+    let fleet = fleet();
+    let (a, b) = (client_for(&fleet, &mock, &dir), client_for(&fleet, &mock, &dir));
+    b.power_state(&blade).await.unwrap();
+    let reading = async {
+        // Well inside the reset's 800 ms.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let state = b.power_state(&blade).await.unwrap();
+        (state, Instant::now())
+    };
+    let (on, (state, read_at)) = tokio::join!(a.power_on(&main), reading);
+    on.unwrap();
+    assert_eq!(state, PowerState::Off);
+    let reset = mock.world().reset_log[0].clone();
+    assert!(read_at < reset.answered, "the read waited for the reset to be answered: {reset:?}, read at {read_at:?}");
+}
+
+#[tokio::test]
+async fn one_system_powered_on_twice_at_once_is_reset_once() {
+    let main = mockup_system();
+    let mock = chassis(&[], "Off").await;
+    let dir = TempDir::new("fleet");
+    let fleet = fleet();
+    let (a, b) = (client_for(&fleet, &mock, &dir), client_for(&fleet, &mock, &dir));
+    let (first, second) = tokio::join!(a.power_on(&main), b.power_on(&main));
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(mock.world().reset_log.len(), 1);
+    assert!(first.was_no_op() != second.was_no_op(), "one sent the reset, the other found the system on");
+}
+
+#[tokio::test]
+async fn changed_settings_rebuild_the_client_and_the_old_one_logs_out() {
+    let main = mockup_system();
+    let mock = chassis(&[], "On").await;
+    let dir = TempDir::new("fleet");
+    let fleet = fleet();
+    let endpoint = BmcAddress::parse(&mock.endpoint()).unwrap().endpoint;
+
+    let wrong = Credentials::from_password_file(USERNAME, &password_file(dir.path(), "stale")).unwrap();
+    let stale = fleet.client(&endpoint, &wrong, &TlsSettings::default()).unwrap();
+    assert_eq!(stale.power_state(&main).await.unwrap_err().metric_label(), "auth_failed");
+    // The Secret is fixed: the next call gets a client with the new password.
+    let fixed = client_for(&fleet, &mock, &dir);
+    assert!(!fixed.is_same_client(&stale));
+    assert_eq!(fixed.power_state(&main).await.unwrap(), PowerState::On);
+    assert_eq!(mock.world().logins, 1);
+
+    // New TLS settings for the endpoint: a new client, a new session, and
+    // the replaced client closes its own once nobody holds it.
+    let insecure = TlsSettings { ca_file: None, insecure_skip_verify: true };
+    let rebuilt = fleet.client(&endpoint, &credentials(&dir), &insecure).unwrap();
+    assert!(!rebuilt.is_same_client(&fixed));
+    rebuilt.power_state(&main).await.unwrap();
+    assert_eq!(mock.world().logins, 2);
+    drop(fixed);
+    wait_for_logouts(&mock, 1).await;
+    assert_eq!(fleet.endpoint_count(), 1);
+}
+
+#[tokio::test]
+async fn an_unused_endpoint_past_the_bound_is_dropped_and_logged_out() {
+    let main = mockup_system();
+    let (first, second) = (chassis(&[], "On").await, chassis(&[], "On").await);
+    let dir = TempDir::new("fleet");
+    let fleet = BmcFleet::new(FleetOptions { max_endpoints: 1, timing: mock_timing(), ..FleetOptions::default() });
+    client_for(&fleet, &first, &dir).power_state(&main).await.unwrap();
+    let held = client_for(&fleet, &second, &dir);
+    held.power_state(&main).await.unwrap();
+    assert_eq!(fleet.endpoint_count(), 1);
+    wait_for_logouts(&first, 1).await;
+    // An endpoint in use is kept, even past the bound.
+    let again = client_for(&fleet, &first, &dir);
+    assert_eq!(fleet.endpoint_count(), 2);
+    assert!(held.is_same_client(&client_for(&fleet, &second, &dir)));
+    drop(again);
+}
+
+#[tokio::test]
+async fn providers_on_one_fleet_share_its_sessions() {
+    let mock = chassis(&["blade-2"], "On").await;
+    let dir = TempDir::new("fleet");
+    let fleet = fleet();
+    let endpoint = BmcAddress::parse(&mock.endpoint()).unwrap().endpoint;
+    let spec = |name: &str, system: SystemSelector| ServerSpec {
+        name: name.into(),
+        endpoint: endpoint.clone(),
+        system,
+        credentials: credentials(&dir),
+        tls: TlsSettings::default(),
+    };
+    let one = RedfishProvider::with_fleet(vec![spec("a", mockup_system())], &fleet).unwrap();
+    let two = RedfishProvider::with_fleet(vec![spec("b", other("blade-2"))], &fleet).unwrap();
+    assert_eq!(one.power_state("a").await.unwrap(), PowerState::On);
+    assert_eq!(two.power_state("b").await.unwrap(), PowerState::On);
+    assert_eq!(mock.world().logins, 1);
+}
+
+async fn wait_for_logouts(mock: &MockBmc, logouts: u32) {
+    for _ in 0..200 {
+        if mock.world().logouts >= logouts {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("expected {logouts} logout(s), saw {}", mock.world().logouts);
+}
