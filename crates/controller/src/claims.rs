@@ -52,26 +52,8 @@ pub const POWERED_ON_CONDITION: &str = "PoweredOn";
 /// The condition on a NodeClaim that says which gates are still unmet.
 pub const GATES_CONDITION: &str = "GatesPassed";
 
-/// How power actions are retried.
-#[derive(Clone, Copy, Debug)]
-pub struct Retry {
-    pub base: Duration,
-    pub max: Duration,
-    /// After this many failed attempts the claim fails with the last reason.
-    pub attempts: u32,
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry { base: Duration::from_secs(2), max: Duration::from_secs(60), attempts: 6 }
-    }
-}
-
-impl Retry {
-    pub fn delay(&self, attempt: u32) -> Duration {
-        self.base.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(self.max)
-    }
-}
+/// How power actions are retried: the driver's rule.
+pub use ironclaim_driver::backoff::Retry;
 
 /// Knobs of the claim executor.
 #[derive(Clone, Debug)]
@@ -626,7 +608,7 @@ impl Claims {
         let stage = status.stage.unwrap_or(Stage::Selected);
         let started = timeline::stage_started_s(&status).unwrap_or(now);
         let age = now.saturating_sub(started);
-        let budget = self.settings.deadlines.budget(stage, &durations);
+        let budget = timeline::driver_stage(stage).and_then(|st| self.settings.deadlines.budget(st, &durations));
         match stage {
             Stage::Selected => self.select(claim, &claim.spec.server).await,
             Stage::PoweringOn => self.reconcile_power_on(view, status, &server, age).await,
@@ -759,7 +741,7 @@ impl Claims {
         // Off. A power-on sent by an earlier run of the controller (or this
         // one, before a restart of its task) may still be settling: wait
         // for it through the power-on budget before sending another.
-        let budget = self.settings.deadlines.budget(Stage::PoweringOn, &durations).map_or(60, |b| b.stuck_after_s);
+        let budget = self.settings.deadlines.budget(ironclaim_driver::Stage::PoweringOn, &durations).map_or(60, |b| b.stuck_after_s);
         if !self.attempted(&name) && age < budget {
             return Ok(());
         }

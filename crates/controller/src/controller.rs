@@ -270,6 +270,8 @@ impl Controller {
         .spawn();
 
         let mut batcher = Batcher::new(self.settings.windows);
+        // The batcher's clock: time since the loop started.
+        let started = Instant::now();
         let mut was_leading = false;
         let mut last_decision = Instant::now();
         let mut next_sweep = Instant::now();
@@ -320,9 +322,9 @@ impl Controller {
                 let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
                 index.pending_pod_keys().cloned().collect()
             };
-            batcher.observe(pending.iter(), now);
+            batcher.observe(pending.iter(), now.duration_since(started));
             let periodic = !pending.is_empty() && now >= last_decision + self.settings.redecide_every;
-            if batcher.due(now) || periodic {
+            if batcher.due(now.duration_since(started)) || periodic {
                 self.decide().await;
                 batcher.decided(pending.iter());
                 last_decision = Instant::now();
@@ -515,7 +517,13 @@ impl Controller {
     }
 
     fn sweeper(&self) -> Sweeper {
-        Sweeper { client: self.client.clone(), backoff: self.settings.failure_backoff, index: self.index.clone(), claims: self.claims.clone(), metrics: self.metrics.clone() }
+        Sweeper {
+            client: self.client.clone(),
+            backoff: self.settings.failure_backoff,
+            index: self.index.clone(),
+            claims: self.claims.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 }
 

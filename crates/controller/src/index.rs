@@ -66,11 +66,7 @@ pub trait Indexed: Sized {
 }
 
 fn object_key<K: kube::Resource>(object: &K, namespaced: bool) -> String {
-    if namespaced {
-        format!("{}/{}", object.namespace().unwrap_or_else(|| "default".to_string()), object.name_any())
-    } else {
-        object.name_any()
-    }
+    if namespaced { format!("{}/{}", object.namespace().unwrap_or_else(|| "default".to_string()), object.name_any()) } else { object.name_any() }
 }
 
 macro_rules! keyed {
@@ -163,29 +159,14 @@ pub struct BadPod {
 /// The server a node says it is: `spec.providerID` `ironclaim://NAME`, else
 /// the `ironclaim.dev/server` label its bootstrap set.
 pub fn node_server(node: &Node) -> Option<String> {
-    let from_provider_id = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .and_then(|id| id.strip_prefix(PROVIDER_ID_PREFIX))
-        .filter(|s| !s.is_empty());
+    let from_provider_id =
+        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).and_then(|id| id.strip_prefix(PROVIDER_ID_PREFIX)).filter(|s| !s.is_empty());
     from_provider_id.map(str::to_string).or_else(|| node.labels().get(SERVER_LABEL).cloned())
 }
 
-/// How long a server that failed a claim waits before it is tried again.
-#[derive(Clone, Copy, Debug)]
-pub struct FailureBackoff {
-    pub base_s: Seconds,
-    pub max_s: Seconds,
-}
-
-impl FailureBackoff {
-    /// Doubling with each failure in a row, capped.
-    pub fn after(&self, failures: u32) -> Seconds {
-        let doublings = failures.saturating_sub(1).min(20);
-        self.base_s.saturating_mul(1 << doublings).min(self.max_s)
-    }
-}
+/// How long a server that failed a claim waits before it is tried again:
+/// the driver's rule.
+pub use ironclaim_driver::backoff::FailureBackoff;
 
 /// The second of the server's last failed claim, from its condition.
 pub fn last_failure_s(server: &Server) -> Option<Seconds> {
@@ -225,11 +206,7 @@ impl Index {
 
     /// The claim that holds a node through its server, if any.
     fn claim_of_server(&self) -> HashMap<&str, &NodeClaim> {
-        self.claims
-            .values()
-            .filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none()))
-            .map(|c| (c.spec.server.as_str(), c))
-            .collect()
+        self.claims.values().filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none())).map(|c| (c.spec.server.as_str(), c)).collect()
     }
 
     /// The pending pods the core will plan for, by key.
@@ -292,8 +269,7 @@ impl Index {
                 Err(err) => problems.push(Problem { object: format!("DaemonSet {k}"), error: err.to_string() }),
             }
         }
-        let pod_health: Vec<(&core::Pod, bool)> =
-            snap.pods.iter().map(|p| (p, p.phase == core::PodPhase::Running && !p.terminating)).collect();
+        let pod_health: Vec<(&core::Pod, bool)> = snap.pods.iter().map(|p| (p, p.phase == core::PodPhase::Running && !p.terminating)).collect();
         for (k, pdb) in &self.pdbs {
             match pdb_from_k8s(pdb, &pod_health) {
                 Ok(Some(p)) => snap.pdbs.push(p),

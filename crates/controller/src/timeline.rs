@@ -90,8 +90,7 @@ pub fn enter(status: &mut NodeClaimStatus, stage: Stage, now_s: Seconds, message
         status.stages.remove(0);
     }
     // Serving is where the path ends: the record is complete at once.
-    let (outcome, duration) =
-        if stage == Stage::Serving { (StageOutcome::Succeeded, Some(0)) } else { (StageOutcome::InProgress, None) };
+    let (outcome, duration) = if stage == Stage::Serving { (StageOutcome::Succeeded, Some(0)) } else { (StageOutcome::InProgress, None) };
     status.stages.push(StageRecord { stage, start_time: time(now_s), duration_seconds: duration, outcome, message });
     status.stage = Some(stage);
     ended
@@ -141,63 +140,28 @@ pub fn set_condition(conditions: &mut Vec<Condition>, kind: &str, ok: bool, reas
     });
 }
 
-/// How long a stage may take on this server before it counts as stuck,
-/// and what it usually takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Budget {
-    /// The median: what the server usually takes (for ETAs and messages).
-    pub usual_s: Seconds,
-    /// The 90th percentile times the margin: past this the stage is stuck.
-    pub stuck_after_s: Seconds,
+/// Slow versus stuck: the driver's budgets.
+pub use ironclaim_driver::deadline::{Budget, Deadlines};
+
+/// The driver's stage of a NodeClaim stage; None past Serving.
+pub fn driver_stage(stage: Stage) -> Option<ironclaim_driver::Stage> {
+    use ironclaim_driver::Stage as D;
+    Some(match stage {
+        Stage::Selected => D::Selected,
+        Stage::PoweringOn => D::PoweringOn,
+        Stage::Booting => D::Booting,
+        Stage::Joined => D::Joined,
+        Stage::Ready => D::Ready,
+        Stage::Serving => D::Serving,
+        Stage::Draining | Stage::PoweringOff | Stage::Off => return None,
+    })
 }
 
-/// Deadlines from the server's measured (or configured) durations.
-#[derive(Clone, Copy, Debug)]
-pub struct Deadlines {
-    /// Stuck once a stage runs this many percent of its p90 (200 = twice).
-    pub margin_percent: u32,
-    /// No stage is stuck sooner than this, whatever the measurements say.
-    pub floor_s: Seconds,
-}
-
-impl Default for Deadlines {
-    fn default() -> Self {
-        Deadlines { margin_percent: 200, floor_s: 5 }
-    }
-}
-
-impl Deadlines {
-    /// The budget of `stage` on a server with durations `d`; `None` for
-    /// stages that wait on nothing physical.
-    pub fn budget(&self, stage: Stage, d: &StageDurations) -> Option<Budget> {
-        let usual_s = match stage {
-            Stage::PoweringOn => d.power_on_s,
-            Stage::Booting => d.boot_s,
-            Stage::Joined => d.join_s + d.ready_s,
-            _ => return None,
-        };
-        let p90 = usual_s.saturating_mul(u64::from(d.tail_percent)) / 100;
-        let stuck_after_s = (p90.saturating_mul(u64::from(self.margin_percent)) / 100).max(self.floor_s);
-        Some(Budget { usual_s, stuck_after_s })
-    }
-}
-
-/// A duration as people say it: `45s`, `3m`, `1h20m`.
-pub fn human(s: Seconds) -> String {
-    match s {
-        0..=89 => format!("{s}s"),
-        90..=5399 => format!("{}m", (s + 30) / 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
+pub use ironclaim_driver::claim::human;
 
 /// What a pod waiting on a server hears once the server is confirmed on.
 pub fn powered_on_note(server: &str, ago_s: Seconds, d: &StageDurations) -> String {
-    format!(
-        "waiting for server {server}: powered on {} ago, node not registered yet, usually registers in {}",
-        human(ago_s),
-        human(d.boot_s)
-    )
+    format!("waiting for server {server}: powered on {} ago, node not registered yet, usually registers in {}", human(ago_s), human(d.boot_s))
 }
 
 /// What a pod waiting on this claim is told: where the claim stands and
@@ -234,11 +198,7 @@ pub fn waiting_note(server: &str, status: &NodeClaimStatus, d: &StageDurations, 
 pub fn fold_sample(stage: Option<&MeasuredStage>, sample_s: Seconds, tail_percent: u32) -> MeasuredStage {
     let x = i64::try_from(sample_s).unwrap_or(i64::MAX);
     match stage {
-        None => MeasuredStage {
-            p50_seconds: x,
-            p90_seconds: x.saturating_mul(i64::from(tail_percent)) / 100,
-            samples: 1,
-        },
+        None => MeasuredStage { p50_seconds: x, p90_seconds: x.saturating_mul(i64::from(tail_percent)) / 100, samples: 1 },
         Some(m) => {
             let n = m.samples.saturating_add(1);
             let w = n.min(8);
@@ -277,15 +237,6 @@ mod tests {
         let ended = fail(&mut status, FailureReason::RegistrationTimedOut, "stuck".into(), 200, true);
         assert_eq!(ended, Some((Stage::Booting, 70, StageOutcome::TimedOut)));
         assert_eq!(status.failure_reason, Some(FailureReason::RegistrationTimedOut));
-    }
-
-    #[test]
-    fn a_server_that_boots_in_four_minutes_is_stuck_after_twice_its_tail() {
-        let d = StageDurations { power_on_s: 30, boot_s: 240, join_s: 20, ready_s: 40, tail_percent: 150 };
-        let budget = Deadlines::default().budget(Stage::Booting, &d).unwrap();
-        assert_eq!(budget, Budget { usual_s: 240, stuck_after_s: 720 });
-        let slow_server = StageDurations { boot_s: 1800, ..d };
-        assert_eq!(Deadlines::default().budget(Stage::Booting, &slow_server).unwrap().stuck_after_s, 5400);
     }
 
     #[test]

@@ -599,7 +599,7 @@ impl Autoscaler {
                     .and_then(|p| p.disruption.drain_timeout_s)
                     .map_or(sd.drain.default_timeout, Duration::from_secs);
                 let reason = format!("{reason:?}").to_lowercase();
-                let mut d = Drain::new(&node, server.as_deref(), &reason, evict.into_iter().collect(), true, timeout, &sd.drain, now);
+                let mut d = Drain::new(&node, server.as_deref(), &reason, evict.into_iter().collect(), timeout, &sd.drain, now);
                 let holder = server.as_ref().and_then(|s| holders.get(s)).map(String::as_str);
                 let (effects, _) = d.step(&world.pods_on(&node), holder, false, now);
                 out.extend(effects);

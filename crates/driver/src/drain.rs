@@ -92,7 +92,6 @@ impl Drain {
         server: Option<&str>,
         reason: &str,
         planned: BTreeSet<String>,
-        power_off: bool,
         timeout: Duration,
         settings: &DrainSettings,
         now: Duration,
@@ -102,7 +101,7 @@ impl Drain {
             server: server.map(str::to_string),
             reason: reason.to_string(),
             planned,
-            power_off,
+            power_off: true,
             started: now,
             deadline: now + timeout,
             phase: Phase::Cordon,
@@ -113,6 +112,13 @@ impl Drain {
             blocked: None,
             power_failures: 0,
         }
+    }
+
+    /// Leaves the server on once drained (maintenance): it is released,
+    /// its node left cordoned for the operator.
+    pub fn without_power_off(mut self) -> Self {
+        self.power_off = false;
+        self
     }
 
     /// Whether the power-off is under way (its server must not be touched).
@@ -313,7 +319,7 @@ mod tests {
     }
 
     fn drain() -> Drain {
-        Drain::new("n", Some("srv"), "underutilized", BTreeSet::new(), true, s(60), &DrainSettings::default(), s(0))
+        Drain::new("n", Some("srv"), "underutilized", BTreeSet::new(), s(60), &DrainSettings::default(), s(0))
     }
 
     #[test]
@@ -371,8 +377,7 @@ mod tests {
         d.step(&[], None, false, s(0));
         let (_, end) = d.step(&[pod("bare", None)], None, false, s(0));
         assert!(matches!(end, Some(Ended::Abandoned { why }) if why.contains("no controller")));
-        let mut d =
-            Drain::new("n", Some("srv"), "underutilized", BTreeSet::from(["ns/bare".to_string()]), true, s(60), &DrainSettings::default(), s(0));
+        let mut d = Drain::new("n", Some("srv"), "underutilized", BTreeSet::from(["ns/bare".to_string()]), s(60), &DrainSettings::default(), s(0));
         d.step(&[], None, false, s(0));
         assert_eq!(names(&d.step(&[pod("bare", None)], None, false, s(0)).0), ["evict ns/bare"]);
     }
