@@ -45,4 +45,4 @@ pub use error::{Error, Result, Step};
 pub use fleet::{BmcFleet, FleetOptions};
 pub use power::{PowerOutcome, PowerState, ResetType};
 pub use provider::{FleetWatts, LabeledError, PowerProvider, ProviderOptions, RedfishProvider, ServerSpec, ServerStatus, Watts, WattsSource};
-pub use tls::{TlsSettings, install_crypto_provider};
+pub use tls::{TlsSettings, ca_bundle_file, install_crypto_provider};

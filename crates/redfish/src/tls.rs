@@ -6,7 +6,7 @@
 //! Skipping verification is an explicit per-server setting that logs a
 //! warning each time a client is built with it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -102,6 +102,40 @@ impl TlsSettings {
     }
 }
 
+/// Stores a CA bundle given as PEM text (a Server's `spec.bmc.caBundle`)
+/// in `dir`, under a name made of its SHA-256, and returns the file.
+///
+/// # Guarantees
+/// Equal bundles get one file, hence equal [`TlsSettings`], so servers that
+/// share a BMC and a bundle share one client in a [`crate::BmcFleet`]; a
+/// changed bundle gets a new file, so that endpoint's client is rebuilt. A
+/// file is written once, atomically (a temporary file renamed into place),
+/// and never rewritten, so a client being built never reads half a bundle.
+///
+/// # Errors
+/// [`Error::TlsConfig`] when the directory or the file cannot be written.
+/// The content is checked only when a client is built from it.
+pub fn ca_bundle_file(dir: &Path, pem: &str) -> Result<PathBuf> {
+    let io = |err: std::io::Error| Error::TlsConfig { reason: format!("cannot store a CA bundle in {}: {err}", dir.display()) };
+    let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
+        .tls13()
+        .ok_or_else(|| Error::TlsConfig { reason: "no SHA-256 to name the CA bundle by".into() })?;
+    let digest = suite.common.hash_provider.hash(pem.as_bytes());
+    let name: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
+    let path = dir.join(format!("ca-{name}.pem"));
+    if path.is_file() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let partial = dir.join(format!(".ca-{name}.{}.{}.partial", std::process::id(), fastrand::u64(..)));
+    std::fs::write(&partial, pem).map_err(io)?;
+    std::fs::rename(&partial, &path).map_err(|err| {
+        let _ = std::fs::remove_file(&partial);
+        io(err)
+    })?;
+    Ok(path)
+}
+
 /// Accepts any server certificate but still checks handshake signatures, so
 /// the session keys belong to whoever holds the presented certificate.
 #[derive(Debug)]
@@ -141,5 +175,23 @@ impl ServerCertVerifier for AcceptAnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_bundles_share_one_file_and_a_changed_one_gets_another() {
+        let dir = std::env::temp_dir().join(format!("ironclaim-ca-{}-{}", std::process::id(), fastrand::u64(..)));
+        let first = ca_bundle_file(&dir, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
+        let again = ca_bundle_file(&dir, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
+        let changed = ca_bundle_file(&dir, "-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n").unwrap();
+        assert_eq!(first, again);
+        assert_ne!(first, changed);
+        assert!(std::fs::read_to_string(&changed).unwrap().contains("BBBB"));
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "no partial file is left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
