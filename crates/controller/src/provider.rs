@@ -1,7 +1,8 @@
 //! The boundary between the controller and whatever powers machines.
 //!
 //! One narrow trait, [`Power`], with two implementations: [`RedfishPower`]
-//! (the server's own BMC, credentials from the Secret its spec references)
+//! (the server's own BMC, credentials from the Secret its spec references,
+//! one shared client per BMC endpoint)
 //! and [`Metal3Power`] (`spec.online` on a Metal3 BareMetalHost that is
 //! already provisioned). [`ProviderRouter`] picks one per server: a Server
 //! with `spec.provider.type: Metal3` goes through Metal3, every other
@@ -9,17 +10,18 @@
 //! NAMESPACE/NAME` on a Server without `spec.provider` is still read, with
 //! a warning: it is deprecated.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ironclaim_k8s::api::nodeclaim::FailureReason;
-use ironclaim_k8s::api::server::{PowerState, ProviderType};
+use ironclaim_k8s::api::server::{Bmc as ServerBmc, PowerState, ProviderType};
 use ironclaim_k8s::api::Server;
-use ironclaim_redfish::provider::ProviderOptions;
-use ironclaim_redfish::{BmcAddress, Credentials, PowerProvider, RedfishProvider, SecretRef, ServerSpec, Timing, TlsSettings};
+use ironclaim_redfish::{
+    Bmc as RedfishBmc, BmcAddress, BmcFleet, Credentials, FleetOptions, SecretRef, SystemSelector, Timing, TlsSettings, ca_bundle_file,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -108,32 +110,45 @@ fn state_from_redfish(state: ironclaim_redfish::PowerState) -> PowerState {
     }
 }
 
-/// What a cached Redfish client was built from; a change rebuilds it.
-#[derive(Clone, PartialEq, Eq)]
-struct BmcKey {
-    address: String,
-    secret: (String, String),
-    secret_version: Option<String>,
-    ca_bundle: Option<String>,
-    insecure: bool,
-}
-
-/// Each server's own BMC over Redfish.
+/// Each server's own BMC over Redfish, through one [`BmcFleet`] shared by
+/// every server.
+///
+/// # Guarantees
+/// Servers behind one BMC endpoint (a chassis manager, an enclosure, an
+/// emulator) with one account share one client: one session, one reset at
+/// a time on that endpoint, one bound on the requests in flight to it (see
+/// [`BmcFleet`]). Each call reads the server's credentials Secret, so a
+/// changed password (compared by value: a Secret rewritten with the same
+/// values keeps the session, and servers with separate Secrets holding one
+/// account share it), CA bundle or TLS setting takes effect on the next
+/// call, by a new client for that endpoint.
 pub struct RedfishPower {
     client: Client,
-    timing: Timing,
-    /// Where CA bundles from Server specs are written for the TLS layer.
+    fleet: Arc<BmcFleet>,
+    /// Where CA bundles from Server specs are stored (named by content) for
+    /// the TLS layer.
     ca_dir: PathBuf,
-    cache: Mutex<HashMap<String, (BmcKey, Arc<RedfishProvider>)>>,
 }
 
 impl RedfishPower {
+    /// Power through a fleet of its own, with the default bounds and
+    /// `timing` for every BMC.
     pub fn new(client: Client, timing: Timing) -> Self {
-        let ca_dir = std::env::temp_dir().join(format!("ironclaim-bmc-ca-{}", std::process::id()));
-        RedfishPower { client, timing, ca_dir, cache: Mutex::new(HashMap::new()) }
+        RedfishPower::with_fleet(client, Arc::new(BmcFleet::new(FleetOptions { timing, ..FleetOptions::default() })))
     }
 
-    async fn provider(&self, server: &Server) -> Result<Arc<RedfishProvider>, PowerError> {
+    /// Power through `fleet`, shared with whoever else holds it.
+    pub fn with_fleet(client: Client, fleet: Arc<BmcFleet>) -> Self {
+        let ca_dir = std::env::temp_dir().join(format!("ironclaim-bmc-ca-{}", std::process::id()));
+        RedfishPower { client, fleet, ca_dir }
+    }
+
+    pub fn fleet(&self) -> &Arc<BmcFleet> {
+        &self.fleet
+    }
+
+    /// The shared client of the server's BMC and the system it names.
+    async fn target(&self, server: &Server) -> Result<(RedfishBmc, SystemSelector), PowerError> {
         let name = server.name_any();
         let Some(bmc) = &server.spec.bmc else {
             return Err(PowerError::new(
@@ -151,20 +166,14 @@ impl RedfishPower {
                 format!("cannot read the BMC credentials Secret {}/{}: {err}", secret_ref.namespace, secret_ref.name),
             )
         })?;
-        let key = BmcKey {
-            address: bmc.address.clone(),
-            secret: (secret_ref.namespace.clone(), secret_ref.name.clone()),
-            secret_version: secret.metadata.resource_version.clone(),
-            ca_bundle: bmc.ca_bundle.clone(),
-            insecure: bmc.insecure_skip_verify.unwrap_or(false),
-        };
-        if let Some((cached, provider)) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&name)
-            && *cached == key
-        {
-            return Ok(provider.clone());
-        }
-        let data: BTreeMap<String, Vec<u8>> =
-            secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+        self.target_with(&name, bmc, secret)
+    }
+
+    /// [`Self::target`] once the Secret is read: no IO but storing a new CA
+    /// bundle.
+    fn target_with(&self, name: &str, bmc: &ServerBmc, secret: Secret) -> Result<(RedfishBmc, SystemSelector), PowerError> {
+        let secret_ref = &bmc.credentials_secret_ref;
+        let data: BTreeMap<String, Vec<u8>> = secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
         let credentials = Credentials::from_secret_data(
             &SecretRef { namespace: secret_ref.namespace.clone(), name: secret_ref.name.clone() },
             &data,
@@ -177,60 +186,40 @@ impl RedfishPower {
                 format!("the BMC address of server {name} names no system: end it in /redfish/v1/Systems/ID"),
             )
         })?;
-        let ca_file = match &bmc.ca_bundle {
-            None => None,
-            Some(pem) => {
-                let io = |err: std::io::Error| {
-                    PowerError::new(FailureReason::PowerActionFailed, "tls_config", format!("cannot store the CA bundle of {name}: {err}"))
-                };
-                std::fs::create_dir_all(&self.ca_dir).map_err(io)?;
-                let path = self.ca_dir.join(format!("{name}.pem"));
-                std::fs::write(&path, pem).map_err(io)?;
-                Some(path)
-            }
-        };
-        let spec = ServerSpec {
-            name: name.clone(),
-            endpoint: address.endpoint,
-            system,
-            credentials,
-            tls: TlsSettings { ca_file, insecure_skip_verify: key.insecure },
-        };
-        let options = ProviderOptions { timing: self.timing.clone(), ..ProviderOptions::default() };
-        let provider = Arc::new(RedfishProvider::new(vec![spec], options)?);
-        self.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(name, (key, provider.clone()));
-        Ok(provider)
+        let ca_file = bmc.ca_bundle.as_deref().map(|pem| ca_bundle_file(&self.ca_dir, pem)).transpose()?;
+        let tls = TlsSettings { ca_file, insecure_skip_verify: bmc.insecure_skip_verify.unwrap_or(false) };
+        Ok((self.fleet.client(&address.endpoint, &credentials, &tls)?, system))
     }
 }
 
 impl Power for RedfishPower {
     fn power_on<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()> {
         Box::pin(async move {
-            let provider = self.provider(server).await?;
-            provider.power_on(&server.name_any()).await?;
+            let (bmc, system) = self.target(server).await?;
+            bmc.power_on(&system).await?;
             Ok(())
         })
     }
 
     fn power_off<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()> {
         Box::pin(async move {
-            let provider = self.provider(server).await?;
-            provider.power_off(&server.name_any()).await?;
+            let (bmc, system) = self.target(server).await?;
+            bmc.power_off(&system).await?;
             Ok(())
         })
     }
 
     fn power_state<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, PowerState> {
         Box::pin(async move {
-            let provider = self.provider(server).await?;
-            Ok(state_from_redfish(provider.power_state(&server.name_any()).await?))
+            let (bmc, system) = self.target(server).await?;
+            Ok(state_from_redfish(bmc.power_state(&system).await?))
         })
     }
 
     fn watts<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<f64>> {
         Box::pin(async move {
-            let provider = self.provider(server).await?;
-            match provider.watts(&server.name_any()).await {
+            let (bmc, system) = self.target(server).await?;
+            match bmc.watts(&system).await {
                 Ok(w) => Ok(Some(w.watts)),
                 Err(err) if err.metric_label() == "watts_unavailable" => Ok(None),
                 Err(err) => Err(err.into()),
@@ -489,5 +478,80 @@ impl Power for ProviderRouter {
     }
     fn watts<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<f64>> {
         self.pick(server).watts(server)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ironclaim_k8s::api::common::SecretReference;
+    use k8s_openapi::ByteString;
+
+    /// A controller's Redfish power with an API client that is never called.
+    fn redfish_power() -> RedfishPower {
+        ironclaim_redfish::install_crypto_provider();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        RedfishPower::new(Client::try_from(config).expect("a client"), Timing::default())
+    }
+
+    fn server_bmc(address: &str, secret: &str) -> ServerBmc {
+        ServerBmc {
+            address: address.into(),
+            credentials_secret_ref: SecretReference { name: secret.into(), namespace: "metal".into() },
+            insecure_skip_verify: None,
+            ca_bundle: None,
+        }
+    }
+
+    fn secret(version: &str, password: &str) -> Secret {
+        let mut secret = Secret::default();
+        secret.metadata.resource_version = Some(version.into());
+        secret.data = Some(BTreeMap::from([
+            ("username".to_owned(), ByteString(b"admin".to_vec())),
+            ("password".to_owned(), ByteString(password.as_bytes().to_vec())),
+        ]));
+        secret
+    }
+
+    #[tokio::test]
+    async fn servers_behind_one_bmc_endpoint_share_one_client_even_with_separate_secrets() {
+        let power = redfish_power();
+        let one = server_bmc("redfish+http://10.0.0.5:8000/redfish/v1/Systems/1", "rack1-node01");
+        let two = server_bmc("redfish+http://10.0.0.5:8000/redfish/v1/Systems/2", "rack1-node02");
+        let (a, system_a) = power.target_with("node01", &one, secret("7", "pw")).unwrap();
+        let (b, system_b) = power.target_with("node02", &two, secret("9", "pw")).unwrap();
+        assert!(a.is_same_client(&b), "one endpoint, one account: one client, one session");
+        assert_ne!(system_a, system_b);
+        let elsewhere = server_bmc("redfish+http://10.0.0.6:8000/redfish/v1/Systems/1", "rack1-node01");
+        let (c, _) = power.target_with("node03", &elsewhere, secret("7", "pw")).unwrap();
+        assert!(!c.is_same_client(&a));
+        assert_eq!(power.fleet().endpoint_count(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_changed_password_or_ca_bundle_rebuilds_the_endpoint_client() {
+        let power = redfish_power();
+        let mut bmc = server_bmc("redfish+https://10.0.0.5/redfish/v1/Systems/1", "rack1-node01");
+        let (first, _) = power.target_with("node01", &bmc, secret("7", "old")).unwrap();
+        let (same, _) = power.target_with("node01", &bmc, secret("8", "old")).unwrap();
+        assert!(same.is_same_client(&first), "a Secret rewritten with the same values keeps its session");
+        let (rotated, _) = power.target_with("node01", &bmc, secret("9", "new")).unwrap();
+        assert!(!rotated.is_same_client(&first));
+
+        // The bundle is stored under its content's name and read when the
+        // client is built: a new bundle means a new client (here, a refused
+        // one, since this bundle holds no certificate).
+        bmc.ca_bundle = Some("not a certificate\n".into());
+        let err = power.target_with("node01", &bmc, secret("9", "new")).unwrap_err();
+        assert_eq!(err.label, "tls_config");
+        assert!(err.message.contains("/ca-") && err.message.contains("holds no certificate"), "{}", err.message);
+        let _ = std::fs::remove_dir_all(&power.ca_dir);
+    }
+
+    #[tokio::test]
+    async fn an_address_without_a_system_is_a_typed_error() {
+        let power = redfish_power();
+        let err = power.target_with("node01", &server_bmc("https://10.0.0.5", "s"), secret("1", "pw")).unwrap_err();
+        assert_eq!((err.label, err.reason), ("invalid_address", FailureReason::PowerActionFailed));
     }
 }
