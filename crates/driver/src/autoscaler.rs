@@ -446,7 +446,10 @@ impl Autoscaler {
         // Scale-up: a batch due, or pods pending long enough to ask again.
         let pending = world.pending();
         self.batcher.observe(pending.iter(), now);
-        let periodic = !pending.is_empty() && self.last_decision.is_none_or(|t| now >= t + self.settings.redecide_every);
+        // The first step counts as a decision: pods already pending wait
+        // for the batch window like any others.
+        let last = *self.last_decision.get_or_insert(now);
+        let periodic = !pending.is_empty() && now >= last + self.settings.redecide_every;
         if self.batcher.due(now) || periodic {
             let mut snap = world.snapshot(Some(pending.len()));
             self.prepare(&mut snap, world, now_s);
@@ -642,5 +645,120 @@ impl Autoscaler {
             }
         }
         out.extend(writes.into_iter().map(|w| Effect::RecordIdle { server: w.server, since: w.idle_since }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ironclaim_core::Resources;
+    use ironclaim_core::model::{NodePool, Server};
+
+    /// A world of one pool, two servers and whatever pods and claims a test puts in.
+    #[derive(Default)]
+    struct Toy {
+        snap: Snapshot,
+        claims: Vec<ClaimView>,
+    }
+
+    impl World for Toy {
+        fn pending(&self) -> Vec<String> {
+            self.snap.pods.iter().filter(|p| p.is_pending_demand()).map(Pod::key).collect()
+        }
+        fn snapshot(&self, _scale_up: Option<usize>) -> Snapshot {
+            self.snap.clone()
+        }
+        fn claims(&self) -> Vec<ClaimView> {
+            self.claims.clone()
+        }
+        fn last_failure_s(&self, _server: &str) -> Option<Seconds> {
+            Some(1_000)
+        }
+        fn abandoned_drains(&self) -> Vec<(String, Seconds)> {
+            Vec::new()
+        }
+        fn recorded_idle(&self, _server: &str) -> (Option<Seconds>, Option<Seconds>) {
+            (None, None)
+        }
+        fn pods_on(&self, node: &str) -> Vec<Pod> {
+            self.snap.pods.iter().filter(|p| p.node_name.as_deref() == Some(node)).cloned().collect()
+        }
+    }
+
+    fn toy() -> Toy {
+        let mut t = Toy::default();
+        t.snap.pools.push(NodePool::new("general"));
+        t.snap.servers.push(Server::new("s1", Resources::new(16_000, 64 << 30)));
+        t.snap.servers.push(Server::new("s2", Resources::new(16_000, 64 << 30)));
+        t
+    }
+
+    fn s(x: u64) -> Duration {
+        Duration::from_secs(x)
+    }
+
+    #[test]
+    fn a_pending_pod_opens_one_claim_after_the_batch_and_its_take_sends_one_power_on() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let mut a = Autoscaler::new(Settings { scale_down: None, ..Settings::default() });
+        // The batch opens, and is decided once no pod came for its idle window.
+        assert!(a.step(&world, s(2_000)).is_empty());
+        let effects = a.step(&world, s(2_001));
+        let takes: Vec<&ClaimRecord> = effects.iter().filter_map(|e| if let Effect::TakeServer { claim } = e { Some(claim) } else { None }).collect();
+        assert_eq!(takes.len(), 1, "{effects:?}");
+        let claim = takes[0].clone();
+        assert_eq!(claim.pods, ["ns/web"]);
+        // Asked again while the take is under way: no second claim.
+        assert!(!a.step(&world, s(2_002)).iter().any(|e| matches!(e, Effect::TakeServer { .. })));
+        let answer = a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        assert_eq!(
+            answer,
+            [
+                Effect::PowerOn { server: claim.server.clone(), claim: Some(claim.name.clone()) },
+                Effect::EnterStage { claim: claim.name.clone(), stage: Stage::PoweringOn, message: format!("server {} taken", claim.server) },
+            ]
+        );
+        // A take that loses to another claimer fails the claim as a conflict.
+        let mut b = Autoscaler::new(Settings { scale_down: None, ..Settings::default() });
+        b.step(&world, s(2_000));
+        let effects = b.step(&world, s(2_001));
+        let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
+        let answer = b.report(Report::Held { claim: claim.name.clone(), holder: "other".into() }, s(2_001));
+        assert!(matches!(&answer[..], [Effect::FailClaim { reason: crate::FailureReason::ClaimConflict, .. }]), "{answer:?}");
+    }
+
+    #[test]
+    fn a_server_in_its_failure_backoff_is_not_chosen() {
+        let mut world = toy();
+        world.snap.servers[0].failures = 1;
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let mut a = Autoscaler::new(Settings { scale_down: None, ..Settings::default() });
+        // Failed at 1000 s: 60 s of backoff; at 1030 s s1 is skipped, s2 taken.
+        a.step(&world, s(1_029));
+        let effects = a.step(&world, s(1_030));
+        let servers: Vec<&str> =
+            effects.iter().filter_map(|e| if let Effect::TakeServer { claim } = e { Some(claim.server.as_str()) } else { None }).collect();
+        assert_eq!(servers, ["s2"]);
+    }
+
+    #[test]
+    fn an_idle_warm_spare_past_break_even_is_powered_off_once_and_a_second_pass_sends_nothing_more() {
+        let mut world = toy();
+        world.snap.servers[0].power_state = PowerState::On;
+        let settings = Settings { scale_down: Some(ScaleDownSettings { every: s(1), ..ScaleDownSettings::default() }), ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        // First sight starts its idle clock; break-even (300 W x 480 s / 190 W) is 758 s.
+        let first = a.step(&world, s(10_000));
+        assert!(first.iter().any(|e| matches!(e, Effect::RecordIdle { server, since: Some(10_000) } if server == "s1")), "{first:?}");
+        assert!(!first.iter().any(|e| matches!(e, Effect::PowerOff { .. })));
+        let later = a.step(&world, s(10_800));
+        let offs: Vec<&Effect> = later.iter().filter(|e| matches!(e, Effect::PowerOff { .. })).collect();
+        assert_eq!(offs, [&Effect::PowerOff { server: "s1".into(), claim: None, node: None }]);
+        assert!(a.busy("s1"));
+        assert!(!a.step(&world, s(10_802)).iter().any(|e| matches!(e, Effect::PowerOff { .. })), "one power action at a time");
+        a.report(Report::PoweredOff { server: "s1".into(), result: Ok(()), refused: None }, s(10_803));
+        assert!(!a.busy("s1"));
+        assert_eq!(a.counters.spares_powered_off, 1);
     }
 }
