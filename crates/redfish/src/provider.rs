@@ -58,8 +58,9 @@ pub struct Watts {
 ///   without acting ([`PowerOutcome::was_no_op`]). They return only once the
 ///   new state is confirmed, or with an error that says why not; a caller may
 ///   simply retry later.
-/// - A provider serializes power actions per management endpoint and
-///   bounds its own concurrency; callers may fire many calls at once.
+/// - A provider sends one reset at a time per management endpoint, runs one
+///   power sequence at a time per server, and bounds its own concurrency;
+///   callers may fire many calls at once.
 /// - Errors carry a [`LabeledError::metric_label`] so failures are counted
 ///   by kind; none of them carries credentials.
 /// - Reads ([`power_state`](Self::power_state), [`watts`](Self::watts)) have
