@@ -20,6 +20,11 @@ const KUBECTL_VAR: &str = "IRONCLAIM_KUBECTL";
 /// Exit code of `hack/testenv up` when the binaries are not built.
 const NOT_BUILT_EXIT_CODE: i32 = 3;
 
+/// State dirs of environments started by tests: `<prefix><pid>-<n>`.
+const STATE_DIR_PREFIX: &str = "ironclaim-testenv-";
+/// In a state dir, marks logs to keep for a post-mortem.
+const KEEP_MARKER: &str = "keep";
+
 /// The environment shared by the tests of this process, while any holds it.
 static SHARED: Mutex<Weak<Inner>> = Mutex::new(Weak::new());
 /// Distinguishes the state dirs of environments started one after another.
@@ -74,6 +79,32 @@ impl TestEnv {
         Ok(TestEnv { inner })
     }
 
+    /// Like [`TestEnv::shared`], but the environment then stays up until the
+    /// test process exits, for test binaries whose tests take turns on one
+    /// control plane: were it stopped whenever no test held it, the next
+    /// test would wait for a fresh one.
+    ///
+    /// # Guarantees
+    /// As [`TestEnv::shared`], except for the stop: when the process exits,
+    /// the watcher started by `hack/testenv up` notices within a second and
+    /// runs `hack/testenv down`. The next environment started on this
+    /// machine removes the state dirs such stopped environments left, unless
+    /// a test failed while holding one (its logs are kept, and their path is
+    /// printed when that test fails).
+    ///
+    /// # Errors
+    /// As [`TestEnv::shared`]; a later call tries to start again.
+    pub fn for_process() -> Result<TestEnv> {
+        static HELD: Mutex<Option<TestEnv>> = Mutex::new(None);
+        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(env) = held.as_ref() {
+            return Ok(env.clone());
+        }
+        let env = TestEnv::shared()?;
+        *held = Some(env.clone());
+        Ok(env)
+    }
+
     /// Path of an admin kubeconfig for the environment.
     pub fn kubeconfig(&self) -> &Path {
         &self.inner.kubeconfig
@@ -106,26 +137,16 @@ impl TestEnv {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|source| Error::Spawn {
-                program: self.inner.kubectl.clone(),
-                source,
-            })?;
+            .map_err(|source| Error::Spawn { program: self.inner.kubectl.clone(), source })?;
         if let Some(mut pipe) = child.stdin.take() {
             // kubectl may exit before reading everything; its exit status
             // then says why, so a broken pipe here is not the error to report.
             let _ = pipe.write_all(stdin.as_bytes());
         }
-        let output = child.wait_with_output().map_err(|source| Error::Spawn {
-            program: self.inner.kubectl.clone(),
-            source,
-        })?;
+        let output = child.wait_with_output().map_err(|source| Error::Spawn { program: self.inner.kubectl.clone(), source })?;
         if !output.status.success() {
             return Err(Error::KubectlFailed {
-                args: args
-                    .iter()
-                    .map(|a| a.to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                args: args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "),
                 status: output.status,
                 stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
             });
@@ -140,25 +161,12 @@ impl TestEnv {
     /// PodDisruptionBudget is retried for minutes before the 429 surfaces.)
     pub async fn client(&self) -> Result<kube::Client> {
         let path = &self.inner.kubeconfig;
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(path).map_err(|source| Error::ReadKubeconfig {
-                path: path.clone(),
-                source,
-            })?;
-        let mut config = kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .map_err(|source| Error::ReadKubeconfig {
-            path: path.clone(),
-            source,
-        })?;
+        let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| Error::ReadKubeconfig { path: path.clone(), source })?;
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|source| Error::ReadKubeconfig { path: path.clone(), source })?;
         config.default_retry = false;
-        kube::Client::try_from(config).map_err(|source| Error::BuildClient {
-            path: path.clone(),
-            source,
-        })
+        kube::Client::try_from(config).map_err(|source| Error::BuildClient { path: path.clone(), source })
     }
 }
 
@@ -166,8 +174,12 @@ impl Drop for TestEnv {
     fn drop(&mut self) {
         if std::thread::panicking()
             && let Some(owned) = &self.inner.owned
+            && !owned.keep_state.swap(true, Ordering::Relaxed)
         {
-            owned.keep_state.store(true, Ordering::Relaxed);
+            // Also for an environment that outlives this process: the marker
+            // keeps the state dir from the sweep of the next start.
+            let _ = std::fs::write(owned.state_dir.join(KEEP_MARKER), "a test failed while holding this environment\n");
+            eprintln!("testenv: a test failed; the control plane's logs are kept in {}", owned.state_dir.join("logs").display());
         }
     }
 }
@@ -176,15 +188,9 @@ impl Inner {
     fn start() -> Result<Inner> {
         let script = script_path();
         if let Some(kubeconfig) = std::env::var_os(KUBECONFIG_VAR) {
-            let kubectl = std::env::var_os(KUBECTL_VAR)
-                .map(PathBuf::from)
-                .or_else(|| built_kubectl(&script))
-                .unwrap_or_else(|| PathBuf::from("kubectl"));
-            return Ok(Inner {
-                kubeconfig: kubeconfig.into(),
-                kubectl,
-                owned: None,
-            });
+            let kubectl =
+                std::env::var_os(KUBECTL_VAR).map(PathBuf::from).or_else(|| built_kubectl(&script)).unwrap_or_else(|| PathBuf::from("kubectl"));
+            return Ok(Inner { kubeconfig: kubeconfig.into(), kubectl, owned: None });
         }
 
         // A free port can be taken by another process between the moment
@@ -202,56 +208,30 @@ impl Inner {
     }
 
     fn start_owned(script: &Path) -> Result<Inner> {
+        remove_stale_state_dirs();
         let script = script.to_path_buf();
-        let state_dir = std::env::temp_dir().join(format!(
-            "ironclaim-testenv-{}-{}",
-            std::process::id(),
-            STARTS.fetch_add(1, Ordering::Relaxed)
-        ));
+        let state_dir = std::env::temp_dir().join(format!("{STATE_DIR_PREFIX}{}-{}", std::process::id(), STARTS.fetch_add(1, Ordering::Relaxed)));
         let output = Command::new(&script)
             .arg("up")
             .env("IRONCLAIM_TESTENV_DIR", &state_dir)
             .env("IRONCLAIM_TESTENV_NO_BUILD", "1")
-            .env(
-                "IRONCLAIM_TESTENV_OWNER_PID",
-                std::process::id().to_string(),
-            )
+            .env("IRONCLAIM_TESTENV_OWNER_PID", std::process::id().to_string())
             .stdin(Stdio::null())
             .output()
-            .map_err(|source| Error::Spawn {
-                program: script.clone(),
-                source,
-            })?;
+            .map_err(|source| Error::Spawn { program: script.clone(), source })?;
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         if output.status.code() == Some(NOT_BUILT_EXIT_CODE) {
             return Err(Error::NotBuilt { stderr });
         }
         if !output.status.success() {
-            return Err(Error::StartFailed {
-                status: output.status,
-                stderr,
-            });
+            return Err(Error::StartFailed { status: output.status, stderr });
         }
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let Some(kubeconfig) = stdout
-            .lines()
-            .last()
-            .and_then(|line| line.strip_prefix("KUBECONFIG="))
-        else {
-            return Err(Error::NoKubeconfigLine {
-                stdout: stdout.into_owned(),
-            });
+        let Some(kubeconfig) = stdout.lines().last().and_then(|line| line.strip_prefix("KUBECONFIG=")) else {
+            return Err(Error::NoKubeconfigLine { stdout: stdout.into_owned() });
         };
         let kubectl = built_kubectl(&script).unwrap_or_else(|| PathBuf::from("kubectl"));
-        Ok(Inner {
-            kubeconfig: kubeconfig.into(),
-            kubectl,
-            owned: Some(Owned {
-                script,
-                state_dir,
-                keep_state: AtomicBool::new(false),
-            }),
-        })
+        Ok(Inner { kubeconfig: kubeconfig.into(), kubectl, owned: Some(Owned { script, state_dir, keep_state: AtomicBool::new(false) }) })
     }
 }
 
@@ -266,14 +246,38 @@ impl Drop for Inner {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|status| status.success());
-        if stopped && !owned.keep_state.load(Ordering::Relaxed) {
+        if !stopped {
+            eprintln!("testenv: hack/testenv down failed; the control plane's logs are in {}", owned.state_dir.join("logs").display());
+        } else if !owned.keep_state.load(Ordering::Relaxed) {
             let _ = std::fs::remove_dir_all(&owned.state_dir);
-        } else {
-            eprintln!(
-                "testenv: logs of the control plane kept in {}",
-                owned.state_dir.join("logs").display()
-            );
         }
+    }
+}
+
+/// Removes the state dirs of environments started by test processes that
+/// are gone, once their watcher has stopped them (`down` removes `pids/`
+/// last), unless a failed test marked them to keep.
+///
+/// # Assumptions
+/// `/proc` lists the live processes; without it, nothing is removed.
+fn remove_stale_state_dirs() {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((pid, _start)) = name.to_str().and_then(|n| n.strip_prefix(STATE_DIR_PREFIX)).and_then(|rest| rest.split_once('-')) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let dir = entry.path();
+        let owner_alive = pid == std::process::id() || proc.join(pid.to_string()).exists();
+        if owner_alive || dir.join("pids").exists() || dir.join(KEEP_MARKER).exists() {
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

@@ -25,11 +25,7 @@ pub enum Error {
     NoKubeconfigLine { stdout: String },
 
     #[error("kubectl {args} failed ({status}): {stderr}")]
-    KubectlFailed {
-        args: String,
-        status: ExitStatus,
-        stderr: String,
-    },
+    KubectlFailed { args: String, status: ExitStatus, stderr: String },
 
     #[error("failed to read kubeconfig {path}")]
     ReadKubeconfig {

@@ -9,12 +9,16 @@
 //!
 //! The binaries are built once by `hack/testenv build`; the tests never build
 //! them, they fail and say so instead.
+//!
+//! [`sushy`] runs the sushy-tools Redfish emulator for the tests that power
+//! servers through a real BMC endpoint.
 
 #![forbid(unsafe_code)]
 #![deny(warnings)]
 
 mod env;
 mod error;
+pub mod sushy;
 mod wait;
 
 pub use env::{FAKE_NODE_ANNOTATION, TestEnv};
