@@ -10,8 +10,8 @@ use common::mock::{ACTION_INFO, MockBmc, SYSTEM, SYSTEM_UUID};
 use common::{PASSWORD, TempDir, USERNAME, mock_timing, password_file};
 use ironclaim_redfish::provider::ProviderOptions;
 use ironclaim_redfish::{
-    AuthMode, Bmc, BmcAddress, BmcConfig, Credentials, Error, PowerProvider, PowerState, RedfishProvider, ResetType,
-    ServerSpec, SystemSelector, Timing, WattsSource,
+    AuthMode, Bmc, BmcAddress, BmcConfig, Credentials, Error, PowerProvider, PowerState, RedfishProvider, ResetType, ServerSpec, SystemSelector,
+    Timing, WattsSource,
 };
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -272,8 +272,7 @@ async fn fleet_watts_sum_the_servers_that_answered() {
         tls: Default::default(),
     };
     let options = ProviderOptions { timing: mock_timing(), ..ProviderOptions::default() };
-    let provider =
-        RedfishProvider::new(vec![spec("a", &newer), spec("b", &older), spec("c", &silent)], options).unwrap();
+    let provider = RedfishProvider::new(vec![spec("a", &newer), spec("b", &older), spec("c", &silent)], options).unwrap();
     let fleet = provider.fleet_watts().await;
     assert_eq!(fleet.total_watts, 374.0 + 344.0);
     let c = &fleet.readings[2];
@@ -320,8 +319,7 @@ async fn truncated_json_is_a_malformed_payload_at_the_root() {
 async fn power_state_of_the_wrong_type_names_its_json_path() {
     let f = Fixture::start().await;
     let mut body: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(common::mockup_dir().join("Systems/437XR1138R2/index.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(common::mockup_dir().join("Systems/437XR1138R2/index.json")).unwrap()).unwrap();
     body["PowerState"] = json!(1);
     f.mock.world().replace.insert(SYSTEM.into(), body.clone());
     let err = f.bmc().power_state(&system()).await.unwrap_err();

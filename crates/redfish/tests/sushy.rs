@@ -8,37 +8,36 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{PASSWORD, Sushy, SushyOptions, USERNAME, fake_system, password_file, sushy_timing};
+use common::{PASSWORD, Sushy, SystemPower, USERNAME, ca_pem, fake_system, password_file, sushy_timing, sushy_with};
 use ironclaim_redfish::provider::ProviderOptions;
 use ironclaim_redfish::{
-    Bmc, BmcAddress, BmcConfig, Credentials, Error, PowerProvider, PowerState, RedfishProvider, ResetType,
-    ServerSpec, SystemSelector, TlsSettings,
+    Bmc, BmcAddress, BmcConfig, Credentials, Error, PowerProvider, PowerState, RedfishProvider, ResetType, ServerSpec, SystemSelector, TlsSettings,
 };
 use tokio::sync::Semaphore;
 
 fn bmc_for(sushy: &Sushy, password: &str) -> Bmc {
-    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir.path(), password)).unwrap();
+    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir(), password)).unwrap();
     let mut config = BmcConfig::new(BmcAddress::parse(&sushy.endpoint()).unwrap().endpoint, creds);
-    config.tls = TlsSettings { ca_file: Some(sushy.certs.ca_pem.clone()), insecure_skip_verify: false };
+    config.tls = TlsSettings { ca_file: Some(ca_pem(&sushy)), insecure_skip_verify: false };
     config.timing = sushy_timing();
     Bmc::new(config, Arc::new(Semaphore::new(8))).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sushy_powers_a_system_on_and_off_over_tls_with_basic_auth() {
-    let systems: Vec<_> = (0..3).map(|i| fake_system(i, "Off")).collect();
-    let sushy = Sushy::start(SushyOptions { systems: systems.clone(), disable_power_off: false });
+    let systems: Vec<_> = (0..3).map(|i| fake_system(i, SystemPower::Off)).collect();
+    let sushy = sushy_with(&systems).start().unwrap();
     let target = &systems[1].0;
 
     // Named the way Metal3 writes it.
     let address = BmcAddress::parse(&sushy.metal3_address(target)).unwrap();
-    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir.path(), PASSWORD)).unwrap();
+    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir(), PASSWORD)).unwrap();
     let spec = ServerSpec {
         name: "node-1".into(),
         endpoint: address.endpoint.clone(),
         system: address.system.clone().unwrap(),
         credentials: creds,
-        tls: TlsSettings { ca_file: Some(sushy.certs.ca_pem.clone()), insecure_skip_verify: false },
+        tls: TlsSettings { ca_file: Some(ca_pem(&sushy)), insecure_skip_verify: false },
     };
     let options = ProviderOptions { timing: sushy_timing(), ..ProviderOptions::default() };
     let provider = RedfishProvider::new(vec![spec], options).unwrap();
@@ -68,8 +67,8 @@ async fn sushy_powers_a_system_on_and_off_over_tls_with_basic_auth() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sushy_with_a_wrong_password_is_auth_failed() {
-    let systems = vec![fake_system(0, "Off")];
-    let sushy = Sushy::start(SushyOptions { systems: systems.clone(), disable_power_off: false });
+    let systems = vec![fake_system(0, SystemPower::Off)];
+    let sushy = sushy_with(&systems).start().unwrap();
     let bmc = bmc_for(&sushy, "not the password");
     let err = bmc.power_on(&SystemSelector::parse(&systems[0].0).unwrap()).await.unwrap_err();
     assert_eq!(err.metric_label(), "auth_failed", "{err:?}");
@@ -80,11 +79,11 @@ async fn sushy_with_a_wrong_password_is_auth_failed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sushy_certificate_from_an_untrusted_ca_is_refused_unless_skipping_is_explicit() {
-    let systems = vec![fake_system(0, "Off")];
-    let sushy = Sushy::start(SushyOptions { systems: systems.clone(), disable_power_off: false });
+    let systems = vec![fake_system(0, SystemPower::Off)];
+    let sushy = sushy_with(&systems).start().unwrap();
     let selector = SystemSelector::parse(&systems[0].0).unwrap();
     let endpoint = BmcAddress::parse(&sushy.endpoint()).unwrap().endpoint;
-    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir.path(), PASSWORD)).unwrap();
+    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir(), PASSWORD)).unwrap();
 
     // Default settings: the system trust store, which does not know the test CA.
     let mut config = BmcConfig::new(endpoint.clone(), creds.clone());
@@ -101,8 +100,8 @@ async fn sushy_certificate_from_an_untrusted_ca_is_refused_unless_skipping_is_ex
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sushy_refusing_power_off_is_a_typed_rejection() {
-    let systems = vec![fake_system(0, "On")];
-    let sushy = Sushy::start(SushyOptions { systems: systems.clone(), disable_power_off: true });
+    let systems = vec![fake_system(0, SystemPower::On)];
+    let sushy = sushy_with(&systems).refuse_power_off().start().unwrap();
     let bmc = bmc_for(&sushy, PASSWORD);
     let err = bmc.power_off(&SystemSelector::parse(&systems[0].0).unwrap()).await.unwrap_err();
     match &err {
@@ -117,11 +116,11 @@ async fn sushy_refusing_power_off_is_a_typed_rejection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sushy_killed_mid_action_is_unreachable() {
-    let systems = vec![fake_system(0, "Off")];
-    let mut sushy = Sushy::start(SushyOptions { systems: systems.clone(), disable_power_off: false });
-    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir.path(), PASSWORD)).unwrap();
+    let systems = vec![fake_system(0, SystemPower::Off)];
+    let mut sushy = sushy_with(&systems).start().unwrap();
+    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir(), PASSWORD)).unwrap();
     let mut config = BmcConfig::new(BmcAddress::parse(&sushy.endpoint()).unwrap().endpoint, creds);
-    config.tls = TlsSettings { ca_file: Some(sushy.certs.ca_pem.clone()), insecure_skip_verify: false };
+    config.tls = TlsSettings { ca_file: Some(ca_pem(&sushy)), insecure_skip_verify: false };
     // The first confirmation read comes well after the emulator is gone.
     config.timing = ironclaim_redfish::Timing { poll_initial: Duration::from_secs(3), ..sushy_timing() };
     let bmc = Bmc::new(config, Arc::new(Semaphore::new(4))).unwrap();
@@ -145,9 +144,9 @@ async fn sushy_killed_mid_action_is_unreachable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sushy_status_sweep_of_500_systems() {
     const SYSTEMS: usize = 500;
-    let systems: Vec<_> = (0..SYSTEMS).map(|i| fake_system(i, if i % 3 == 0 { "On" } else { "Off" })).collect();
-    let sushy = Sushy::start(SushyOptions { systems: systems.clone(), disable_power_off: false });
-    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir.path(), PASSWORD)).unwrap();
+    let systems: Vec<_> = (0..SYSTEMS).map(|i| fake_system(i, if i % 3 == 0 { SystemPower::On } else { SystemPower::Off })).collect();
+    let sushy = sushy_with(&systems).start().unwrap();
+    let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir(), PASSWORD)).unwrap();
     let endpoint = BmcAddress::parse(&sushy.endpoint()).unwrap().endpoint;
     let specs = systems
         .iter()
@@ -157,7 +156,7 @@ async fn sushy_status_sweep_of_500_systems() {
             endpoint: endpoint.clone(),
             system: SystemSelector::parse(uuid).unwrap(),
             credentials: creds.clone(),
-            tls: TlsSettings { ca_file: Some(sushy.certs.ca_pem.clone()), insecure_skip_verify: false },
+            tls: TlsSettings { ca_file: Some(ca_pem(&sushy)), insecure_skip_verify: false },
         })
         .collect();
     let options = ProviderOptions { max_concurrent_requests: 16, timing: sushy_timing(), ..ProviderOptions::default() };
