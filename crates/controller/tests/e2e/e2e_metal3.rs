@@ -5,23 +5,21 @@
 //! after a delay (and plays the machine: a powered-on host registers a
 //! kwok Node for its server after a boot delay, a powered-off one loses it).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ironclaim_controller::provider::{baremetalhost_resource, uses_metal3, BAREMETALHOST_ANNOTATION};
+use crate::support::*;
+use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, baremetalhost_resource, uses_metal3};
 use ironclaim_controller::{Controller, Metal3Power, Power, ProviderRouter};
+use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::nodeclaim::{Stage, StageOutcome};
 use ironclaim_k8s::api::server::PowerState;
-use ironclaim_k8s::api::Server;
 use ironclaim_testenv::{TestEnv, eventually};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use support::*;
 
 const HOSTS: &str = "metal3-hosts";
 

@@ -5,20 +5,17 @@
 //! server left on and its node cordoned for the operator. Each only after
 //! the grace period, each with a `Stranded` Event.
 
-mod scaledown_support;
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::scaledown_support::*;
+use crate::support::*;
 use ironclaim_controller::scaledown::ScaleDownSettings;
 use ironclaim_controller::{Controller, Settings};
 use ironclaim_k8s::api::{NodeClaim, Server};
 use ironclaim_testenv::eventually;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use scaledown_support::*;
 use serde_json::json;
-use support::*;
 
 const GRACE: Duration = Duration::from_secs(4);
 
@@ -60,7 +57,7 @@ async fn stranded_servers_nodes_and_claims_are_found_and_repaired_after_the_grac
     clean(&env, &client, &machines, pool).await;
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "replicaset", app, "--ignore-not-found"]);
     let _ = env.kubectl(["delete", "node", ghost, "--ignore-not-found"]);
-    let sushy = Sushy::start(&[(quarantined.uuid.clone(), "On"), (maintained.uuid.clone(), "Off")]);
+    let sushy = start_sushy([(quarantined.uuid.clone(), SystemPower::On), (maintained.uuid.clone(), SystemPower::Off)]);
     // Break-even 1 s: an idle server here would be powered off at once.
     apply_servers(&env, &sushy, &machines, 10);
     apply_pool(&env, pool, 0, json!({"budgets": [{"nodes": "100%"}]}));
@@ -71,10 +68,7 @@ async fn stranded_servers_nodes_and_claims_are_found_and_repaired_after_the_grac
     apply(&env, &ghost_node);
     let _harness = Machines::start(client.clone(), &sushy, machines.clone());
 
-    let settings = Settings {
-        scaledown: ScaleDownSettings { stranded_grace: GRACE, ..ScaleDownSettings::default() },
-        ..settings("sd-strand")
-    };
+    let settings = Settings { scaledown: ScaleDownSettings { stranded_grace: GRACE, ..ScaleDownSettings::default() }, ..settings("sd-strand") };
     let controller = Controller::new(client.clone(), redfish(&client), settings);
     let metrics = controller.metrics();
     let running = run(controller);
@@ -89,7 +83,7 @@ async fn stranded_servers_nodes_and_claims_are_found_and_repaired_after_the_grac
         async move {
             let p = pods(&c, NAMESPACE, &format!("app={app}")).await;
             if !p.first().is_some_and(|p| ready(p) && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(m.as_str())) {
-                return Err(format!("pods: {:?}; claims: {:?}", scaledown_support::names(&p), support::names(&claims(&c).await)));
+                return Err(format!("pods: {:?}; claims: {:?}", crate::scaledown_support::names(&p), crate::support::names(&claims(&c).await)));
             }
             server(&c, &m).await.status.and_then(|s| s.claim).ok_or("the server names no claim".to_string())
         }
@@ -149,7 +143,7 @@ async fn stranded_servers_nodes_and_claims_are_found_and_repaired_after_the_grac
     assert!(
         workload.iter().all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(maintained.name.as_str())),
         "a workload pod is still on the maintenance node: {:?}",
-        scaledown_support::names(&workload)
+        crate::scaledown_support::names(&workload)
     );
 
     // The server stays on and its node cordoned for the operator, pass after pass.

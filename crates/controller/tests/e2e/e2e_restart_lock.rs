@@ -4,15 +4,13 @@
 //! still be opening, then breaks the lock and powers the server off; the
 //! pod is placed on another server and nothing is powered on twice.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_testenv::eventually;
 use kube::Api;
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_and_the_server_powered_off() {

@@ -13,10 +13,7 @@ fn deploy(path: &str) -> String {
 fn deploy_crds_match_what_ironclaim_crds_prints() {
     let generated = ironclaim_k8s::api::crds_yaml().expect("crds");
     for path in ["crds/ironclaim.dev.yaml", "helm/ironclaim/crds/ironclaim.dev.yaml"] {
-        assert!(
-            deploy(path) == generated,
-            "deploy/{path} drifted from the code: run `ironclaim crds > deploy/{path}`"
-        );
+        assert!(deploy(path) == generated, "deploy/{path} drifted from the code: run `ironclaim crds > deploy/{path}`");
     }
 }
 

@@ -1,24 +1,21 @@
 //! Two controllers against one API server: with leader election only one
 //! acts; without it, the claim on a server is still written once.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ironclaim_controller::Controller;
 use ironclaim_controller::leader::LeaseSettings;
 use ironclaim_testenv::eventually;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_when_it_stops() {
     let (env, client) = setup().await;
     let machines = vec![Machine::new("le-1", 41, 16, 32), Machine::new("le-2", 42, 16, 32)];
-    let systems: Vec<(String, &str)> = machines.iter().map(|m| (m.uuid.clone(), "Off")).collect();
-    let sushy = Sushy::start(&systems);
+    let sushy = start_sushy_for(&machines, SystemPower::Off);
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }
@@ -61,7 +58,12 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
     })
     .await;
     let opened = claims(&client).await;
-    assert_eq!(opened.len(), 1, "only the leader opened a claim: {:?}", opened.iter().map(|c| (c.metadata.name.clone(), c.metadata.labels.clone(), c.status.clone())).collect::<Vec<_>>());
+    assert_eq!(
+        opened.len(),
+        1,
+        "only the leader opened a claim: {:?}",
+        opened.iter().map(|c| (c.metadata.name.clone(), c.metadata.labels.clone(), c.status.clone())).collect::<Vec<_>>()
+    );
     assert!(metrics_a.render().contains("ironclaim_leader 1"));
     assert!(metrics_b.render().contains("ironclaim_leader 0"));
     assert!(!metrics_b.render().contains("ironclaim_claims_total{"), "the standby ended no claim");

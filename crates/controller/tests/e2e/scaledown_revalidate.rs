@@ -3,11 +3,10 @@
 //! abandoned at its timeout, the node is left alone for its cool-down,
 //! then drained normally.
 
-mod scaledown_support;
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::scaledown_support::*;
+use crate::support::*;
 use ironclaim_controller::scaledown::ScaleDownSettings;
 use ironclaim_controller::scaledown::drain::DRAIN_ABANDONED_ANNOTATION;
 use ironclaim_controller::{Controller, Settings};
@@ -15,9 +14,7 @@ use ironclaim_testenv::eventually;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use scaledown_support::*;
 use serde_json::json;
-use support::*;
 
 const SETTLE: Duration = Duration::from_secs(5);
 const COOL_DOWN: Duration = Duration::from_secs(20);
@@ -77,7 +74,7 @@ async fn an_underutilized_drain_waits_for_a_second_proposal_and_an_abandoned_one
         let c = c.clone();
         async move {
             let ps = pods(&c, NAMESPACE, &format!("app={app}")).await;
-            if ps.iter().any(ready) { Ok(()) } else { Err(format!("{:?}", scaledown_support::names(&ps))) }
+            if ps.iter().any(ready) { Ok(()) } else { Err(format!("{:?}", crate::scaledown_support::names(&ps))) }
         }
     })
     .await;

@@ -3,14 +3,13 @@
 //! drain completes once the budget allows; past its timeout a drain is
 //! abandoned and the node uncordoned.
 
-mod scaledown_support;
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::scaledown_support::*;
+use crate::support::*;
 use ironclaim_controller::claims::{ClaimSettings, Claims};
 use ironclaim_controller::events::Events;
 use ironclaim_controller::metrics::Metrics;
@@ -20,9 +19,7 @@ use ironclaim_testenv::eventually;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use scaledown_support::*;
 use serde_json::json;
-use support::*;
 
 fn deployment(name: &str, replicas: i32, selector: &str) -> serde_json::Value {
     json!({

@@ -1,15 +1,12 @@
 //! A disruption budget of one node holds while ten servers are idle: they
 //! are drained one at a time.
 
-mod scaledown_support;
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::scaledown_support::*;
+use crate::support::*;
 use ironclaim_controller::Controller;
-use scaledown_support::*;
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_of_one_node_drains_ten_idle_servers_one_at_a_time() {

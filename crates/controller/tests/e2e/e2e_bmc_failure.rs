@@ -1,22 +1,19 @@
 //! The BMC fails: the claim shows the typed reason and retries with
 //! backoff; when the BMC answers again the claim goes on.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ironclaim_controller::Controller;
 use ironclaim_controller::claims::{POWERED_ON_CONDITION, Retry};
 use ironclaim_testenv::eventually;
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_bmc_is_a_typed_reason_retried_with_backoff_until_it_answers() {
     let (env, client) = setup().await;
     let machines = vec![Machine::new("bmc-flaky", 21, 16, 32)];
-    let systems: Vec<(String, &str)> = machines.iter().map(|m| (m.uuid.clone(), "Off")).collect();
-    let mut sushy = Sushy::start(&systems);
+    let mut sushy = start_sushy_for(&machines, SystemPower::Off);
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }
@@ -34,12 +31,8 @@ async fn an_unreachable_bmc_is_a_typed_reason_retried_with_backoff_until_it_answ
         let c = c.clone();
         async move {
             let all = claims(&c).await;
-            let condition = all
-                .iter()
-                .filter_map(|c| c.status.as_ref())
-                .flat_map(|s| s.conditions.iter())
-                .find(|c| c.type_ == POWERED_ON_CONDITION)
-                .cloned();
+            let condition =
+                all.iter().filter_map(|c| c.status.as_ref()).flat_map(|s| s.conditions.iter()).find(|c| c.type_ == POWERED_ON_CONDITION).cloned();
             match condition {
                 Some(c) if c.status == "False" && c.message.starts_with("attempt 2 of 10") => Ok(c),
                 other => Err(format!("{other:?}")),
@@ -53,7 +46,7 @@ async fn an_unreachable_bmc_is_a_typed_reason_retried_with_backoff_until_it_answ
     assert_eq!(all.len(), 1);
     assert!(all[0].status.as_ref().unwrap().failure_reason.is_none(), "still retrying, not failed");
 
-    sushy.restart();
+    sushy.restart().expect("restart the emulator");
     let c = client.clone();
     eventually("the app bound once the BMC answers", Duration::from_secs(40), || {
         let c = c.clone();

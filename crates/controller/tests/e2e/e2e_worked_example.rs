@@ -1,16 +1,14 @@
 //! The worked example of PROBLEM.md, end to end: a real API server and
 //! scheduler, kwok kubelets, sushy-tools BMCs, and the controller.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ironclaim_controller::Controller;
 use ironclaim_k8s::api::nodeclaim::{Stage, StageOutcome};
 use ironclaim_testenv::eventually;
 use kube::ResourceExt;
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_servers_and_bind() {
@@ -18,13 +16,9 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
     let machines = vec![
         Machine::new("gen-32", 1, 32, 64).label("ironclaim.dev/class", "general"),
         Machine::new("gen-16", 2, 16, 32).label("ironclaim.dev/class", "general-small"),
-        Machine::new("a100-1", 3, 32, 256)
-            .label("accelerator", "nvidia-a100")
-            .gpus("A100", 1, Duration::from_secs(3))
-            .taint("nvidia.com/gpu"),
+        Machine::new("a100-1", 3, 32, 256).label("accelerator", "nvidia-a100").gpus("A100", 1, Duration::from_secs(3)).taint("nvidia.com/gpu"),
     ];
-    let systems: Vec<(String, &str)> = machines.iter().map(|m| (m.uuid.clone(), "Off")).collect();
-    let sushy = Sushy::start(&systems);
+    let sushy = start_sushy_for(&machines, SystemPower::Off);
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }
@@ -97,12 +91,7 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
     for claim in &all {
         let status = claim.status.as_ref().unwrap();
         let stages: Vec<Stage> = status.stages.iter().map(|r| r.stage).collect();
-        assert_eq!(
-            stages,
-            [Stage::Selected, Stage::PoweringOn, Stage::Booting, Stage::Joined, Stage::Ready, Stage::Serving],
-            "{}",
-            claim.name_any()
-        );
+        assert_eq!(stages, [Stage::Selected, Stage::PoweringOn, Stage::Booting, Stage::Joined, Stage::Ready, Stage::Serving], "{}", claim.name_any());
         assert!(status.stages.iter().all(|r| r.outcome == StageOutcome::Succeeded && r.duration_seconds.is_some()));
         assert_eq!(status.node_name.as_deref(), Some(claim.spec.server.as_str()));
     }
@@ -127,7 +116,9 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
     // Sent on the BMC's confirmation itself, not on a later pass of the
     // loop: the server was on for no time yet, whatever the load.
     assert!(
-        events.iter().any(|e| e == "WaitingForServer: waiting for server gen-32: powered on 0s ago, node not registered yet, usually registers in 3s"),
+        events
+            .iter()
+            .any(|e| e == "WaitingForServer: waiting for server gen-32: powered on 0s ago, node not registered yet, usually registers in 3s"),
         "{events:?}"
     );
 

@@ -3,20 +3,18 @@
 //! so each server is won by exactly one; and a replica's view of the
 //! ledger from its own last write never decides for it.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use ironclaim_controller::Error;
 use ironclaim_controller::claims::Claims;
 use ironclaim_controller::events::Events;
 use ironclaim_controller::metrics::Metrics;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_claimers_racing_for_the_same_servers_never_both_win_one() {
     let (env, client) = setup().await;
-    let sushy = Sushy::start(&[]);
+    let sushy = start_sushy_for(&[], SystemPower::Off);
     let names: Vec<String> = (0..12).map(|i| format!("race-{i}")).collect();
     for (i, name) in names.iter().enumerate() {
         apply(&env, &Machine::new(name, 100 + i, 8, 8).server_json(&sushy));
@@ -54,7 +52,7 @@ async fn two_claimers_racing_for_the_same_servers_never_both_win_one() {
 async fn a_merge_patch_with_a_stale_resource_version_is_refused() {
     use kube::api::{Patch, PatchParams};
     let (env, client) = setup().await;
-    let sushy = Sushy::start(&[]);
+    let sushy = start_sushy_for(&[], SystemPower::Off);
     apply(&env, &Machine::new("stale-0", 140, 8, 8).server_json(&sushy));
     let api: kube::Api<ironclaim_k8s::api::Server> = kube::Api::all(client.clone());
     let read = api.get_status("stale-0").await.unwrap();
@@ -76,7 +74,7 @@ async fn a_merge_patch_with_a_stale_resource_version_is_refused() {
 async fn a_replica_never_answers_from_its_stale_copy_of_the_ledger() {
     use ironclaim_controller::locks::{Locks, Taken};
     let (_env, client) = setup().await;
-    let sushy = Sushy::start(&[]);
+    let sushy = start_sushy_for(&[], SystemPower::Off);
     let server = |name: &str, index: usize| -> ironclaim_k8s::api::Server {
         serde_json::from_value(Machine::new(name, index, 8, 8).server_json(&sushy)).unwrap()
     };

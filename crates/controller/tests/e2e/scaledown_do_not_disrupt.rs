@@ -1,16 +1,13 @@
 //! A pod that must not be disrupted keeps its server on, even when its
 //! node is underutilized and the pod would fit elsewhere.
 
-mod scaledown_support;
-mod support;
-
 use std::time::Duration;
 
+use crate::scaledown_support::*;
+use crate::support::*;
 use ironclaim_controller::Controller;
 use ironclaim_testenv::eventually;
-use scaledown_support::*;
 use serde_json::json;
-use support::*;
 
 fn replicaset(name: &str, cpu: &str, placement: serde_json::Value, annotations: serde_json::Value) -> serde_json::Value {
     let mut spec = json!({"containers": [app_container(cpu, "1Gi")], "tolerations": [{"operator": "Exists"}]});

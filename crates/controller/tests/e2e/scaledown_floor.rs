@@ -2,18 +2,15 @@
 //! drained and powered off after their break-even time, except the
 //! warm-spare floor.
 
-mod scaledown_support;
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::scaledown_support::*;
+use crate::support::*;
 use ironclaim_controller::Controller;
 use ironclaim_testenv::eventually;
 use kube::Api;
 use kube::api::DeleteParams;
-use scaledown_support::*;
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_servers_power_off_after_break_even_and_the_warm_floor_stays_on() {

@@ -6,10 +6,6 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,140 +24,17 @@ use serde_json::json;
 
 pub const NAMESPACE: &str = "ironclaim-e2e";
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+pub use ironclaim_testenv::sushy::{Sushy, SystemPower};
+
+/// A sushy-tools emulator on plain HTTP without authentication (the BMC
+/// Secret's credentials are accepted as any would be), with these systems.
+pub fn start_sushy<S: Into<String>>(systems: impl IntoIterator<Item = (S, SystemPower)>) -> Sushy {
+    Sushy::builder().systems(systems).start().unwrap_or_else(|error| panic!("{error}"))
 }
 
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("ironclaim-{tag}-{}-{}", std::process::id(), free_port()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn sushy_emulator() -> PathBuf {
-    let path = match std::env::var_os("IRONCLAIM_SUSHY_EMULATOR") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .unwrap_or_else(|| PathBuf::from("/tmp"))
-                .join("ironclaim");
-            cache.join("sushy-venv/bin/sushy-emulator")
-        }
-    };
-    assert!(path.is_file(), "the sushy-tools Redfish emulator is not installed at {}: run hack/redfish-emulator-setup", path.display());
-    path
-}
-
-/// A sushy-tools emulator (fake driver, plain HTTP) with fresh state.
-pub struct Sushy {
-    child: Option<Child>,
-    pub port: u16,
-    pub log: Arc<Mutex<Vec<String>>>,
-    config: PathBuf,
-    pub dir: TempDir,
-}
-
-impl Sushy {
-    /// `systems`: (uuid, initial power state).
-    pub fn start(systems: &[(String, &str)]) -> Sushy {
-        let dir = TempDir::new("sushy");
-        let state = dir.path().join("state");
-        std::fs::create_dir_all(&state).expect("state dir");
-        let port = free_port();
-        let listed: Vec<String> = systems
-            .iter()
-            .enumerate()
-            .map(|(i, (uuid, power))| format!("{{'uuid': '{uuid}', 'name': 'system-{i}', 'power_state': '{power}', 'nics': []}}"))
-            .collect();
-        let config = dir.path().join("emulator.conf");
-        let mut file = std::fs::File::create(&config).expect("config");
-        writeln!(
-            file,
-            "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\nSUSHY_EMULATOR_FAKE_DRIVER = True\n\
-             SUSHY_EMULATOR_STATE_DIR = '{}'\nSUSHY_EMULATOR_FAKE_SYSTEMS = [\n    {}\n]",
-            state.display(),
-            listed.join(",\n    ")
-        )
-        .expect("write config");
-        drop(file);
-        let mut sushy = Sushy { child: None, port, log: Arc::default(), config, dir };
-        sushy.spawn();
-        sushy
-    }
-
-    fn spawn(&mut self) {
-        let mut child = Command::new(sushy_emulator())
-            .arg("--config")
-            .arg(&self.config)
-            .env("SUSHY_EMULATOR_CONFIG", &self.config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start sushy-emulator");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let sink = self.log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push(line);
-            }
-        });
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(Instant::now() < deadline, "sushy-emulator did not listen: {}", self.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts again on the same port with the same state.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    pub fn log_text(&self) -> String {
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
-    }
-
-    /// Reset actions the emulator answered with 204, for one system.
-    pub fn resets(&self, uuid: &str) -> usize {
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        log.iter().filter(|l| l.contains(uuid) && l.contains("/Actions/ComputerSystem.Reset HTTP/1.1") && l.contains("\" 204")).count()
-    }
-
-    pub fn address(&self, uuid: &str) -> String {
-        format!("http://127.0.0.1:{}/redfish/v1/Systems/{uuid}", self.port)
-    }
-}
-
-impl Drop for Sushy {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// [`start_sushy`] with one system per machine, all in `power`.
+pub fn start_sushy_for(machines: &[Machine], power: SystemPower) -> Sushy {
+    start_sushy(machines.iter().map(|m| (m.uuid.clone(), power)))
 }
 
 pub fn uuid(index: usize) -> String {
@@ -250,7 +123,7 @@ impl Machine {
             "metadata": {"name": self.name},
             "spec": {
                 "bmc": {
-                    "address": sushy.address(&self.uuid),
+                    "address": sushy.system_url(&self.uuid),
                     "credentialsSecretRef": {"name": "bmc", "namespace": NAMESPACE}
                 },
                 "hardware": hardware,
@@ -297,7 +170,7 @@ impl Drop for Machines {
 
 impl Machines {
     pub fn start(client: Client, sushy: &Sushy, machines: Vec<Machine>) -> Machines {
-        let endpoint = BmcAddress::parse(&format!("http://127.0.0.1:{}", sushy.port)).expect("address").endpoint;
+        let endpoint = BmcAddress::parse(&sushy.endpoint()).expect("address").endpoint;
         let creds = Credentials::new("admin", ironclaim_redfish::credentials::Secret::new("password"));
         let mut config = BmcConfig::new(endpoint, creds);
         config.timing = timing();
@@ -350,26 +223,102 @@ impl Machines {
     }
 }
 
-/// The control plane with the CRDs, a namespace and the BMC Secret.
-pub async fn setup() -> (TestEnv, Client) {
+/// The namespaces tests put objects in besides [`NAMESPACE`]: where
+/// deploy/rbac.yaml runs the controller, and the BareMetalHosts of the
+/// Metal3 tests.
+const OTHER_NAMESPACES: [&str; 2] = ["ironclaim-system", "metal3-hosts"];
+
+/// Whose turn it is on the control plane: one test at a time.
+static CLUSTER_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The control plane, held by one test until dropped (it derefs to the
+/// [`TestEnv`]). The controller acts on every Server, NodePool and pending
+/// pod it sees, so two tests on one cluster would claim each other's
+/// servers: they take turns instead.
+pub struct Cluster {
+    env: TestEnv,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = TestEnv;
+    fn deref(&self) -> &TestEnv {
+        &self.env
+    }
+}
+
+/// Waits for the cluster's turn, then the control plane of this test
+/// binary as a fresh one would be (see [`reset`]), with the CRDs, the
+/// namespace and the BMC Secret. Keep the [`Cluster`] until the test ends.
+pub async fn setup() -> (Cluster, Client) {
+    let turn = CLUSTER_TURN.lock().await;
     ironclaim_redfish::install_crypto_provider();
-    let env = TestEnv::shared().expect("test environment");
+    let env = TestEnv::for_process().expect("test environment");
     let client = env.client().await.expect("client");
     let crds = ironclaim_k8s::api::crds_yaml().expect("crds");
     env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &crds).expect("apply CRDs");
     for crd in ["servers", "nodepools", "nodeclaims"] {
         env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("crd established");
     }
+    reset(&env, &client).await;
     let _ = env.kubectl(["create", "namespace", NAMESPACE]);
     let _ = env.kubectl(["-n", NAMESPACE, "create", "secret", "generic", "bmc", "--from-literal=username=admin", "--from-literal=password=password"]);
-    (env, client)
+    (Cluster { env, _turn: turn }, client)
+}
+
+/// Removes what earlier tests left (also tests that failed half-way): every
+/// Server, NodePool, NodeClaim and Node; in the tests' namespaces the
+/// workloads, pods, PodDisruptionBudgets, ConfigMaps (the claim ledger),
+/// Leases and BareMetalHosts; and all Events. What stays is what a test
+/// may create again without harm: namespaces, Secrets, RBAC, CRDs.
+async fn reset(env: &TestEnv, client: &Client) {
+    let kubectl = |args: &[&str]| env.kubectl(args).unwrap_or_else(|e| panic!("reset: {e}"));
+    // Orphaned, so that nothing recreates the pods removed next.
+    kubectl(&["-n", NAMESPACE, "delete", "deployments,replicasets,poddisruptionbudgets", "--all", "--cascade=orphan", "--ignore-not-found"]);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    for p in pods.list(&ListParams::default()).await.expect("list pods").items {
+        if !p.finalizers().is_empty() {
+            let _ = pods.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await;
+        }
+    }
+    // No kubelet stands behind a kwok pod: nothing to wait for.
+    kubectl(&["-n", NAMESPACE, "delete", "pods", "--all", "--force", "--grace-period=0", "--ignore-not-found"]);
+    kubectl(&["delete", "nodeclaims,servers,nodepools", "--all", "--ignore-not-found"]);
+    kubectl(&["delete", "nodes", "--all", "--ignore-not-found"]);
+    for ns in std::iter::once(NAMESPACE).chain(OTHER_NAMESPACES) {
+        kubectl(&["-n", ns, "delete", "configmaps,leases", "--field-selector=metadata.name!=kube-root-ca.crt", "--ignore-not-found"]);
+        // The Metal3 tests install that CRD; before them, there is none.
+        if let Err(e) = env.kubectl(["-n", ns, "delete", "baremetalhosts.metal3.io", "--all", "--ignore-not-found"])
+            && !e.to_string().contains("doesn't have a resource type")
+        {
+            panic!("reset: {e}");
+        }
+    }
+    kubectl(&["delete", "events", "--all", "--all-namespaces", "--ignore-not-found"]);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let servers: Api<Server> = Api::all(client.clone());
+    eventually("the cluster empty of earlier tests' pods, nodes and servers", Duration::from_secs(30), || {
+        let (pods, nodes, servers) = (pods.clone(), nodes.clone(), servers.clone());
+        async move {
+            let left = |l: Result<Vec<String>, kube::Error>| l.map_err(|e| e.to_string());
+            let pods = left(pods.list(&ListParams::default()).await.map(|l| l.items.iter().map(ResourceExt::name_any).collect()))?;
+            let nodes = left(nodes.list(&ListParams::default()).await.map(|l| l.items.iter().map(ResourceExt::name_any).collect()))?;
+            let servers = left(servers.list(&ListParams::default()).await.map(|l| l.items.iter().map(ResourceExt::name_any).collect()))?;
+            if pods.is_empty() && nodes.is_empty() && servers.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("pods {pods:?}, nodes {nodes:?}, servers {servers:?}"))
+            }
+        }
+    })
+    .await;
 }
 
 /// r1-u01 (off) and r1-u02, whose power-on from the dead controller
 /// reached the BMC; one NodePool over both.
 pub fn two_machines_the_second_on(env: &TestEnv, first_index: usize) -> (Vec<Machine>, Sushy) {
     let machines = vec![Machine::new("r1-u01", first_index, 16, 32), Machine::new("r1-u02", first_index + 1, 16, 32)];
-    let sushy = Sushy::start(&[(machines[0].uuid.clone(), "Off"), (machines[1].uuid.clone(), "On")]);
+    let sushy = start_sushy([(machines[0].uuid.clone(), SystemPower::Off), (machines[1].uuid.clone(), SystemPower::On)]);
     for m in &machines {
         apply(env, &m.server_json(&sushy));
     }

@@ -1,26 +1,20 @@
 //! A server that powers on but never registers a node is stuck by its own
 //! measured durations: powered off, its failure counted, another claimed.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ironclaim_controller::Controller;
 use ironclaim_k8s::api::nodeclaim::{FailureReason, StageOutcome};
 use ironclaim_testenv::eventually;
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_never_registers_is_stuck_powered_off_and_another_is_claimed() {
     let (env, client) = setup().await;
     // The stuck one fits the pod more tightly, so it is chosen first.
-    let machines = vec![
-        Machine::new("pxe-stuck", 11, 20, 40).never_registers(),
-        Machine::new("spare", 12, 24, 48),
-    ];
-    let systems: Vec<(String, &str)> = machines.iter().map(|m| (m.uuid.clone(), "Off")).collect();
-    let sushy = Sushy::start(&systems);
+    let machines = vec![Machine::new("pxe-stuck", 11, 20, 40).never_registers(), Machine::new("spare", 12, 24, 48)];
+    let sushy = start_sushy_for(&machines, SystemPower::Off);
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }

@@ -4,16 +4,14 @@
 //! releases it; the pod is placed on another server and nothing is powered
 //! on twice.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_testenv::eventually;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_left_without_its_nodeclaim_waits_out_the_grace_then_is_released_without_a_second_power_on() {

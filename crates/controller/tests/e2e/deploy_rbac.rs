@@ -2,16 +2,14 @@
 //! as the ironclaim ServiceAccount (impersonated) against the real API
 //! server, claims a server, powers it on and sees its pod bound.
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::*;
 use ironclaim_controller::Controller;
 use ironclaim_controller::leader::LeaseSettings;
 use ironclaim_testenv::eventually;
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_runs_with_exactly_the_rules_of_deploy_rbac() {
@@ -19,12 +17,18 @@ async fn the_controller_runs_with_exactly_the_rules_of_deploy_rbac() {
     let rbac = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac.yaml")).unwrap();
     env.kubectl_with_stdin(["apply", "-f", "-"], &rbac).expect("apply deploy/rbac.yaml");
     let _ = env.kubectl([
-        "-n", "ironclaim-system", "create", "secret", "generic", "bmc",
-        "--from-literal=username=admin", "--from-literal=password=password",
+        "-n",
+        "ironclaim-system",
+        "create",
+        "secret",
+        "generic",
+        "bmc",
+        "--from-literal=username=admin",
+        "--from-literal=password=password",
     ]);
 
     let machines = vec![Machine::new("rbac-1", 51, 16, 32)];
-    let sushy = Sushy::start(&[(machines[0].uuid.clone(), "Off")]);
+    let sushy = start_sushy([(machines[0].uuid.clone(), SystemPower::Off)]);
     let mut server = machines[0].server_json(&sushy);
     server["spec"]["bmc"]["credentialsSecretRef"]["namespace"] = json!("ironclaim-system");
     apply(&env, &server);

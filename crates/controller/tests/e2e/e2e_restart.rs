@@ -1,22 +1,20 @@
 //! The controller dies between the power-on request and the status write,
 //! and a new one starts: no second power-on, no orphaned server.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::*;
 use ironclaim_controller::provider::PowerFuture;
 use ironclaim_controller::{Controller, Power};
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::nodeclaim::Stage;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_testenv::eventually;
-use kube::api::{Patch, PatchParams};
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::*;
 
 /// Sends the power-on, then never comes back: the process "dies" before
 /// it can write what happened.
@@ -49,7 +47,7 @@ impl Power for DiesAfterPowerOn {
 async fn killed_between_power_on_and_status_write_then_restarted_powers_on_once_and_leaves_no_orphan() {
     let (env, client) = setup().await;
     let machines = vec![Machine::new("r1-u01", 31, 16, 32), Machine::new("r1-u02", 32, 16, 32)];
-    let sushy = Sushy::start(&[(machines[0].uuid.clone(), "Off"), (machines[1].uuid.clone(), "On")]);
+    let sushy = start_sushy([(machines[0].uuid.clone(), SystemPower::Off), (machines[1].uuid.clone(), SystemPower::On)]);
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }

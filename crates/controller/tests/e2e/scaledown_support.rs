@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::support::{Machine, Machines, Sushy, apply, timing};
+use crate::support::{Machine, Machines, Sushy, SystemPower, apply, start_sushy_for, timing};
 
 /// The label that ties a test's servers to its NodePool.
 pub const POOL_LABEL: &str = "e2e.ironclaim.dev/pool";
@@ -81,7 +81,7 @@ pub struct Bmcs {
 
 impl Bmcs {
     pub fn new(sushy: &Sushy) -> Self {
-        let endpoint = BmcAddress::parse(&format!("http://127.0.0.1:{}", sushy.port)).expect("address").endpoint;
+        let endpoint = BmcAddress::parse(&sushy.endpoint()).expect("address").endpoint;
         let creds = Credentials::new("admin", ironclaim_redfish::credentials::Secret::new("password"));
         let mut config = BmcConfig::new(endpoint, creds);
         config.timing = timing();
@@ -160,7 +160,8 @@ pub async fn sleep_s(s: u64) {
 pub async fn nodes_ready(client: &Client, machines: &[Machine]) -> Result<(), String> {
     for m in machines {
         let Some(n) = node(client, &m.name).await else { return Err(format!("{} has no node", m.name)) };
-        let is_ready = n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let is_ready =
+            n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
         if !is_ready {
             return Err(format!("{} not ready", m.name));
         }
@@ -176,7 +177,7 @@ pub fn names<T: ResourceExt>(objects: &[T]) -> Vec<String> {
 /// applied with `boot_watts`, the harness playing them, and every node
 /// Ready. Keep both returned values alive for the test.
 pub async fn powered_fleet(env: &TestEnv, client: &Client, machines: &[Machine], boot_watts: i64) -> (Sushy, Machines) {
-    let sushy = Sushy::start(&machines.iter().map(|m| (m.uuid.clone(), "On")).collect::<Vec<_>>());
+    let sushy = start_sushy_for(machines, SystemPower::On);
     apply_servers(env, &sushy, machines, boot_watts);
     let harness = Machines::start(client.clone(), &sushy, machines.to_vec());
     let (c, ms) = (client.clone(), machines.to_vec());

@@ -1,0 +1,35 @@
+//! The controller end to end, as one test binary: the real control plane of
+//! `hack/testenv` (started once for the whole binary), a sushy-tools
+//! Redfish emulator per test, and a harness that plays the machines.
+//!
+//! Servers, Nodes, NodePools and NodeClaims are cluster-scoped and the
+//! controller acts on every one it sees, so the tests that use the cluster
+//! take turns: [`support::setup`] waits for the cluster to be free, then
+//! removes what earlier tests left, and the test holds the cluster until it
+//! ends. Tests that need no cluster (`deploy_crds`) run alongside.
+//!
+//! One module per scenario; run one with
+//! `cargo test -p ironclaim-controller --test e2e -- <module or test name>`.
+
+mod support;
+
+mod scaledown_support;
+
+mod deploy_crds;
+mod deploy_rbac;
+mod e2e_bmc_failure;
+mod e2e_claim_race;
+mod e2e_leader;
+mod e2e_metal3;
+mod e2e_restart;
+mod e2e_restart_lock;
+mod e2e_restart_opening;
+mod e2e_stuck;
+mod e2e_worked_example;
+mod scaledown_budget;
+mod scaledown_do_not_disrupt;
+mod scaledown_floor;
+mod scaledown_idle_restart;
+mod scaledown_pdb;
+mod scaledown_revalidate;
+mod scaledown_stranded;
