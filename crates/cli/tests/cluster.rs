@@ -26,11 +26,7 @@ struct Run {
 
 fn ironclaim(env: &TestEnv, args: &[&str]) -> Run {
     let started = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_ironclaim"))
-        .args(args)
-        .env("KUBECONFIG", env.kubeconfig())
-        .output()
-        .expect("run ironclaim");
+    let out = Command::new(env!("CARGO_BIN_EXE_ironclaim")).args(args).env("KUBECONFIG", env.kubeconfig()).output().expect("run ironclaim");
     // Shown with --nocapture: what a user waits for one command.
     println!("ironclaim {}: {:?}", args.join(" "), started.elapsed());
     Run {

@@ -5,11 +5,7 @@ use std::process::Command;
 
 fn ironclaim(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ironclaim")).args(args).output().expect("run ironclaim");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn repo_file(rel: &str) -> String {
@@ -86,7 +82,8 @@ fn bad_input_exits_2_and_names_the_place() {
     let dir = std::env::temp_dir().join(format!("ironclaim-plan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.yaml");
-    std::fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: a\n    resources: {requests: {cpu: 1x}}\n").unwrap();
+    std::fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: a\n    resources: {requests: {cpu: 1x}}\n")
+        .unwrap();
     let (code, _, err) = ironclaim(&["plan", "-f", bad.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(err.contains("bad.yaml") && err.contains("spec.containers[0].resources.requests.cpu"), "{err}");

@@ -35,12 +35,7 @@ fn three_cluster_scoped_kinds_with_status_subresources() {
 #[test]
 fn printer_columns_show_what_an_operator_looks_for() {
     let columns = |kind: &str| -> Vec<(String, String)> {
-        crd(kind).spec.versions[0]
-            .additional_printer_columns
-            .iter()
-            .flatten()
-            .map(|c| (c.name.clone(), c.json_path.clone()))
-            .collect()
+        crd(kind).spec.versions[0].additional_printer_columns.iter().flatten().map(|c| (c.name.clone(), c.json_path.clone())).collect()
     };
     let names = |kind: &str| columns(kind).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
     assert_eq!(names("Server"), ["Power", "Claim", "Node", "CPU", "Memory", "Maintenance", "Failures", "Quarantined", "Age"]);
@@ -117,10 +112,7 @@ fn rules_at<'a>(schema: &'a Value, path: &[&str]) -> Vec<&'a str> {
     for part in path {
         node = if *part == "[]" { &node["items"] } else { &node["properties"][part] };
     }
-    node["x-kubernetes-validations"]
-        .as_array()
-        .map(|rules| rules.iter().filter_map(|r| r["message"].as_str()).collect())
-        .unwrap_or_default()
+    node["x-kubernetes-validations"].as_array().map(|rules| rules.iter().filter_map(|r| r["message"].as_str()).collect()).unwrap_or_default()
 }
 
 #[test]

@@ -150,11 +150,7 @@ async fn invalid_objects_are_refused_with_the_rule_that_says_why() {
         (&servers, server(&n("s-bmc"), json!({"bmc": {"address": "ftp://10.0.0.1"}})), "spec.bmc.address"),
         (&servers, server(&n("s-watts"), json!({"power": {"idleWatts": 500, "peakWatts": 100}})), "peakWatts must be at least idleWatts"),
         (&servers, server(&n("s-dur"), json!({"stageDurations": {"boot": "ten minutes"}})), "spec.stageDurations.boot"),
-        (
-            &pools,
-            nodepool(&n("p-in"), json!({"requirements": [{"key": "zone", "operator": "In"}]})),
-            "In and NotIn need at least one value",
-        ),
+        (&pools, nodepool(&n("p-in"), json!({"requirements": [{"key": "zone", "operator": "In"}]})), "In and NotIn need at least one value"),
         (
             &pools,
             nodepool(&n("p-exists"), json!({"requirements": [{"key": "gpu", "operator": "Exists", "values": ["x"]}]})),
@@ -176,11 +172,7 @@ async fn invalid_objects_are_refused_with_the_rule_that_says_why() {
             "schedule and duration go together",
         ),
         (&pools, nodepool(&n("p-budget"), json!({"disruption": {"budgets": [{"nodes": "150%"}]}})), "spec.disruption.budgets[0].nodes"),
-        (
-            &pools,
-            nodepool(&n("p-taint"), json!({"template": {"taints": [{"key": "gpu", "effect": "Sometimes"}]}})),
-            "spec.template.taints[0].effect",
-        ),
+        (&pools, nodepool(&n("p-taint"), json!({"template": {"taints": [{"key": "gpu", "effect": "Sometimes"}]}})), "spec.template.taints[0].effect"),
     ];
     let mut failures = Vec::new();
     for (api, object, want) in cases {
@@ -249,7 +241,9 @@ async fn status_goes_through_the_status_subresource_and_claims_keep_their_server
     let claims = dynamic::<NodeClaim>(&client);
     let claim = unique("c-immutable");
     apply(&claims, nodeclaim(&claim, "r1-u10", "general")).await.expect("created");
-    for (changed, want) in [(nodeclaim(&claim, "r1-u11", "general"), "server is immutable"), (nodeclaim(&claim, "r1-u10", "gpu"), "pool is immutable")] {
+    for (changed, want) in
+        [(nodeclaim(&claim, "r1-u11", "general"), "server is immutable"), (nodeclaim(&claim, "r1-u10", "gpu"), "pool is immutable")]
+    {
         match apply(&claims, changed).await {
             Err(kube::Error::Api(s)) => assert!(s.code == 422 && s.message.contains(want), "{s:?}"),
             other => panic!("want {want:?}, got {other:?}"),

@@ -37,7 +37,9 @@ const WEB_TEMPLATE: &str = "  template:
 
 fn deployment(name: &str, replicas: Option<i32>) -> String {
     let replicas = replicas.map(|r| format!("  replicas: {r}\n")).unwrap_or_default();
-    format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: shop}}\nspec:\n{replicas}  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}")
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: shop}}\nspec:\n{replicas}  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}"
+    )
 }
 
 #[test]
@@ -48,12 +50,16 @@ fn controllers_expand_to_their_replicas() {
         ("zero replicas, no pods", deployment("web", Some(0)), vec![]),
         (
             "a ReplicaSet",
-            format!("apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {{name: rs, namespace: shop}}\nspec:\n  replicas: 2\n  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}"),
+            format!(
+                "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {{name: rs, namespace: shop}}\nspec:\n  replicas: 2\n  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}"
+            ),
             vec!["shop/rs-0", "shop/rs-1"],
         ),
         (
             "a StatefulSet",
-            format!("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: db, namespace: shop}}\nspec:\n  replicas: 2\n  serviceName: db\n  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}"),
+            format!(
+                "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: db, namespace: shop}}\nspec:\n  replicas: 2\n  serviceName: db\n  selector: {{matchLabels: {{app: web}}}}\n{WEB_TEMPLATE}"
+            ),
             vec!["shop/db-0", "shop/db-1"],
         ),
         (
@@ -63,7 +69,9 @@ fn controllers_expand_to_their_replicas() {
         ),
         (
             "a Job runs no more than the completions to go",
-            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 5\n  completions: 4\n{WEB_TEMPLATE}status: {{succeeded: 2}}\n"),
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 5\n  completions: 4\n{WEB_TEMPLATE}status: {{succeeded: 2}}\n"
+            ),
             vec!["shop/j-0", "shop/j-1"],
         ),
         (
@@ -73,12 +81,16 @@ fn controllers_expand_to_their_replicas() {
         ),
         (
             "a suspended Job runs none",
-            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 2\n  suspend: true\n{WEB_TEMPLATE}"),
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 2\n  suspend: true\n{WEB_TEMPLATE}"
+            ),
             vec![],
         ),
         (
             "a finished Job runs none",
-            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 2\n{WEB_TEMPLATE}status:\n  conditions: [{{type: Complete, status: 'True'}}]\n"),
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: shop}}\nspec:\n  parallelism: 2\n{WEB_TEMPLATE}status:\n  conditions: [{{type: Complete, status: 'True'}}]\n"
+            ),
             vec![],
         ),
     ];
@@ -155,11 +167,8 @@ fn controllers_add_only_the_pods_the_input_does_not_hold() {
 
 #[test]
 fn a_deployment_and_its_pods_without_the_replicaset_are_not_counted_twice() {
-    let without_rs: String = DEPLOYMENT_RS_AND_PODS
-        .split("\n- ")
-        .filter(|item| !item.contains("kind: ReplicaSet\n"))
-        .collect::<Vec<_>>()
-        .join("\n- ");
+    let without_rs: String =
+        DEPLOYMENT_RS_AND_PODS.split("\n- ").filter(|item| !item.contains("kind: ReplicaSet\n")).collect::<Vec<_>>().join("\n- ");
     let snap = load(&without_rs);
     assert_eq!(names(&snap), vec!["shop/web-0", "shop/web-5d4f8c-aaaaa", "shop/web-5d4f8c-bbbbb"]);
 }
@@ -253,7 +262,14 @@ fn pdb_allowed(pdb_spec: &str, pdb_status: &str, pods: usize, running: usize) ->
 #[test]
 fn pdb_disruptions_allowed_from_status_or_computed_as_kubernetes_does() {
     let cases: &[(&str, &str, &str, usize, usize, i64)] = &[
-        ("the status is taken as it is", "  minAvailable: 1\n", "status: {disruptionsAllowed: 7, currentHealthy: 0, desiredHealthy: 0, expectedPods: 0}\n", 3, 3, 7),
+        (
+            "the status is taken as it is",
+            "  minAvailable: 1\n",
+            "status: {disruptionsAllowed: 7, currentHealthy: 0, desiredHealthy: 0, expectedPods: 0}\n",
+            3,
+            3,
+            7,
+        ),
         ("minAvailable as a count", "  minAvailable: 2\n", "", 3, 3, 1),
         ("minAvailable above the healthy pods", "  minAvailable: 2\n", "", 3, 1, 0),
         ("minAvailable as a percentage rounds up", "  minAvailable: '50%'\n", "", 3, 3, 1),
@@ -437,7 +453,8 @@ fn typed_lists_and_empty_documents() {
 
 #[test]
 fn yaml_1_1_booleans_are_strings() {
-    let snap = load("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: n, labels: {enabled: yes, legacy: off}}\nspec: {containers: [{name: c}]}\n");
+    let snap =
+        load("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: n, labels: {enabled: yes, legacy: off}}\nspec: {containers: [{name: c}]}\n");
     assert_eq!(snap.pods[0].namespace, "n");
     assert_eq!(snap.pods[0].labels.get("enabled").map(String::as_str), Some("yes"));
 }
@@ -557,7 +574,8 @@ fn files_directories_and_what_cannot_be_read() {
     let dir = std::env::temp_dir().join(format!("ironclaim-k8s-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("a-nodes.yaml"), "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n").unwrap();
-    std::fs::write(dir.join("b-pods.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[]}}").unwrap();
+    std::fs::write(dir.join("b-pods.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[]}}")
+        .unwrap();
     std::fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
     let m = load_files(std::slice::from_ref(&dir)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((m.snapshot.nodes.len(), m.snapshot.pods.len()), (1, 1));
@@ -591,7 +609,9 @@ fn several_sources_resolve_together() {
 
 #[test]
 fn metric_labels_and_locations() {
-    let err = load_str("a.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: x}}}]}\n").unwrap_err();
+    let err =
+        load_str("a.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: x}}}]}\n")
+            .unwrap_err();
     assert_eq!(err.metric_label(), "invalid_quantity");
     let at = err.location().expect("located");
     assert_eq!((at.file.as_str(), at.document, at.line), ("a.yaml", 1, Some(1)));

@@ -107,13 +107,13 @@ fn alias_bombs_are_refused() {
 
 #[test]
 fn absurd_numbers_are_errors() {
-    let pod = |cpu: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers: [{{name: c, resources: {{requests: {{cpu: '{cpu}'}}}}}}]\n");
+    let pod = |cpu: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers: [{{name: c, resources: {{requests: {{cpu: '{cpu}'}}}}}}]\n")
+    };
     for cpu in ["1e400", "99999999999999999999999999", "1e18", "nan", "inf", ".inf"] {
         assert!(load_str("a.yaml", &pod(cpu)).is_err(), "{cpu}");
     }
-    let many: String = (0..40)
-        .map(|i| format!("  - {{name: c{i}, resources: {{requests: {{memory: 900Ti}}}}}}\n"))
-        .collect();
+    let many: String = (0..40).map(|i| format!("  - {{name: c{i}, resources: {{requests: {{memory: 900Ti}}}}}}\n")).collect();
     let summed = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n{many}");
     let err = load_str("a.yaml", &summed).unwrap_err().to_string();
     assert!(err.contains("spec.containers: memory adds up to more than any machine holds"), "{err}");

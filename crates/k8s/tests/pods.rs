@@ -29,11 +29,7 @@ fn req(cpu_milli: i64, memory: i64) -> Resources {
 #[test]
 fn effective_requests_follow_kube_scheduler() {
     let cases: &[(&str, &str, Resources)] = &[
-        (
-            "one container",
-            "  containers:\n  - {name: a, resources: {requests: {cpu: 500m, memory: 1Gi}}}\n",
-            req(500, GI),
-        ),
+        ("one container", "  containers:\n  - {name: a, resources: {requests: {cpu: 500m, memory: 1Gi}}}\n", req(500, GI)),
         ("no resources at all: one pod slot", "  containers:\n  - {name: a}\n", req(0, 0)),
         (
             "containers add up",
@@ -100,11 +96,7 @@ fn effective_requests_follow_kube_scheduler() {
             "  resources: {requests: {cpu: '4'}, limits: {memory: 16Gi}}\n  containers:\n  - {name: a, resources: {requests: {cpu: '1', memory: 1Gi, ephemeral-storage: 1Gi}}}\n",
             Resources { ephemeral_bytes: GI, ..req(4000, 16 * GI) },
         ),
-        (
-            "numbers are quantities too",
-            "  containers:\n  - {name: a, resources: {requests: {cpu: 2, memory: 1073741824}}}\n",
-            req(2000, GI),
-        ),
+        ("numbers are quantities too", "  containers:\n  - {name: a, resources: {requests: {cpu: 2, memory: 1073741824}}}\n", req(2000, GI)),
     ];
     for (what, spec, want) in cases {
         assert_eq!(&convert(spec).requests, want, "{what}");
@@ -180,18 +172,8 @@ fn tolerations_keep_operator_value_and_effect() {
                 value: "".into(),
                 effect: Some(TaintEffect::NoSchedule),
             },
-            Toleration {
-                key: "dedicated".into(),
-                operator: TolerationOperator::Equal,
-                value: "ml".into(),
-                effect: Some(TaintEffect::NoExecute),
-            },
-            Toleration {
-                key: "soft".into(),
-                operator: TolerationOperator::Equal,
-                value: "x".into(),
-                effect: Some(TaintEffect::PreferNoSchedule),
-            },
+            Toleration { key: "dedicated".into(), operator: TolerationOperator::Equal, value: "ml".into(), effect: Some(TaintEffect::NoExecute) },
+            Toleration { key: "soft".into(), operator: TolerationOperator::Equal, value: "x".into(), effect: Some(TaintEffect::PreferNoSchedule) },
         ]
     );
 }
@@ -239,10 +221,7 @@ fn pod_affinity_and_anti_affinity_with_namespaces_and_label_keys() {
         ]
     );
     let mut merged = LabelSelector::matching(&[("app", "web")]);
-    merged.match_expressions = vec![
-        Requirement::new("tier", Operator::In, &["front"]),
-        Requirement::new("app", Operator::NotIn, &["web"]),
-    ];
+    merged.match_expressions = vec![Requirement::new("tier", Operator::In, &["front"]), Requirement::new("app", Operator::NotIn, &["web"])];
     assert_eq!(
         pod.pod_anti_affinity,
         vec![
@@ -252,12 +231,7 @@ fn pod_affinity_and_anti_affinity_with_namespaces_and_label_keys() {
                 all_namespaces: false,
                 topology_key: "kubernetes.io/hostname".into(),
             },
-            PodAffinityTerm {
-                label_selector: None,
-                namespaces: vec![],
-                all_namespaces: false,
-                topology_key: "kubernetes.io/hostname".into(),
-            },
+            PodAffinityTerm { label_selector: None, namespaces: vec![], all_namespaces: false, topology_key: "kubernetes.io/hostname".into() },
         ],
         "matchLabelKeys and mismatchLabelKeys take the pod's own values; absent keys are ignored; no selector matches nothing"
     );
@@ -365,7 +339,10 @@ fn owner_and_workload() {
 #[test]
 fn phase_binding_priority_creation_and_termination() {
     let pod = with_metadata("", "");
-    assert_eq!((pod.namespace.as_str(), pod.phase, pod.node_name.clone(), pod.priority, pod.terminating), ("default", PodPhase::Pending, None, 0, false));
+    assert_eq!(
+        (pod.namespace.as_str(), pod.phase, pod.node_name.clone(), pod.priority, pod.terminating),
+        ("default", PodPhase::Pending, None, 0, false)
+    );
 
     let bound = pod_from_k8s(&parse(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: ns\n  creationTimestamp: '2026-01-02T03:04:05Z'\n  deletionTimestamp: '2026-01-02T03:05:05Z'\nspec:\n  nodeName: n1\n  priority: 1000\n  containers: [{name: a}]\nstatus: {phase: Running}\n",
@@ -413,10 +390,7 @@ fn annotations_set_deadline_and_do_not_disrupt() {
 #[test]
 fn bad_fields_are_named_by_their_path() {
     let cases: &[(&str, &str)] = &[
-        (
-            "  containers:\n  - {name: a, resources: {requests: {cpu: 1x}}}\n",
-            "spec.containers[0].resources.requests.cpu: invalid quantity \"1x\"",
-        ),
+        ("  containers:\n  - {name: a, resources: {requests: {cpu: 1x}}}\n", "spec.containers[0].resources.requests.cpu: invalid quantity \"1x\""),
         (
             "  containers:\n  - {name: a}\n  - {name: b, resources: {limits: {nvidia.com/gpu: '-1'}}}\n",
             "spec.containers[1].resources.limits[\"nvidia.com/gpu\"]: invalid quantity \"-1\"",
@@ -470,8 +444,14 @@ fn bad_annotations_and_metadata_are_named_by_their_path() {
     let cases: &[(&str, &str)] = &[
         ("  annotations: {ironclaim.dev/deadline: soon}\n", "metadata.annotations[\"ironclaim.dev/deadline\"]: invalid duration \"soon\""),
         ("  annotations: {ironclaim.dev/deadline: '-5m'}\n", "metadata.annotations[\"ironclaim.dev/deadline\"]: invalid duration \"-5m\": negative"),
-        ("  annotations: {ironclaim.dev/deadline: '600'}\n", "metadata.annotations[\"ironclaim.dev/deadline\"]: invalid duration \"600\": missing unit"),
-        ("  annotations: {ironclaim.dev/do-not-disrupt: 'yes'}\n", "metadata.annotations[\"ironclaim.dev/do-not-disrupt\"]: expected \"true\" or \"false\""),
+        (
+            "  annotations: {ironclaim.dev/deadline: '600'}\n",
+            "metadata.annotations[\"ironclaim.dev/deadline\"]: invalid duration \"600\": missing unit",
+        ),
+        (
+            "  annotations: {ironclaim.dev/do-not-disrupt: 'yes'}\n",
+            "metadata.annotations[\"ironclaim.dev/do-not-disrupt\"]: expected \"true\" or \"false\"",
+        ),
     ];
     for (metadata, want) in cases {
         let yaml = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n{metadata}spec:\n  containers: [{{name: a}}]\n");
