@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 fn bmc_for(sushy: &Sushy, password: &str) -> Bmc {
     let creds = Credentials::from_password_file(USERNAME, &password_file(sushy.dir(), password)).unwrap();
     let mut config = BmcConfig::new(BmcAddress::parse(&sushy.endpoint()).unwrap().endpoint, creds);
-    config.tls = TlsSettings { ca_file: Some(ca_pem(&sushy)), insecure_skip_verify: false };
+    config.tls = TlsSettings { ca_file: Some(ca_pem(sushy)), insecure_skip_verify: false };
     config.timing = sushy_timing();
     Bmc::new(config, Arc::new(Semaphore::new(8))).unwrap()
 }
