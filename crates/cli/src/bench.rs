@@ -2,7 +2,7 @@
 
 use crate::exit::Failure;
 use crate::render;
-use ironclaim_core::{ffd, provision, shapes, Outcome};
+use ironclaim_core::{Outcome, ffd, provision, shapes};
 use serde::Serialize;
 use std::time::Instant;
 

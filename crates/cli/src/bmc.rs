@@ -12,9 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use ironclaim_redfish::client::AuthMode;
 use ironclaim_redfish::provider::ProviderOptions;
-use ironclaim_redfish::{
-    BmcAddress, Credentials, Error, PowerProvider, RedfishProvider, ServerSpec, SystemSelector, Timing, TlsSettings,
-};
+use ironclaim_redfish::{BmcAddress, Credentials, Error, PowerProvider, RedfishProvider, ServerSpec, SystemSelector, Timing, TlsSettings};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
@@ -165,10 +163,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     };
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IRONCLAIM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("IRONCLAIM_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")))
         .try_init();
     ironclaim_redfish::install_crypto_provider();
     let specs = resolve_servers(&target)?;
@@ -187,11 +182,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
         },
     };
     let provider = Arc::new(RedfishProvider::new(specs, options).map_err(bad_or_world)?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-        .map_err(Failure::World)?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime").map_err(Failure::World)?;
     let report = runtime.block_on(async {
         let report = act(name, provider.clone()).await;
         provider.shutdown().await;
@@ -203,9 +195,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
     match report.servers.iter().filter_map(|row| row.error.as_ref().map(|e| (row, e))).collect::<Vec<_>>().as_slice() {
         [] => Ok(()),
-        [(row, err)] if report.servers.len() == 1 => {
-            Err(Failure::World(anyhow!("{} {}: {} ({})", name, row.server, err.message, err.kind)))
-        }
+        [(row, err)] if report.servers.len() == 1 => Err(Failure::World(anyhow!("{} {}: {} ({})", name, row.server, err.message, err.kind))),
         failures => {
             let (row, err) = failures[0];
             Err(Failure::World(anyhow!(
@@ -243,8 +233,7 @@ async fn act(action: &'static str, provider: Arc<RedfishProvider>) -> Report {
         let provider = provider.clone();
         tasks.spawn(async move {
             let started = tokio::time::Instant::now();
-            let mut row =
-                Row { server: server.clone(), power_state: None, watts: None, sent: None, latency_ms: 0, error: None };
+            let mut row = Row { server: server.clone(), power_state: None, watts: None, sent: None, latency_ms: 0, error: None };
             match action {
                 "status" => match provider.power_state(&server).await {
                     Ok(state) => {
@@ -259,11 +248,7 @@ async fn act(action: &'static str, provider: Arc<RedfishProvider>) -> Report {
                     Err(err) => row.error = Some(row_error(&err)),
                 },
                 _ => {
-                    let outcome = if action == "power-on" {
-                        provider.power_on(&server).await
-                    } else {
-                        provider.power_off(&server).await
-                    };
+                    let outcome = if action == "power-on" { provider.power_on(&server).await } else { provider.power_off(&server).await };
                     match outcome {
                         Ok(outcome) => {
                             row.power_state = Some(outcome.state.to_string());
@@ -380,8 +365,7 @@ fn load_inventory(path: &Path) -> anyhow::Result<Vec<ServerSpec>> {
                 (Some(dir), None, None) => Credentials::from_directory(&relative(dir)),
                 (None, Some(username), Some(file)) => Credentials::from_password_file(username.clone(), &relative(file)),
                 _ => {
-                    return Err(anyhow!("credentials need either `directory`, or `username` and `password_file`"))
-                        .with_context(context);
+                    return Err(anyhow!("credentials need either `directory`, or `username` and `password_file`")).with_context(context);
                 }
             }
             .with_context(context)?;

@@ -83,17 +83,12 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if args.batch_idle > args.batch_max {
         return Err(Failure::bad_input(anyhow!("--batch-idle must not exceed --batch-max")));
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())).init();
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     runtime.block_on(async move {
         let client = client(args.kubeconfig.as_ref()).await.map_err(Failure::world)?;
-        let identity = args
-            .identity
-            .clone()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| format!("ironclaim-{}", std::process::id()));
+        let identity =
+            args.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| format!("ironclaim-{}", std::process::id()));
         let mut settings = Settings {
             windows: Windows { idle: args.batch_idle, max: args.batch_max },
             redecide_every: args.redecide_every,

@@ -174,11 +174,8 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64) -> Result<Expla
         decision: None,
     };
     // The claims opened for it, oldest first.
-    let mut claims: Vec<&NodeClaim> = index
-        .claims
-        .values()
-        .filter(|c| c.spec.pods.iter().any(|p| p.namespace == namespace && p.name == name))
-        .collect();
+    let mut claims: Vec<&NodeClaim> =
+        index.claims.values().filter(|c| c.spec.pods.iter().any(|p| p.namespace == namespace && p.name == name)).collect();
     claims.sort_by_key(|c| (c.metadata.creation_timestamp.as_ref().map(|t| t.0), c.name_any()));
     explanation.claims = claims.into_iter().map(|c| claim_view(index, c, now)).collect();
     if entry.pod.node_name.is_some() {
@@ -208,9 +205,7 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64) -> Result<Expla
             outcome: "existing",
             node: Some(node.clone()),
             eta_s: Some(0),
-            summary: format!(
-                "it fits Ready node {node} now: the scheduler should bind it; if it does not, capacity or request accounting is stale"
-            ),
+            summary: format!("it fits Ready node {node} now: the scheduler should bind it; if it does not, capacity or request accounting is stale"),
             ..empty
         },
         Some(Outcome::InFlight { claim, server, eta_s }) => DecisionView {
@@ -277,12 +272,9 @@ fn print(e: &Explanation) {
     }
     for claim in &e.claims {
         match (&claim.failure_reason, &claim.note) {
-            (Some(reason), _) => println!(
-                "claim {} on server {} failed: {reason}: {}",
-                claim.name,
-                claim.server,
-                claim.failure_message.as_deref().unwrap_or_default()
-            ),
+            (Some(reason), _) => {
+                println!("claim {} on server {} failed: {reason}: {}", claim.name, claim.server, claim.failure_message.as_deref().unwrap_or_default())
+            }
             (None, Some(note)) => println!("{note}"),
             (None, None) => {}
         }

@@ -47,12 +47,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         }
         return Ok(());
     }
-    let axes = args
-        .vary
-        .iter()
-        .map(|v| sensitivity::parse_vary(v))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(Failure::bad_input)?;
+    let axes = args.vary.iter().map(|v| sensitivity::parse_vary(v)).collect::<Result<Vec<_>, _>>().map_err(Failure::bad_input)?;
     let rows: Vec<SensitivityRow> = sensitivity::combinations(&axes)
         .into_iter()
         .map(|variations| {
@@ -121,12 +116,7 @@ struct ClaimView {
 }
 
 fn workload_name(snapshot: &Snapshot, key: &str) -> String {
-    snapshot
-        .pods
-        .iter()
-        .find(|p| p.key() == key)
-        .and_then(|p| p.workload.clone())
-        .unwrap_or_else(|| key.to_string())
+    snapshot.pods.iter().find(|p| p.key() == key).and_then(|p| p.workload.clone()).unwrap_or_else(|| key.to_string())
 }
 
 impl PlanView {
@@ -154,9 +144,8 @@ impl PlanView {
             match &d.outcome {
                 Outcome::Existing { node } => {
                     pod.node = Some(node.clone());
-                    pod.reason = Some(format!(
-                        "fits Ready node {node} now: this pod should already schedule; capacity or request accounting is stale"
-                    ));
+                    pod.reason =
+                        Some(format!("fits Ready node {node} now: this pod should already schedule; capacity or request accounting is stale"));
                 }
                 Outcome::InFlight { claim, server, .. } => {
                     pod.claim = Some(claim.clone());
@@ -288,12 +277,7 @@ impl SensitivityRow {
                 }
                 let outcome = counts.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ");
                 let ready_in_s = w.pods.iter().map(|p| p.eta_s).collect::<Option<Vec<_>>>().map(|v| v.into_iter().max().unwrap_or(0));
-                WorkloadSummary {
-                    name: w.name.clone(),
-                    outcome,
-                    ready_in_s,
-                    deadline_missed: w.pods.iter().any(|p| p.deadline_missed),
-                }
+                WorkloadSummary { name: w.name.clone(), outcome, ready_in_s, deadline_missed: w.pods.iter().any(|p| p.deadline_missed) }
             })
             .collect();
         SensitivityRow { variations: variations.iter().map(|v| v.to_string()).collect(), workloads }

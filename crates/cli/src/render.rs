@@ -1,6 +1,6 @@
 //! Small shared helpers for what the terminal shows.
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
 /// A table in the house style: condensed borders, wrapped to the terminal.
 pub fn table(header: &[&str]) -> Table {

@@ -3,12 +3,12 @@
 //! prints the comparison (table or JSON) and an HTML report.
 
 use crate::exit::Failure;
-use anyhow::{anyhow, Context};
+use anyhow::{Context, anyhow};
 use clap::ValueEnum;
 use ironclaim_sim::compare::compare;
 use ironclaim_sim::sample::{peak_demand, sample_size_for_peak, stratified_sample};
 use ironclaim_sim::trace::{read_pods, read_servers, workload_from_rows};
-use ironclaim_sim::{embedded, Faults, PolicyKind, Scoring, SimConfig, Workload};
+use ironclaim_sim::{Faults, PolicyKind, Scoring, SimConfig, Workload, embedded};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -111,11 +111,7 @@ fn parse_duration(text: &str) -> anyhow::Result<u64> {
 }
 
 fn probability(name: &str, p: f64) -> anyhow::Result<f64> {
-    if (0.0..=1.0).contains(&p) {
-        Ok(p)
-    } else {
-        Err(anyhow!("--{name} must be between 0 and 1, got {p}"))
-    }
+    if (0.0..=1.0).contains(&p) { Ok(p) } else { Err(anyhow!("--{name} must be between 0 and 1, got {p}")) }
 }
 
 fn config(args: &Args) -> anyhow::Result<SimConfig> {
@@ -159,9 +155,7 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
 fn policies(args: &Args) -> anyhow::Result<Vec<PolicyKind>> {
     let mut out = Vec::new();
     for p in &args.policies {
-        let kind = PolicyKind::parse(p).ok_or_else(|| {
-            anyhow!("unknown policy `{p}` (choose from always-on, reactive, warm-spares, ironclaim)")
-        })?;
+        let kind = PolicyKind::parse(p).ok_or_else(|| anyhow!("unknown policy `{p}` (choose from always-on, reactive, warm-spares, ironclaim)"))?;
         if !out.contains(&kind) {
             out.push(kind);
         }
@@ -194,10 +188,7 @@ fn workload(args: &Args) -> anyhow::Result<Workload> {
         let size = if n == "auto" {
             sample_size_for_peak(&w.servers, peak_demand(&w.pods), 1.0, args.seed)
         } else {
-            n.parse::<usize>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?
+            n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?
         };
         w.servers = stratified_sample(&w.servers, size, args.seed);
         w.name = format!("{} on {} sampled servers", w.name, w.servers.len());

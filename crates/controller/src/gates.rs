@@ -12,10 +12,7 @@ use kube::ResourceExt;
 
 /// Whether a claim has passed its gates (Ready or further).
 pub fn claim_passed_gates(claim: &NodeClaim) -> bool {
-    matches!(
-        claim.status.as_ref().and_then(|s| s.stage),
-        Some(Stage::Ready | Stage::Serving | Stage::Draining | Stage::PoweringOff | Stage::Off)
-    )
+    matches!(claim.status.as_ref().and_then(|s| s.stage), Some(Stage::Ready | Stage::Serving | Stage::Draining | Stage::PoweringOff | Stage::Off))
 }
 
 /// The gates a node has not passed yet, in the order they are checked;
@@ -23,11 +20,8 @@ pub fn claim_passed_gates(claim: &NodeClaim) -> bool {
 pub fn unmet(node: &Node, pool: Option<&NodePool>) -> Vec<String> {
     let mut unmet = Vec::new();
     let status = node.status.as_ref();
-    let condition_true = |kind: &str| {
-        status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
-    };
+    let condition_true =
+        |kind: &str| status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"));
     if !condition_true("Ready") {
         unmet.push("node Ready".to_string());
     }
@@ -42,19 +36,13 @@ pub fn unmet(node: &Node, pool: Option<&NodePool>) -> Vec<String> {
     }
     let allocatable = status.and_then(|s| s.allocatable.as_ref());
     for resource in &gates.extended_resources {
-        let advertised = allocatable
-            .and_then(|a| a.get(resource))
-            .and_then(|q| q.0.trim().parse::<f64>().ok())
-            .is_some_and(|v| v > 0.0);
+        let advertised = allocatable.and_then(|a| a.get(resource)).and_then(|q| q.0.trim().parse::<f64>().ok()).is_some_and(|v| v > 0.0);
         if !advertised {
             unmet.push(format!("{resource} advertised"));
         }
     }
     if gates.startup_taints_removed {
-        let startup = pool
-            .and_then(|p| p.spec.template.as_ref())
-            .map(|t| t.startup_taints.as_slice())
-            .unwrap_or_default();
+        let startup = pool.and_then(|p| p.spec.template.as_ref()).map(|t| t.startup_taints.as_slice()).unwrap_or_default();
         let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
         for t in startup {
             if taints.iter().any(|n| n.key == t.key) {

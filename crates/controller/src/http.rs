@@ -25,21 +25,14 @@ pub async fn serve(
     ready: Readiness,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|source| Error::ServeFailed { address: address.to_string(), source })?;
+    let listener = tokio::net::TcpListener::bind(address).await.map_err(|source| Error::ServeFailed { address: address.to_string(), source })?;
     let bound = listener.local_addr().map_err(|source| Error::ServeFailed { address: address.to_string(), source })?;
     let app = Router::new()
         .route(
             "/metrics",
             get(move || {
                 let metrics = metrics.clone();
-                async move {
-                    (
-                        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-                        metrics.render(),
-                    )
-                }
+                async move { ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], metrics.render()) }
             }),
         )
         .route("/healthz", get(|| async { "ok" }))

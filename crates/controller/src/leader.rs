@@ -153,7 +153,10 @@ pub fn spawn_renewal(client: Client, settings: LeaseSettings, gate: Gate, metric
                     gate.revoke();
                 }
                 Err(_) => {
-                    tracing::warn!(deadline_ms = settings.renew_deadline().as_millis() as u64, "lease renewal timed out; not acting until it succeeds");
+                    tracing::warn!(
+                        deadline_ms = settings.renew_deadline().as_millis() as u64,
+                        "lease renewal timed out; not acting until it succeeds"
+                    );
                     gate.revoke();
                 }
             }
@@ -184,10 +187,7 @@ pub async fn try_acquire(client: &Client, settings: &LeaseSettings) -> Result<bo
     let current = match api.get_opt(&settings.name).await.map_err(failed)? {
         Some(lease) => lease,
         None => {
-            let lease = Lease {
-                metadata: ObjectMeta { name: Some(settings.name.clone()), ..ObjectMeta::default() },
-                spec: Some(mine(0, None)),
-            };
+            let lease = Lease { metadata: ObjectMeta { name: Some(settings.name.clone()), ..ObjectMeta::default() }, spec: Some(mine(0, None)) };
             return match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),

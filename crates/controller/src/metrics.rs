@@ -70,37 +70,17 @@ impl Metrics {
         registry.register("servers", "Servers by power state", servers.clone());
         registry.register("fleet_watts", "Sum of the BMCs' power readings", fleet_watts.clone());
         registry.register("pending_pods", "Pending pods by decision", pending_pods.clone());
-        registry.register(
-            "decision_latency_seconds",
-            "From the start of a decision to its last power-on request",
-            decision_latency.clone(),
-        );
+        registry.register("decision_latency_seconds", "From the start of a decision to its last power-on request", decision_latency.clone());
         registry.register("errors", "Failed controller steps by kind", errors.clone());
         registry.register("power_failures", "Failed power actions by provider error", power_failures.clone());
         registry.register("leader", "1 while this replica leads", leader.clone());
         let scaledown = crate::scaledown::energy::ScaleDownMetrics::register(&mut registry);
-        Metrics {
-            registry,
-            stage_duration,
-            claims,
-            servers,
-            fleet_watts,
-            pending_pods,
-            decision_latency,
-            errors,
-            power_failures,
-            leader,
-            scaledown,
-        }
+        Metrics { registry, stage_duration, claims, servers, fleet_watts, pending_pods, decision_latency, errors, power_failures, leader, scaledown }
     }
 
     pub fn observe_stage(&self, stage: &str, pool: &str, outcome: &str, seconds: f64) {
         self.stage_duration
-            .get_or_create(&vec![
-                ("stage".into(), stage.into()),
-                ("nodepool".into(), pool.into()),
-                ("outcome".into(), outcome.into()),
-            ])
+            .get_or_create(&vec![("stage".into(), stage.into()), ("nodepool".into(), pool.into()), ("outcome".into(), outcome.into())])
             .observe(seconds);
     }
 

@@ -194,12 +194,8 @@ fn taints(list: &[NodeTaint]) -> Vec<ironclaim_core::Taint> {
 pub fn nodepool_to_core(pool: &NodePool) -> Result<core::NodePool> {
     let name = name_of(&pool.metadata)?;
     let spec = &pool.spec;
-    let requirements = spec
-        .requirements
-        .iter()
-        .enumerate()
-        .map(|(i, r)| requirement(r, &format!("spec.requirements[{i}]")))
-        .collect::<Result<_>>()?;
+    let requirements =
+        spec.requirements.iter().enumerate().map(|(i, r)| requirement(r, &format!("spec.requirements[{i}]"))).collect::<Result<_>>()?;
     let template = spec.template.clone().unwrap_or_default();
     let limits = match &spec.limits {
         None => core::Limits::default(),
@@ -242,9 +238,7 @@ fn window(schedule: Option<&String>, length: Option<&String>, path: &str) -> Res
     let at = || format!("{path}.schedule");
     // A step larger than any cron field is a typo; refusing it here also
     // keeps the parser's arithmetic small.
-    let huge_step = schedule.split_whitespace().flat_map(|f| f.split(',')).any(|part| {
-        part.split_once('/').is_some_and(|(_, step)| step.len() > 2)
-    });
+    let huge_step = schedule.split_whitespace().flat_map(|f| f.split(',')).any(|part| part.split_once('/').is_some_and(|(_, step)| step.len() > 2));
     if huge_step {
         return Err(ConvertError::invalid(at(), format!("a step in {schedule:?} is larger than any cron field")));
     }
@@ -371,12 +365,8 @@ pub fn nodeclaim_in_flight(claim: &NodeClaim) -> Result<Option<core::ClaimInFlig
         Stage::Joined => core::Stage::Joined,
         Stage::Ready | Stage::Serving | Stage::Draining | Stage::PoweringOff | Stage::Off => return Ok(None),
     };
-    let started = status
-        .stages
-        .last()
-        .map(|r| &r.start_time)
-        .or(claim.metadata.creation_timestamp.as_ref())
-        .map_or(0, |t| t.0.as_second().max(0) as Seconds);
+    let started =
+        status.stages.last().map(|r| &r.start_time).or(claim.metadata.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second().max(0) as Seconds);
     Ok(Some(core::ClaimInFlight {
         name,
         server: claim.spec.server.clone(),

@@ -424,9 +424,8 @@ impl Loader {
                 let spec = &rs.spec;
                 let replicas = replicas(&at, spec.replicas, "spec.replicas")?;
                 let template = spec.template.as_ref().ok_or_else(|| missing(&at, "spec.template"))?;
-                let deployment = owner(rs.metadata.owner_references.as_deref().unwrap_or_default())
-                    .filter(|o| o.kind == "Deployment")
-                    .map(|o| o.name.clone());
+                let deployment =
+                    owner(rs.metadata.owner_references.as_deref().unwrap_or_default()).filter(|o| o.kind == "Deployment").map(|o| o.name.clone());
                 self.add_workload(at, WorkloadKind::ReplicaSet, &rs.metadata, replicas, template, deployment)?;
             }
             ("apps", "StatefulSet") => {
@@ -465,10 +464,7 @@ impl Loader {
                 self.entries.push(Entry::Pdb(at, Box::new(pdb)));
             }
             (api::GROUP, _) => self.add_ironclaim(at, &api_version, &kind, value)?,
-            _ => self.warnings.push(Warning {
-                message: format!("skipped: plan does not read {kind} ({api_version})"),
-                at,
-            }),
+            _ => self.warnings.push(Warning { message: format!("skipped: plan does not read {kind} ({api_version})"), at }),
         }
         Ok(())
     }
@@ -619,10 +615,8 @@ impl Loader {
                     if let (true, Some(o)) = (live, &pod.owner) {
                         *present.entry((pod.namespace.clone(), o.kind.clone(), o.name.clone())).or_default() += 1;
                         if o.kind == "ReplicaSet" {
-                            let deployment = rs_deployment
-                                .get(&(pod.namespace.clone(), o.name.clone()))
-                                .cloned()
-                                .unwrap_or_else(|| workload_name(o, &pod.labels));
+                            let deployment =
+                                rs_deployment.get(&(pod.namespace.clone(), o.name.clone())).cloned().unwrap_or_else(|| workload_name(o, &pod.labels));
                             *present.entry((pod.namespace.clone(), "Deployment".into(), deployment)).or_default() += 1;
                         }
                     }
@@ -685,8 +679,7 @@ impl Loader {
         }
         snapshot.pods = expanded.into_iter().map(|(p, _)| p).collect();
 
-        let node_server: BTreeMap<String, String> =
-            snapshot.servers.iter().filter_map(|s| s.node.clone().map(|n| (n, s.name.clone()))).collect();
+        let node_server: BTreeMap<String, String> = snapshot.servers.iter().filter_map(|s| s.node.clone().map(|n| (n, s.name.clone()))).collect();
         for node in &mut snapshot.nodes {
             if node.server.is_none() {
                 node.server = node_server.get(&node.name).cloned();
@@ -792,8 +785,7 @@ fn json_documents(file: &str, text: &str) -> Result<Vec<(Option<u64>, Value)>, L
 /// The documents of a YAML text, each with the line it starts on; empty
 /// documents are left out.
 fn yaml_documents(file: &str, text: &str) -> Result<Vec<(Option<u64>, Value)>, LoadError> {
-    let docs: Vec<serde_saphyr::Spanned<Value>> =
-        serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| yaml_error(file, &e))?;
+    let docs: Vec<serde_saphyr::Spanned<Value>> = serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| yaml_error(file, &e))?;
     Ok(docs.into_iter().map(|d| (Some(d.referenced.line()).filter(|l| *l > 0), d.value)).collect())
 }
 

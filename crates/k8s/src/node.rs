@@ -65,9 +65,7 @@ pub fn pod_is_healthy(pod: &k8s::Pod) -> bool {
     let status = pod.status.as_ref();
     pod.metadata.deletion_timestamp.is_none()
         && status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_none_or(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        && status.and_then(|s| s.conditions.as_ref()).is_none_or(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Converts a PodDisruptionBudget. `pods` are the pods it may select, with
@@ -84,10 +82,7 @@ pub fn pod_is_healthy(pod: &k8s::Pod) -> bool {
 ///
 /// # Errors
 /// An unreadable selector, or an unreadable `minAvailable`/`maxUnavailable`.
-pub fn pdb_from_k8s(
-    pdb: &policy::PodDisruptionBudget,
-    pods: &[(&ironclaim_core::Pod, bool)],
-) -> Result<Option<ironclaim_core::PodDisruptionBudget>> {
+pub fn pdb_from_k8s(pdb: &policy::PodDisruptionBudget, pods: &[(&ironclaim_core::Pod, bool)]) -> Result<Option<ironclaim_core::PodDisruptionBudget>> {
     let name = pdb.metadata.name.clone().ok_or(ConvertError::Missing { path: "metadata.name".into() })?;
     let namespace = pdb.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
     let Some(spec) = pdb.spec.as_ref() else {
@@ -103,9 +98,7 @@ pub fn pdb_from_k8s(
             let matching: Vec<bool> = pods
                 .iter()
                 .filter(|(p, _)| {
-                    p.namespace == namespace
-                        && !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed)
-                        && selector.matches(&p.labels)
+                    p.namespace == namespace && !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed) && selector.matches(&p.labels)
                 })
                 .map(|(_, healthy)| *healthy)
                 .collect();
@@ -129,11 +122,10 @@ fn scaled(value: &IntOrString, total: i64, path: &str) -> Result<i64> {
         IntOrString::Int(n) if *n >= 0 => Ok(i64::from(*n)),
         IntOrString::Int(n) => Err(ConvertError::invalid(path.to_string(), format!("must not be negative, found {n}"))),
         IntOrString::String(s) => {
-            let percent = s
-                .strip_suffix('%')
-                .and_then(|p| p.parse::<i64>().ok())
-                .filter(|p| (0..=100).contains(p))
-                .ok_or_else(|| ConvertError::invalid(path.to_string(), format!("expected an integer or a percentage like \"50%\", found {s:?}")))?;
+            let percent =
+                s.strip_suffix('%').and_then(|p| p.parse::<i64>().ok()).filter(|p| (0..=100).contains(p)).ok_or_else(|| {
+                    ConvertError::invalid(path.to_string(), format!("expected an integer or a percentage like \"50%\", found {s:?}"))
+                })?;
             Ok((percent * total + 99) / 100)
         }
     }

@@ -4,8 +4,8 @@ use crate::duration::parse_duration_s;
 use crate::error::{ConvertError, Result};
 use crate::resources::Amounts;
 use crate::selector::{label_selector, node_selector_term, taint_effect};
-use ironclaim_core::model::{HostPort, Owner, PodAffinityTerm, PodPhase, TopologySpread, WhenUnsatisfiable};
 use ironclaim_core::labels::TolerationOperator;
+use ironclaim_core::model::{HostPort, Owner, PodAffinityTerm, PodPhase, TopologySpread, WhenUnsatisfiable};
 use ironclaim_core::{Labels, Operator, Requirement, Resources, Toleration};
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -62,26 +62,14 @@ pub fn pod_from_k8s(pod: &k8s::Pod) -> Result<ironclaim_core::Pod> {
 ///
 /// # Errors
 /// The first field that cannot be read, with its path in the controller.
-pub fn pod_from_template(
-    template: &k8s::PodTemplateSpec,
-    namespace: &str,
-    name: &str,
-    path: &str,
-) -> Result<ironclaim_core::Pod> {
+pub fn pod_from_template(template: &k8s::PodTemplateSpec, namespace: &str, name: &str, path: &str) -> Result<ironclaim_core::Pod> {
     let spec = template.spec.as_ref().ok_or(ConvertError::Missing { path: format!("{path}.spec") })?;
     let empty = ObjectMeta::default();
     let meta = template.metadata.as_ref().unwrap_or(&empty);
     convert(namespace, name, meta, spec, &format!("{path}.metadata"), &format!("{path}.spec"))
 }
 
-fn convert(
-    namespace: &str,
-    name: &str,
-    meta: &ObjectMeta,
-    spec: &k8s::PodSpec,
-    meta_path: &str,
-    spec_path: &str,
-) -> Result<ironclaim_core::Pod> {
+fn convert(namespace: &str, name: &str, meta: &ObjectMeta, spec: &k8s::PodSpec, meta_path: &str, spec_path: &str) -> Result<ironclaim_core::Pod> {
     let labels: Labels = meta.labels.clone().unwrap_or_default();
     let mut pod = ironclaim_core::Pod::new(namespace, name, effective_requests(spec, spec_path)?);
     pod.node_name = spec.node_name.clone().filter(|n| !n.is_empty());
@@ -89,26 +77,16 @@ fn convert(
     pod.tolerations = tolerations(spec.tolerations.as_deref().unwrap_or_default(), &format!("{spec_path}.tolerations"))?;
     if let Some(affinity) = &spec.affinity {
         let at = format!("{spec_path}.affinity");
-        if let Some(required) = affinity
-            .node_affinity
-            .as_ref()
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
-        {
+        if let Some(required) = affinity.node_affinity.as_ref().and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()) {
             let at = format!("{at}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms");
-            pod.node_affinity = required
-                .node_selector_terms
-                .iter()
-                .enumerate()
-                .map(|(i, t)| node_selector_term(t, &format!("{at}[{i}]")))
-                .collect::<Result<_>>()?;
+            pod.node_affinity =
+                required.node_selector_terms.iter().enumerate().map(|(i, t)| node_selector_term(t, &format!("{at}[{i}]"))).collect::<Result<_>>()?;
         }
         if let Some(terms) = affinity.pod_affinity.as_ref().and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()) {
             let at = format!("{at}.podAffinity.requiredDuringSchedulingIgnoredDuringExecution");
             pod.pod_affinity = affinity_terms(terms, &labels, &at)?;
         }
-        if let Some(terms) =
-            affinity.pod_anti_affinity.as_ref().and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
-        {
+        if let Some(terms) = affinity.pod_anti_affinity.as_ref().and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()) {
             let at = format!("{at}.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution");
             pod.pod_anti_affinity = affinity_terms(terms, &labels, &at)?;
         }
@@ -138,7 +116,10 @@ fn convert(
         None | Some("false") => false,
         Some("true") => true,
         Some(other) => {
-            return Err(ConvertError::invalid(annotation_path(DO_NOT_DISRUPT_ANNOTATION), format!("expected \"true\" or \"false\", found {other:?}")));
+            return Err(ConvertError::invalid(
+                annotation_path(DO_NOT_DISRUPT_ANNOTATION),
+                format!("expected \"true\" or \"false\", found {other:?}"),
+            ));
         }
     };
     pod.do_not_disrupt =
@@ -275,12 +256,21 @@ fn spread_constraints(list: &[k8s::TopologySpreadConstraint], own_labels: &Label
                 "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
                 "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
                 other => {
-                    return Err(ConvertError::UnknownValue { path: format!("{at}.whenUnsatisfiable"), what: "whenUnsatisfiable", value: other.into() });
+                    return Err(ConvertError::UnknownValue {
+                        path: format!("{at}.whenUnsatisfiable"),
+                        what: "whenUnsatisfiable",
+                        value: other.into(),
+                    });
                 }
             };
             let min_domains = c
                 .min_domains
-                .map(|m| u32::try_from(m).ok().filter(|m| *m > 0).ok_or_else(|| ConvertError::invalid(format!("{at}.minDomains"), format!("must be greater than 0, found {m}"))))
+                .map(|m| {
+                    u32::try_from(m)
+                        .ok()
+                        .filter(|m| *m > 0)
+                        .ok_or_else(|| ConvertError::invalid(format!("{at}.minDomains"), format!("must be greater than 0, found {m}")))
+                })
                 .transpose()?;
             let mut selector = c.label_selector.as_ref().map(|s| label_selector(s, &format!("{at}.labelSelector"))).transpose()?;
             if let Some(selector) = selector.as_mut() {

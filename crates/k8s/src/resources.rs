@@ -35,11 +35,7 @@ impl Amounts {
             let at = || field(path, name);
             let amount = parse_quantity(&quantity.0, scale).map_err(|e| ConvertError::quantity(at(), e))?;
             if amount > MAX_AMOUNT {
-                return Err(ConvertError::Quantity {
-                    path: at(),
-                    text: quantity.0.clone(),
-                    why: "larger than any machine (over 2^50)".into(),
-                });
+                return Err(ConvertError::Quantity { path: at(), text: quantity.0.clone(), why: "larger than any machine (over 2^50)".into() });
             }
             out.insert(name.clone(), amount);
         }

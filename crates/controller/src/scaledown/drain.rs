@@ -249,8 +249,7 @@ fn key(pod: &Pod) -> String {
 /// The pods still to leave, workload first in a stable order, then
 /// DaemonSet pods.
 pub fn eviction_order(pods: &[Pod]) -> (Vec<&Pod>, Vec<&Pod>) {
-    let mut movable: Vec<&Pod> =
-        pods.iter().filter(|p| !finished(p) && !p.annotations().contains_key(MIRROR_ANNOTATION)).collect();
+    let mut movable: Vec<&Pod> = pods.iter().filter(|p| !finished(p) && !p.annotations().contains_key(MIRROR_ANNOTATION)).collect();
     movable.sort_by_key(|p| (p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0), key(p)));
     movable.into_iter().partition(|p| !is_daemonset_pod(p))
 }

@@ -58,9 +58,10 @@ pub fn fleet_summary(snapshot: &Snapshot) -> FleetSummary {
             Some(node) => {
                 let usable = snapshot.nodes.iter().find(|n| &n.name == node).is_none_or(|n| n.ready && !n.unschedulable && !n.disrupting);
                 !usable
-                    || snapshot.pods.iter().any(|p| {
-                        p.node_name.as_deref() == Some(node.as_str()) && p.occupies_node() && !p.terminating && !p.is_daemonset_pod()
-                    })
+                    || snapshot
+                        .pods
+                        .iter()
+                        .any(|p| p.node_name.as_deref() == Some(node.as_str()) && p.occupies_node() && !p.terminating && !p.is_daemonset_pod())
             }
         };
         if !busy {

@@ -36,10 +36,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures::StreamExt;
 use ironclaim_core::disruption::{Action, disrupt};
 use ironclaim_core::model::{Health, PowerState, Seconds, Snapshot};
 use ironclaim_k8s::api::nodeclaim::Stage;
-use futures::StreamExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
@@ -146,14 +146,7 @@ impl ScaleDown {
         settings: ScaleDownSettings,
     ) -> Self {
         let notes = if settings.publish_events { Notes::new(client.clone(), "ironclaim", instance) } else { Notes::disabled() };
-        let drainer = Drainer {
-            client,
-            power: claims.power(),
-            claims,
-            notes,
-            metrics: metrics.scaledown.clone(),
-            settings: settings.drain.clone(),
-        };
+        let drainer = Drainer { client, power: claims.power(), claims, notes, metrics: metrics.scaledown.clone(), settings: settings.drain.clone() };
         ScaleDown { index, metrics, backoff, settings, drainer, state: Mutex::default() }
     }
 
@@ -294,7 +287,9 @@ impl ScaleDown {
         let sends = writes.into_iter().map(|w| {
             let api = api.clone();
             async move {
-                let value = w.idle_since.map(|s| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::from_second(s as i64).unwrap_or_default()));
+                let value = w
+                    .idle_since
+                    .map(|s| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::from_second(s as i64).unwrap_or_default()));
                 let patch = serde_json::json!({"status": {"idleSince": value}});
                 match api.patch_status(&w.server, &PatchParams::default(), &Patch::Merge(&patch)).await {
                     Ok(_) => None,
@@ -440,10 +435,7 @@ impl ScaleDown {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let keys: BTreeSet<String> = findings.iter().map(Finding::key).collect();
             state.stranded_since.retain(|k, _| keys.contains(k));
-            findings
-                .into_iter()
-                .filter(|f| now.saturating_sub(*state.stranded_since.entry(f.key()).or_insert(now)) >= grace)
-                .collect()
+            findings.into_iter().filter(|f| now.saturating_sub(*state.stranded_since.entry(f.key()).or_insert(now)) >= grace).collect()
         };
         self.metrics().stranded.clear();
         for f in &due {
@@ -493,7 +485,10 @@ impl ScaleDown {
                         continue;
                     }
                     if let Some(until) = cooling.get(&node) {
-                        let note = format!("in maintenance under claim {claim}; the drain of node {node} was abandoned, retried in {}s", until.saturating_sub(now));
+                        let note = format!(
+                            "in maintenance under claim {claim}; the drain of node {node} was abandoned, retried in {}s",
+                            until.saturating_sub(now)
+                        );
                         notes.warn(Kind::Server, &server, "Stranded", &note).await;
                         continue;
                     }

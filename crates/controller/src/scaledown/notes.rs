@@ -69,7 +69,9 @@ impl Notes {
             last.insert(key, (note.to_string(), Instant::now()));
         }
         let reference = match kind {
-            Kind::Node => ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.into()), ..Default::default() },
+            Kind::Node => {
+                ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.into()), ..Default::default() }
+            }
             Kind::Server => ObjectReference {
                 api_version: Some("ironclaim.dev/v1alpha1".into()),
                 kind: Some("Server".into()),

@@ -52,11 +52,7 @@ pub async fn power_on_spare(drainer: &Drainer, name: &str, note: &str) -> Result
     if !unclaimed(&server) {
         return Ok(false);
     }
-    drainer
-        .power
-        .power_on(&server)
-        .await
-        .map_err(|source| DrainError::PowerOnFailed { server: server.name_any(), source })?;
+    drainer.power.power_on(&server).await.map_err(|source| DrainError::PowerOnFailed { server: server.name_any(), source })?;
     let patch = serde_json::json!({"status": {"powerState": PowerState::On}});
     if let Err(err) = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
         tracing::warn!(server = %name, error = %err, "writing the power state failed; the sweep will");

@@ -131,10 +131,7 @@ mod tests {
         index.apply(server("m-off", "Off", None, true, false));
         assert_eq!(
             find(&index),
-            [
-                Finding::ServerOnUnused { server: "m".into(), maintenance: true },
-                Finding::ServerOnUnused { server: "q".into(), maintenance: false },
-            ]
+            [Finding::ServerOnUnused { server: "m".into(), maintenance: true }, Finding::ServerOnUnused { server: "q".into(), maintenance: false },]
         );
     }
 
