@@ -16,9 +16,9 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::nodeclaim::FailureReason;
 use ironclaim_k8s::api::server::{Bmc as ServerBmc, PowerState, ProviderType};
-use ironclaim_k8s::api::Server;
 use ironclaim_redfish::{
     Bmc as RedfishBmc, BmcAddress, BmcFleet, Credentials, FleetOptions, SecretRef, SystemSelector, Timing, TlsSettings, ca_bundle_file,
 };
@@ -174,10 +174,8 @@ impl RedfishPower {
     fn target_with(&self, name: &str, bmc: &ServerBmc, secret: Secret) -> Result<(RedfishBmc, SystemSelector), PowerError> {
         let secret_ref = &bmc.credentials_secret_ref;
         let data: BTreeMap<String, Vec<u8>> = secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
-        let credentials = Credentials::from_secret_data(
-            &SecretRef { namespace: secret_ref.namespace.clone(), name: secret_ref.name.clone() },
-            &data,
-        )?;
+        let credentials =
+            Credentials::from_secret_data(&SecretRef { namespace: secret_ref.namespace.clone(), name: secret_ref.name.clone() }, &data)?;
         let address = BmcAddress::parse(&bmc.address)?;
         let system = address.system.clone().ok_or_else(|| {
             PowerError::new(
@@ -328,9 +326,10 @@ impl Metal3Power {
         let invalid = |message: String| PowerError::new(FailureReason::PowerActionFailed, "invalid_host_reference", message);
         let (namespace, name) = match &server.spec.provider {
             Some(_) => {
-                let host = server.spec.metal3_host().ok_or_else(|| {
-                    invalid(format!("server {} has no spec.provider.metal3 host (type Metal3 needs one)", server.name_any()))
-                })?;
+                let host = server
+                    .spec
+                    .metal3_host()
+                    .ok_or_else(|| invalid(format!("server {} has no spec.provider.metal3 host (type Metal3 needs one)", server.name_any())))?;
                 (host.namespace.clone(), host.name.clone())
             }
             None => {

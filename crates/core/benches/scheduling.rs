@@ -1,7 +1,7 @@
 //! Criterion benches for the provisioner on the standard shapes. The same
 //! shapes back `ironclaim bench scheduling`.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ironclaim_core::{provision, shapes};
 
 fn reference(c: &mut Criterion) {

@@ -42,8 +42,8 @@
 //!   powered off nor counted as a warm spare.
 
 use crate::model::*;
-use crate::provision::provision;
 use crate::outcome::Outcome;
+use crate::provision::provision;
 use crate::warm::{class_of, pool_of};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -310,12 +310,18 @@ fn best_replacement<'s>(
         return None;
     }
     targets.sort_by(|a, b| {
-        a.server.power.idle_watts.total_cmp(&b.server.power.idle_watts).then(a.server.failures.cmp(&b.server.failures)).then(a.server.name.cmp(&b.server.name))
+        a.server
+            .power
+            .idle_watts
+            .total_cmp(&b.server.power.idle_watts)
+            .then(a.server.failures.cmp(&b.server.failures))
+            .then(a.server.name.cmp(&b.server.name))
     });
     // Identical cold servers give identical answers: try one of each.
     let mut kinds: Vec<String> = Vec::new();
     targets.retain(|t| {
-        let kind = format!("{:?}|{:?}|{:?}|{:?}|{:?}", t.node.map(|n| &n.name), t.server.capacity, t.server.power, t.server.labels, t.server.power_state);
+        let kind =
+            format!("{:?}|{:?}|{:?}|{:?}|{:?}", t.node.map(|n| &n.name), t.server.capacity, t.server.power, t.server.labels, t.server.power_state);
         if kinds.contains(&kind) {
             return false;
         }
@@ -723,7 +729,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         for s in cold {
             let Some(short) = headroom.short(&pool.name) else { break };
             if snapshot.power_budget_watts.is_some_and(|b| fleet_on_peak + s.power.peak_watts > b) {
-                out.held.push(Held { subject: s.name.clone(), why: format!("NodePool {} is short of its headroom by {short}, but the power budget is reached", pool.name) });
+                out.held.push(Held {
+                    subject: s.name.clone(),
+                    why: format!("NodePool {} is short of its headroom by {short}, but the power budget is reached", pool.name),
+                });
                 break;
             }
             fleet_on_peak += s.power.peak_watts;

@@ -7,7 +7,7 @@
 //! hostname spread); it relaxes zonal constraints, which can only let it
 //! open fewer servers.
 
-use crate::labels::{Labels, HOSTNAME};
+use crate::labels::{HOSTNAME, Labels};
 use crate::model::{Pod, Server, Snapshot, WhenUnsatisfiable};
 use crate::predicates::{check_node_affinity, check_taints};
 use crate::resources::Resources;
@@ -24,11 +24,8 @@ fn per_host_ok(pod: &Pod, bin: &Bin<'_>) -> bool {
         let sel = t.label_selector.as_ref();
         !bin.pods.iter().any(|o| o.namespace == pod.namespace && sel.is_some_and(|s| s.matches(&o.labels)))
     });
-    let spread_ok = pod
-        .topology_spread
-        .iter()
-        .filter(|s| s.topology_key == HOSTNAME && s.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
-        .all(|s| {
+    let spread_ok =
+        pod.topology_spread.iter().filter(|s| s.topology_key == HOSTNAME && s.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule).all(|s| {
             let sel = s.label_selector.as_ref();
             let n = bin.pods.iter().filter(|o| o.namespace == pod.namespace && sel.is_some_and(|x| x.matches(&o.labels))).count();
             n < s.max_skew as usize

@@ -34,11 +34,7 @@ pub struct Requirement {
 
 impl Requirement {
     pub fn new(key: &str, operator: Operator, values: &[&str]) -> Self {
-        Requirement {
-            key: key.to_string(),
-            operator,
-            values: values.iter().map(|v| v.to_string()).collect(),
-        }
+        Requirement { key: key.to_string(), operator, values: values.iter().map(|v| v.to_string()).collect() }
     }
 
     /// Matches a single optional value. `NotIn` and `DoesNotExist` match an
@@ -119,15 +115,11 @@ pub struct LabelSelector {
 
 impl LabelSelector {
     pub fn matching(pairs: &[(&str, &str)]) -> Self {
-        LabelSelector {
-            match_labels: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            match_expressions: Vec::new(),
-        }
+        LabelSelector { match_labels: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), match_expressions: Vec::new() }
     }
 
     pub fn matches(&self, labels: &Labels) -> bool {
-        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-            && self.match_expressions.iter().all(|r| r.matches(labels))
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)) && self.match_expressions.iter().all(|r| r.matches(labels))
     }
 }
 
@@ -159,11 +151,7 @@ impl Taint {
 
 impl fmt::Display for Taint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.value.is_empty() {
-            write!(f, "{}:{:?}", self.key, self.effect)
-        } else {
-            write!(f, "{}={}:{:?}", self.key, self.value, self.effect)
-        }
+        if self.value.is_empty() { write!(f, "{}:{:?}", self.key, self.effect) } else { write!(f, "{}={}:{:?}", self.key, self.value, self.effect) }
     }
 }
 
@@ -206,10 +194,7 @@ impl Toleration {
 
 /// The first taint that blocks scheduling and is not tolerated.
 pub fn untolerated_taint<'t>(taints: &'t [Taint], tolerations: &[Toleration]) -> Option<&'t Taint> {
-    taints
-        .iter()
-        .filter(|t| t.blocks_scheduling())
-        .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
+    taints.iter().filter(|t| t.blocks_scheduling()).find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
 }
 
 #[cfg(test)]
@@ -253,16 +238,10 @@ mod tests {
     fn empty_node_selector_term_matches_nothing_and_fields_match_the_name() {
         let node = labels(&[("zone", "a")]);
         assert!(!NodeSelectorTerm::default().matches(&node, "n1"));
-        let by_name = NodeSelectorTerm {
-            match_fields: vec![Requirement::new("metadata.name", Operator::In, &["n1"])],
-            ..Default::default()
-        };
+        let by_name = NodeSelectorTerm { match_fields: vec![Requirement::new("metadata.name", Operator::In, &["n1"])], ..Default::default() };
         assert!(by_name.matches(&node, "n1"));
         assert!(!by_name.matches(&node, "n2"));
-        let other_field = NodeSelectorTerm {
-            match_fields: vec![Requirement::new("metadata.uid", Operator::In, &["n1"])],
-            ..Default::default()
-        };
+        let other_field = NodeSelectorTerm { match_fields: vec![Requirement::new("metadata.uid", Operator::In, &["n1"])], ..Default::default() };
         assert!(!other_field.matches(&node, "n1"));
     }
 

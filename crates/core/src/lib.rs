@@ -12,19 +12,17 @@ pub mod model;
 pub mod outcome;
 pub mod predicates;
 pub mod provision;
-pub mod topology;
-pub mod warm;
 pub mod quantity;
 pub mod resources;
 pub mod scenario;
 pub mod schedule;
 pub mod sensitivity;
 pub mod shapes;
+pub mod topology;
+pub mod warm;
 
-pub use labels::{
-    LabelSelector, Labels, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration, TolerationOperator,
-};
+pub use labels::{LabelSelector, Labels, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration, TolerationOperator};
 pub use model::*;
-pub use resources::{Resources, GPU};
 pub use outcome::{NewClaim, Outcome, PodDecision, Provisioning, SupplyPath, Unschedulable};
 pub use provision::provision;
+pub use resources::{GPU, Resources};

@@ -1,7 +1,7 @@
 //! The world as the core sees it: a snapshot of nodes, pods, servers,
 //! NodePools and claims in flight. Drivers build it; the core only reads it.
 
-use crate::labels::{Labels, LabelSelector, NodeSelectorTerm, Requirement, Taint, Toleration};
+use crate::labels::{LabelSelector, Labels, NodeSelectorTerm, Requirement, Taint, Toleration};
 use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -138,12 +138,7 @@ pub const EXPENDABLE_PRIORITY_BELOW: i32 = -10;
 
 impl Pod {
     pub fn new(namespace: &str, name: &str, requests: Resources) -> Self {
-        Pod {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            requests: Resources { pods: 1, ..requests },
-            ..Default::default()
-        }
+        Pod { namespace: namespace.to_string(), name: name.to_string(), requests: Resources { pods: 1, ..requests }, ..Default::default() }
     }
 
     pub fn key(&self) -> String {
@@ -216,16 +211,7 @@ impl Node {
     pub fn new(name: &str, allocatable: Resources) -> Self {
         let mut labels = Labels::new();
         labels.insert(crate::labels::HOSTNAME.to_string(), name.to_string());
-        Node {
-            name: name.to_string(),
-            labels,
-            taints: Vec::new(),
-            allocatable,
-            unschedulable: false,
-            ready: true,
-            server: None,
-            disrupting: false,
-        }
+        Node { name: name.to_string(), labels, taints: Vec::new(), allocatable, unschedulable: false, ready: true, server: None, disrupting: false }
     }
 
     pub fn with_labels(mut self, pairs: &[(&str, &str)]) -> Self {

@@ -33,14 +33,7 @@ pub enum Unschedulable {
     /// rules them out, most common first.
     NoMatchingHardware { servers: usize, constraints: Vec<(String, usize)> },
     /// Servers match, but none is free now.
-    AllMatchingBusy {
-        matching: usize,
-        in_use: usize,
-        claimed_now: usize,
-        failed: usize,
-        quarantined: usize,
-        maintenance: usize,
-    },
+    AllMatchingBusy { matching: usize, in_use: usize, claimed_now: usize, failed: usize, quarantined: usize, maintenance: usize },
     /// A free matching server exists, but opening it would cross a NodePool
     /// limit.
     PoolLimit { pool: String, limit: String },
@@ -73,8 +66,7 @@ impl fmt::Display for Unschedulable {
             }
             Unschedulable::NoMatchingHardware { servers, constraints } => {
                 write!(f, "no hardware in the inventory matches: 0 of {servers} servers")?;
-                let parts: Vec<String> =
-                    constraints.iter().map(|(c, n)| format!("{n} fail {c}")).collect();
+                let parts: Vec<String> = constraints.iter().map(|(c, n)| format!("{n} fail {c}")).collect();
                 if !parts.is_empty() {
                     write!(f, " ({})", parts.join("; "))?;
                 }
@@ -97,10 +89,9 @@ impl fmt::Display for Unschedulable {
                 write!(f, "{})", parts.join(", "))
             }
             Unschedulable::PoolLimit { pool, limit } => write!(f, "NodePool {pool} limit reached: {limit}"),
-            Unschedulable::PowerBudget { budget_watts, needed_watts } => write!(
-                f,
-                "power budget reached: powering on needs {needed_watts:.0} W more than the {budget_watts:.0} W budget allows"
-            ),
+            Unschedulable::PowerBudget { budget_watts, needed_watts } => {
+                write!(f, "power budget reached: powering on needs {needed_watts:.0} W more than the {budget_watts:.0} W budget allows")
+            }
             Unschedulable::Topology { constraint } => {
                 write!(f, "free servers match, but {constraint} rules them all out")
             }
@@ -114,12 +105,26 @@ impl fmt::Display for Unschedulable {
 pub enum Outcome {
     /// It fits a Ready node now: it should already schedule, so capacity or
     /// request accounting is stale. No hardware is bought for it.
-    Existing { node: String },
+    Existing {
+        node: String,
+    },
     /// It fits a claim already in flight.
-    InFlight { claim: String, server: String, eta_s: Seconds },
+    InFlight {
+        claim: String,
+        server: String,
+        eta_s: Seconds,
+    },
     /// It needs a new claim: this server, on this path.
-    NewClaim { claim: String, server: String, path: SupplyPath, eta_s: Seconds, deadline_missed: bool },
-    Unschedulable { reason: Unschedulable },
+    NewClaim {
+        claim: String,
+        server: String,
+        path: SupplyPath,
+        eta_s: Seconds,
+        deadline_missed: bool,
+    },
+    Unschedulable {
+        reason: Unschedulable,
+    },
 }
 
 impl Outcome {

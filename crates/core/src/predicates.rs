@@ -3,7 +3,7 @@
 //! tolerations, cordoned nodes, host ports. Each failure names its
 //! constraint so that "why not" is never a guess.
 
-use crate::labels::{untolerated_taint, Labels, Taint, TaintEffect};
+use crate::labels::{Labels, Taint, TaintEffect, untolerated_taint};
 use crate::model::{HostPort, Pod};
 use crate::resources::{Resources, Shortfall};
 use std::fmt;
@@ -77,12 +77,7 @@ pub fn check_node_affinity(pod: &Pod, labels: &Labels, node_name: &str) -> Resul
             .node_affinity
             .iter()
             .map(|t| {
-                let parts: Vec<String> = t
-                    .match_expressions
-                    .iter()
-                    .chain(&t.match_fields)
-                    .map(|r| r.to_string())
-                    .collect();
+                let parts: Vec<String> = t.match_expressions.iter().chain(&t.match_fields).map(|r| r.to_string()).collect();
                 parts.join(" and ")
             })
             .collect();
@@ -159,16 +154,10 @@ mod tests {
         let mut pod = Pod::new("ns", "p", Resources::default());
         pod.node_affinity = vec![
             NodeSelectorTerm {
-                match_expressions: vec![
-                    Requirement::new("zone", Operator::In, &["a"]),
-                    Requirement::new("gpu", Operator::Exists, &[]),
-                ],
+                match_expressions: vec![Requirement::new("zone", Operator::In, &["a"]), Requirement::new("gpu", Operator::Exists, &[])],
                 match_fields: vec![],
             },
-            NodeSelectorTerm {
-                match_expressions: vec![Requirement::new("zone", Operator::In, &["b"])],
-                match_fields: vec![],
-            },
+            NodeSelectorTerm { match_expressions: vec![Requirement::new("zone", Operator::In, &["b"])], match_fields: vec![] },
         ];
         let cases = [
             (labels(&[("zone", "a"), ("gpu", "x")]), true),
@@ -198,11 +187,7 @@ mod tests {
     #[test]
     fn no_execute_and_no_schedule_block_prefer_does_not() {
         let pod = Pod::new("ns", "p", Resources::default());
-        for (effect, blocks) in [
-            (TaintEffect::NoSchedule, true),
-            (TaintEffect::NoExecute, true),
-            (TaintEffect::PreferNoSchedule, false),
-        ] {
+        for (effect, blocks) in [(TaintEffect::NoSchedule, true), (TaintEffect::NoExecute, true), (TaintEffect::PreferNoSchedule, false)] {
             let taints = [Taint::new("k", "v", effect)];
             assert_eq!(check_taints(&pod, &taints, false).is_err(), blocks, "{effect:?}");
         }

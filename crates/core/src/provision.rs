@@ -23,10 +23,10 @@
 //! - NodePool limits and the fleet power budget hold after right-sizing.
 //! - Same snapshot, same plan: no randomness, no hash-order dependence.
 
-use crate::labels::{Labels, Taint, HOSTNAME};
+use crate::labels::{HOSTNAME, Labels, Taint};
 use crate::model::*;
 use crate::outcome::*;
-use crate::predicates::{check_node_affinity, check_taints, node_affinity_matches, taints_tolerated, NodeMismatch};
+use crate::predicates::{NodeMismatch, check_node_affinity, check_taints, node_affinity_matches, taints_tolerated};
 use crate::resources::Resources;
 use crate::topology::{DomainId, PodTerms, TopologyIndex, TopologyMismatch};
 use std::collections::{BTreeMap, HashMap};
@@ -71,9 +71,17 @@ pub fn pool_usage(snapshot: &Snapshot) -> Vec<PoolUsage> {
             let limit_reached = if at(l.servers, u.servers) {
                 Some(format!("servers {} of {}", u.servers, l.servers.unwrap_or(0)))
             } else if at(l.cpu_milli, u.cpu_milli) {
-                Some(format!("cpu {} of {}", crate::quantity::format_cpu_milli(u.cpu_milli), crate::quantity::format_cpu_milli(l.cpu_milli.unwrap_or(0))))
+                Some(format!(
+                    "cpu {} of {}",
+                    crate::quantity::format_cpu_milli(u.cpu_milli),
+                    crate::quantity::format_cpu_milli(l.cpu_milli.unwrap_or(0))
+                ))
             } else if at(l.memory_bytes, u.memory_bytes) {
-                Some(format!("memory {} of {}", crate::quantity::format_bytes(u.memory_bytes), crate::quantity::format_bytes(l.memory_bytes.unwrap_or(0))))
+                Some(format!(
+                    "memory {} of {}",
+                    crate::quantity::format_bytes(u.memory_bytes),
+                    crate::quantity::format_bytes(l.memory_bytes.unwrap_or(0))
+                ))
             } else if at(l.gpus, u.gpus) {
                 Some(format!("gpus {} of {}", u.gpus, l.gpus.unwrap_or(0)))
             } else if l.watts.is_some_and(|w| u.watts >= w) {
@@ -374,8 +382,7 @@ impl<'s> Scheduler<'s> {
         }
         // Pool usage: servers that are nodes or held by claims, attributed to
         // the pool their claim names, else the first pool that admits them.
-        let claim_pool: HashMap<&str, &str> =
-            snap.claims.iter().map(|c| (c.server.as_str(), c.pool.as_str())).collect();
+        let claim_pool: HashMap<&str, &str> = snap.claims.iter().map(|c| (c.server.as_str(), c.pool.as_str())).collect();
         for server in &snap.servers {
             if server.claim.is_none() && server.node.is_none() {
                 continue;
@@ -582,12 +589,14 @@ impl<'s> Scheduler<'s> {
         let keeps_room: Vec<bool> = groups.iter().map(|g| g.pods.iter().any(|p| self.reserved_for.contains_key(p))).collect();
         order.sort_by(|&a, &b| {
             let (x, y) = (&snap.pods[groups[a].pods[0]], &snap.pods[groups[b].pods[0]]);
-            keeps_room[b].cmp(&keeps_room[a]).then_with(|| y.requests
-                .cpu_milli
-                .cmp(&x.requests.cpu_milli)
-                .then(y.requests.memory_bytes.cmp(&x.requests.memory_bytes))
-                .then(x.created_s.cmp(&y.created_s))
-                .then(groups[a].pods[0].cmp(&groups[b].pods[0])))
+            keeps_room[b].cmp(&keeps_room[a]).then_with(|| {
+                y.requests
+                    .cpu_milli
+                    .cmp(&x.requests.cpu_milli)
+                    .then(y.requests.memory_bytes.cmp(&x.requests.memory_bytes))
+                    .then(x.created_s.cmp(&y.created_s))
+                    .then(groups[a].pods[0].cmp(&groups[b].pods[0]))
+            })
         });
 
         for &g in &order {
@@ -635,11 +644,7 @@ impl<'s> Scheduler<'s> {
                 Rc::new(
                     offerings
                         .iter()
-                        .map(|o| {
-                            pod.requests.fits(&o.alloc)
-                                && node_affinity_matches(pod, &o.labels, "")
-                                && taints_tolerated(pod, &o.taints, false)
-                        })
+                        .map(|o| pod.requests.fits(&o.alloc) && node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false))
                         .collect(),
                 )
             })
@@ -734,11 +739,8 @@ impl<'s> Scheduler<'s> {
 
     fn place(&mut self, pod_index: usize, group: &mut Group) {
         let pod = &self.snap.pods[pod_index];
-        let (min_now, min_planned, pinned) = if group.terms.spread.is_empty() {
-            (Vec::new(), Vec::new(), Vec::new())
-        } else {
-            self.spread_minimums(group)
-        };
+        let (min_now, min_planned, pinned) =
+            if group.terms.spread.is_empty() { (Vec::new(), Vec::new(), Vec::new()) } else { self.spread_minimums(group) };
         let mut live = std::mem::take(&mut self.lives[group.live]);
         if live.epoch != self.inventory_epoch {
             live.epoch = self.inventory_epoch;
@@ -798,15 +800,7 @@ impl<'s> Scheduler<'s> {
 
     /// Whether the pod fits the slot now. The error says whether the
     /// failure is permanent for this pod shape (adding pods cannot undo it).
-    fn fits_slot(
-        &self,
-        pod_index: usize,
-        pod: &Pod,
-        terms: &PodTerms,
-        slot: usize,
-        spread_min: &[u32],
-        spread_pinned: &[bool],
-    ) -> Result<(), bool> {
+    fn fits_slot(&self, pod_index: usize, pod: &Pod, terms: &PodTerms, slot: usize, spread_min: &[u32], spread_pinned: &[bool]) -> Result<(), bool> {
         let s = &self.slots[slot];
         match &s.kind {
             SlotKind::New(n) => {
@@ -894,10 +888,7 @@ impl<'s> Scheduler<'s> {
         if off.warm || self.fleet_peak_watts + off.peak_watts <= budget {
             return None;
         }
-        Some(Unschedulable::PowerBudget {
-            budget_watts: budget,
-            needed_watts: self.fleet_peak_watts + off.peak_watts - budget,
-        })
+        Some(Unschedulable::PowerBudget { budget_watts: budget, needed_watts: self.fleet_peak_watts + off.peak_watts - budget })
     }
 
     fn open_claim(&mut self, pod_index: usize, group: &mut Group, spread_min: &[u32]) -> Option<usize> {
@@ -996,15 +987,7 @@ impl<'s> Scheduler<'s> {
         }
     }
 
-    fn push_new_slot(
-        &mut self,
-        pool: usize,
-        offering: usize,
-        server: usize,
-        name: String,
-        candidates: Vec<usize>,
-        deadline_s: Option<i64>,
-    ) -> usize {
+    fn push_new_slot(&mut self, pool: usize, offering: usize, server: usize, name: String, candidates: Vec<usize>, deadline_s: Option<i64>) -> usize {
         let mut labels = self.offerings[offering].labels.clone();
         labels.insert(HOSTNAME.to_string(), name.clone());
         let domains = self.topo.domains_of(&labels);
@@ -1012,14 +995,7 @@ impl<'s> Scheduler<'s> {
         self.claims.push(self.slots.len());
         self.slots.push(Slot {
             name,
-            kind: SlotKind::New(NewSlot {
-                pool,
-                offering,
-                server,
-                candidates,
-                requested: Resources::default(),
-                deadline_s,
-            }),
+            kind: SlotKind::New(NewSlot { pool, offering, server, candidates, requested: Resources::default(), deadline_s }),
             labels,
             taints: self.offerings[offering].taints.clone(),
             cordoned: false,
@@ -1060,9 +1036,7 @@ impl<'s> Scheduler<'s> {
                 let requested = n.requested.clone();
                 n.candidates.retain(|&c| {
                     let o = &offerings[c];
-                    requested.fits(&o.alloc)
-                        && node_affinity_matches(pod, &o.labels, "")
-                        && taints_tolerated(pod, &o.taints, false)
+                    requested.fits(&o.alloc) && node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false)
                 });
                 if let Some(d) = deadline {
                     n.deadline_s = Some(n.deadline_s.map_or(d, |cur| cur.min(d)));
@@ -1080,12 +1054,10 @@ impl<'s> Scheduler<'s> {
     /// Swaps each new claim's server for the best candidate that still fits
     /// its pods: deadline met, fewest added idle watts, least waste.
     fn right_size(&mut self) {
-        let claim_slots: Vec<usize> =
-            self.claims.iter().copied().filter(|&c| matches!(self.slots[c].kind, SlotKind::New(_))).collect();
+        let claim_slots: Vec<usize> = self.claims.iter().copied().filter(|&c| matches!(self.slots[c].kind, SlotKind::New(_))).collect();
         for slot in claim_slots {
             let SlotKind::New(n) = &self.slots[slot].kind else { continue };
-            let (pool, offering, server, requested, deadline) =
-                (n.pool, n.offering, n.server, n.requested.clone(), n.deadline_s);
+            let (pool, offering, server, requested, deadline) = (n.pool, n.offering, n.server, n.requested.clone(), n.deadline_s);
             let pod_requests = requested;
             let candidates = n.candidates.clone();
             self.release(offering, server);
@@ -1096,9 +1068,7 @@ impl<'s> Scheduler<'s> {
                 let waste = {
                     let free = off.alloc.minus(&pod_requests);
                     let frac = |f: i64, t: i64| if t > 0 { f as f64 / t as f64 } else { 0.0 };
-                    frac(free.cpu_milli, off.alloc.cpu_milli)
-                        + frac(free.memory_bytes, off.alloc.memory_bytes)
-                        + 10.0 * free.gpus() as f64
+                    frac(free.cpu_milli, off.alloc.cpu_milli) + frac(free.memory_bytes, off.alloc.memory_bytes) + 10.0 * free.gpus() as f64
                 };
                 (missed, off.failures, added, waste, off.eta_s, o)
             };
@@ -1106,24 +1076,18 @@ impl<'s> Scheduler<'s> {
             for &c in &candidates {
                 let off = &self.offerings[c];
                 let class = &self.classes[off.class];
-                if !class.has_free()
-                    || !pod_requests.fits(&off.alloc)
-                    || self.limit_breach(pool, off).is_some()
-                    || self.power_breach(off).is_some()
-                {
+                if !class.has_free() || !pod_requests.fits(&off.alloc) || self.limit_breach(pool, off).is_some() || self.power_breach(off).is_some() {
                     continue;
                 }
                 let sc = score(self, c);
                 let better = match &best {
                     None => true,
-                    Some((_, b)) => {
-                        (sc.0, sc.1)
-                            .cmp(&(b.0, b.1))
-                            .then(sc.2.total_cmp(&b.2))
-                            .then(sc.3.total_cmp(&b.3))
-                            .then((sc.4, sc.5).cmp(&(b.4, b.5)))
-                            .is_lt()
-                    }
+                    Some((_, b)) => (sc.0, sc.1)
+                        .cmp(&(b.0, b.1))
+                        .then(sc.2.total_cmp(&b.2))
+                        .then(sc.3.total_cmp(&b.3))
+                        .then((sc.4, sc.5).cmp(&(b.4, b.5)))
+                        .is_lt(),
                 };
                 if better {
                     best = Some((c, sc));
@@ -1173,9 +1137,7 @@ impl<'s> Scheduler<'s> {
                     let s = &self.slots[slot];
                     match &s.kind {
                         SlotKind::Existing => Outcome::Existing { node: s.name.clone() },
-                        SlotKind::InFlight { claim, eta_s } => {
-                            Outcome::InFlight { claim: claim.clone(), server: s.name.clone(), eta_s: *eta_s }
-                        }
+                        SlotKind::InFlight { claim, eta_s } => Outcome::InFlight { claim: claim.clone(), server: s.name.clone(), eta_s: *eta_s },
                         SlotKind::New(_) => {
                             let c = &claims[claim_of_slot[&slot]];
                             Outcome::NewClaim {
@@ -1255,9 +1217,7 @@ impl<'s> Scheduler<'s> {
         if free == 0 {
             return Unschedulable::AllMatchingBusy { matching, in_use, claimed_now, failed, quarantined, maintenance };
         }
-        group.blocked.clone().unwrap_or(Unschedulable::Topology {
-            constraint: "the pod's inter-pod constraints".to_string(),
-        })
+        group.blocked.clone().unwrap_or(Unschedulable::Topology { constraint: "the pod's inter-pod constraints".to_string() })
     }
 }
 
@@ -1320,4 +1280,3 @@ impl<'p> GroupKey<'p> {
         }
     }
 }
-

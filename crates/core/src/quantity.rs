@@ -27,16 +27,7 @@ pub fn parse_quantity(text: &str, scale: i64) -> Result<i64, QuantityError> {
             ("Pi", 1125899906842624.0),
             ("Ei", 1152921504606846976.0),
         ];
-        const DECIMAL: [(&str, f64); 8] = [
-            ("n", 1e-9),
-            ("u", 1e-6),
-            ("m", 1e-3),
-            ("k", 1e3),
-            ("M", 1e6),
-            ("G", 1e9),
-            ("T", 1e12),
-            ("P", 1e15),
-        ];
+        const DECIMAL: [(&str, f64); 8] = [("n", 1e-9), ("u", 1e-6), ("m", 1e-3), ("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12), ("P", 1e15)];
         if let Some((suffix, m)) = BINARY.iter().find(|(suf, _)| s.ends_with(suf)) {
             (&s[..s.len() - suffix.len()], *m)
         } else if let Some((suffix, m)) = DECIMAL.iter().find(|(suf, _)| s.ends_with(suf)) {
@@ -50,10 +41,7 @@ pub fn parse_quantity(text: &str, scale: i64) -> Result<i64, QuantityError> {
     if number.is_empty() {
         return Err(err("no number before the suffix"));
     }
-    if !number
-        .chars()
-        .all(|c| c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E'))
-    {
+    if !number.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E')) {
         return Err(err("not a number"));
     }
     let value: f64 = number.parse().map_err(|_| err("not a number"))?;
@@ -86,11 +74,7 @@ pub fn format_bytes(bytes: i64) -> String {
     const GI: i64 = 1 << 30;
     const MI: i64 = 1 << 20;
     if bytes >= GI {
-        if bytes % GI == 0 {
-            format!("{}Gi", bytes / GI)
-        } else {
-            format!("{:.1}Gi", bytes as f64 / GI as f64)
-        }
+        if bytes % GI == 0 { format!("{}Gi", bytes / GI) } else { format!("{:.1}Gi", bytes as f64 / GI as f64) }
     } else if bytes >= MI {
         format!("{}Mi", bytes / MI)
     } else {

@@ -39,13 +39,7 @@ impl fmt::Display for Shortfall {
             "memory" | "ephemeral-storage" => crate::quantity::format_bytes(v),
             _ => v.to_string(),
         };
-        write!(
-            f,
-            "{} {} requested, {} available",
-            self.resource,
-            show(self.requested),
-            show(self.available)
-        )
+        write!(f, "{} {} requested, {} available", self.resource, show(self.requested), show(self.available))
     }
 }
 
@@ -65,10 +59,7 @@ impl Resources {
     }
 
     pub fn extended(&self, name: &str) -> i64 {
-        self.extended
-            .binary_search_by(|(n, _)| n.as_str().cmp(name))
-            .map(|i| self.extended[i].1)
-            .unwrap_or(0)
+        self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)).map(|i| self.extended[i].1).unwrap_or(0)
     }
 
     pub fn set_extended(&mut self, name: &str, amount: i64) {
@@ -87,11 +78,7 @@ impl Resources {
     }
 
     pub fn is_zero(&self) -> bool {
-        self.cpu_milli == 0
-            && self.memory_bytes == 0
-            && self.ephemeral_bytes == 0
-            && self.pods == 0
-            && self.extended.is_empty()
+        self.cpu_milli == 0 && self.memory_bytes == 0 && self.ephemeral_bytes == 0 && self.pods == 0 && self.extended.is_empty()
     }
 
     pub fn add(&mut self, other: &Resources) {
@@ -147,11 +134,7 @@ impl Resources {
     /// NodeResourcesFit does.
     pub fn fits_in(&self, free: &Resources) -> Result<(), Shortfall> {
         let check = |resource: &str, requested: i64, available: i64| {
-            if requested > 0 && requested > available {
-                Err(Shortfall { resource: resource.to_string(), requested, available })
-            } else {
-                Ok(())
-            }
+            if requested > 0 && requested > available { Err(Shortfall { resource: resource.to_string(), requested, available }) } else { Ok(()) }
         };
         check("pods", self.pods, free.pods)?;
         check("cpu", self.cpu_milli, free.cpu_milli)?;
@@ -204,12 +187,7 @@ impl Resources {
 
 impl fmt::Display for Resources {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} vCPU, {}",
-            crate::quantity::format_cpu_milli(self.cpu_milli),
-            crate::quantity::format_bytes(self.memory_bytes)
-        )?;
+        write!(f, "{} vCPU, {}", crate::quantity::format_cpu_milli(self.cpu_milli), crate::quantity::format_bytes(self.memory_bytes))?;
         for (name, amount) in &self.extended {
             write!(f, ", {amount} {name}")?;
         }

@@ -4,7 +4,7 @@
 
 use crate::labels::{Taint, TaintEffect, Toleration, TolerationOperator, ZONE};
 use crate::model::*;
-use crate::resources::{Resources, GPU};
+use crate::resources::{GPU, Resources};
 
 const GI: i64 = 1 << 30;
 
@@ -13,8 +13,7 @@ pub use crate::model::CLASS_LABEL;
 pub const ACCELERATOR_LABEL: &str = "accelerator";
 
 fn general_server(name: &str, zone: &str) -> Server {
-    let mut s = Server::new(name, Resources::new(32_000, 120 * GI).with_pods(110))
-        .with_labels(&[(CLASS_LABEL, "general-32"), (ZONE, zone)]);
+    let mut s = Server::new(name, Resources::new(32_000, 120 * GI).with_pods(110)).with_labels(&[(CLASS_LABEL, "general-32"), (ZONE, zone)]);
     s.power = PowerProfile { idle_watts: 170.0, peak_watts: 420.0, boot_watts: 260.0, off_watts: 8.0 };
     // PXE re-image on a cold start: power-on, ten minutes of boot, join, CNI.
     s.durations = StageDurations { power_on_s: 45, boot_s: 600, join_s: 60, ready_s: 45, tail_percent: 160 };

@@ -11,9 +11,9 @@
 //!   maintenance, a thousand already nodes with running pods; pending pods
 //!   with mixed constraints.
 
-use crate::labels::{LabelSelector, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration, HOSTNAME, ZONE};
+use crate::labels::{HOSTNAME, LabelSelector, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration, ZONE};
 use crate::model::*;
-use crate::resources::{Resources, GPU};
+use crate::resources::{GPU, Resources};
 
 const GI: i64 = 1 << 30;
 const MI: i64 = 1 << 20;
@@ -43,11 +43,8 @@ pub fn reference(pods: usize) -> Snapshot {
     let mut snap = Snapshot::default();
     for i in 0..400i64 {
         for zone in ZONES {
-            let mut s = Server::new(
-                &format!("type-{i:03}-{zone}"),
-                Resources::new((i + 1) * 1000, 2 * (i + 1) * GI).with_pods(10 * (i + 1)),
-            )
-            .with_labels(&[(ZONE, zone), ("node.kubernetes.io/instance-type", &format!("type-{i:03}"))]);
+            let mut s = Server::new(&format!("type-{i:03}-{zone}"), Resources::new((i + 1) * 1000, 2 * (i + 1) * GI).with_pods(10 * (i + 1)))
+                .with_labels(&[(ZONE, zone), ("node.kubernetes.io/instance-type", &format!("type-{i:03}"))]);
             s.unlimited = true;
             s.power.idle_watts = 50.0 + i as f64;
             s.power.peak_watts = 100.0 + 3.0 * i as f64;
@@ -182,10 +179,12 @@ pub fn bare_metal(pods: usize) -> Snapshot {
                 all_namespaces: false,
                 topology_key: HOSTNAME.into(),
             }),
-            4 => p.node_affinity = vec![NodeSelectorTerm {
-                match_expressions: vec![Requirement::new(ZONE, Operator::In, &[zones[rng.next(4) as usize]])],
-                match_fields: vec![],
-            }],
+            4 => {
+                p.node_affinity = vec![NodeSelectorTerm {
+                    match_expressions: vec![Requirement::new(ZONE, Operator::In, &[zones[rng.next(4) as usize]])],
+                    match_fields: vec![],
+                }]
+            }
             5 => p.deadline_s = Some(300),
             _ => {}
         }

@@ -6,7 +6,7 @@
 //! where pods owning an anti-affinity term sit. Placing a pod updates the
 //! counts in O(terms it matches), so a check is a few array reads.
 
-use crate::labels::{Labels, LabelSelector};
+use crate::labels::{LabelSelector, Labels};
 use crate::model::{Pod, PodAffinityTerm, TopologySpread, WhenUnsatisfiable};
 use std::collections::HashMap;
 
@@ -70,12 +70,24 @@ pub struct SpreadTerm {
 /// others cannot).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TopologyMismatch {
-    AntiAffinity { key: String },
-    RepelledByExisting { key: String },
-    Affinity { key: String },
+    AntiAffinity {
+        key: String,
+    },
+    RepelledByExisting {
+        key: String,
+    },
+    Affinity {
+        key: String,
+    },
     /// `index` is the position of the failing term in `PodTerms::spread`.
-    Spread { key: String, max_skew: u32, index: usize },
-    MissingTopologyKey { key: String },
+    Spread {
+        key: String,
+        max_skew: u32,
+        index: usize,
+    },
+    MissingTopologyKey {
+        key: String,
+    },
 }
 
 impl TopologyMismatch {
@@ -162,21 +174,13 @@ impl TopologyIndex {
 
     fn affinity_term(&mut self, term: &PodAffinityTerm, own_namespace: &str) -> usize {
         let key = self.key_id(&term.topology_key);
-        let spec = TermSpec {
-            namespaces: resolve_namespaces(term, own_namespace),
-            selector: term.label_selector.clone(),
-            key,
-        };
+        let spec = TermSpec { namespaces: resolve_namespaces(term, own_namespace), selector: term.label_selector.clone(), key };
         self.term_id(spec)
     }
 
     fn spread_term(&mut self, spread: &TopologySpread, own_namespace: &str) -> usize {
         let key = self.key_id(&spread.topology_key);
-        let spec = TermSpec {
-            namespaces: Namespaces::Listed(vec![own_namespace.to_string()]),
-            selector: spread.label_selector.clone(),
-            key,
-        };
+        let spec = TermSpec { namespaces: Namespaces::Listed(vec![own_namespace.to_string()]), selector: spread.label_selector.clone(), key };
         self.term_id(spec)
     }
 
@@ -214,12 +218,7 @@ impl TopologyIndex {
             .filter(|s| s.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
             .map(|s| {
                 let term = self.spread_term(s, &pod.namespace);
-                SpreadTerm {
-                    term,
-                    max_skew: s.max_skew.max(1),
-                    min_domains: s.min_domains.unwrap_or(1),
-                    self_match: self.term_matches(term, pod),
-                }
+                SpreadTerm { term, max_skew: s.max_skew.max(1), min_domains: s.min_domains.unwrap_or(1), self_match: self.term_matches(term, pod) }
             })
             .collect();
         let matched_by = (0..self.terms.len()).filter(|&t| self.term_matches(t, pod)).collect();
@@ -260,12 +259,7 @@ impl TopologyIndex {
 
     /// Checks affinity and anti-affinity (both directions) for a node in
     /// `domains`, and spread against the precomputed minimum counts.
-    pub fn check(
-        &self,
-        terms: &PodTerms,
-        domains: &[Option<DomainId>],
-        spread_min: &[u32],
-    ) -> Result<(), TopologyMismatch> {
+    pub fn check(&self, terms: &PodTerms, domains: &[Option<DomainId>], spread_min: &[u32]) -> Result<(), TopologyMismatch> {
         let key_name = |t: usize| self.keys[self.terms[t].key].clone();
         for &t in &terms.anti_affinity {
             if let Some(d) = domains[self.terms[t].key]

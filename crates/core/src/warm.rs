@@ -66,11 +66,8 @@ pub fn adaptive_floor(
     let Some(cold) = cold_path_s(members) else { return 0 };
     let window_s = policy.window_s.max(MIN_WINDOW_S);
     let horizon = now_s.saturating_sub(window_s);
-    let urgent = arrivals
-        .into_iter()
-        .filter(|&(at, _)| at >= horizon && at <= now_s)
-        .filter(|&(_, deadline)| deadline.is_none_or(|d| d < cold))
-        .count();
+    let urgent =
+        arrivals.into_iter().filter(|&(at, _)| at >= horizon && at <= now_s).filter(|&(_, deadline)| deadline.is_none_or(|d| d < cold)).count();
     let floor = floor_for_rate(urgent, cold, rate_span_s(window_s, since_s, now_s), policy.z);
     floor.min(u32::try_from(members.len()).unwrap_or(u32::MAX))
 }

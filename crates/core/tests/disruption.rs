@@ -1,9 +1,9 @@
 //! Scale-down decisions: break-even, warm floors, budgets, PDBs, and
 //! properties that hold on random fleets.
 
-use ironclaim_core::disruption::{break_even_s, disrupt, Action, Disruption};
-use ironclaim_core::warm;
+use ironclaim_core::disruption::{Action, Disruption, break_even_s, disrupt};
 use ironclaim_core::provision::{NODEPOOL_LABEL, SERVER_LABEL};
+use ironclaim_core::warm;
 use ironclaim_core::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -497,7 +497,11 @@ fn check_plan(seed: u64) -> Result<usize, TestCaseError> {
                 prop_assert!(replaces.len() >= 2, "seed {seed}: replaces {replaces:?}");
                 // Never more idle watts on than before.
                 let before: f64 = replaces.iter().map(|n| server_named(n).power.idle_watts).sum();
-                prop_assert!(s.power.idle_watts < before && *watts_saved > 0.0, "seed {seed}: {server} idles at {} W, replaces {before} W", s.power.idle_watts);
+                prop_assert!(
+                    s.power.idle_watts < before && *watts_saved > 0.0,
+                    "seed {seed}: {server} idles at {} W, replaces {before} W",
+                    s.power.idle_watts
+                );
                 // Never when the pods, with the DaemonSets, exceed the server.
                 let mut needed = Resources::default();
                 for ds in &snap.daemonsets {
@@ -546,10 +550,14 @@ fn check_plan(seed: u64) -> Result<usize, TestCaseError> {
             }
         }
         let after = free.minus(&taken);
-        let holds = |f: &Resources| (want.cpu_milli == 0 || f.cpu_milli >= want.cpu_milli) && (want.memory_bytes == 0 || f.memory_bytes >= want.memory_bytes);
+        let holds =
+            |f: &Resources| (want.cpu_milli == 0 || f.cpu_milli >= want.cpu_milli) && (want.memory_bytes == 0 || f.memory_bytes >= want.memory_bytes);
         prop_assert!(taken.is_zero() || holds(&after), "seed {seed}: headroom {want:?} crossed: free {free:?}, taken {taken:?}");
     }
-    let budget = match snap.pools[0].disruption.budgets[0].nodes { BudgetNodes::Count(n) => n, BudgetNodes::Percent(_) => u32::MAX };
+    let budget = match snap.pools[0].disruption.budgets[0].nodes {
+        BudgetNodes::Count(n) => n,
+        BudgetNodes::Percent(_) => u32::MAX,
+    };
     let disrupting = snap.nodes.iter().filter(|n| n.disrupting).count() as u32;
     prop_assert!(drains + disrupting <= budget.max(disrupting), "seed {seed}: budget crossed: {drains} + {disrupting} > {budget}");
     // The floor, per class: idle capacity left on is at least

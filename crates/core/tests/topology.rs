@@ -153,10 +153,7 @@ fn spread_counts_only_domains_the_pod_may_use() {
     for i in 0..4 {
         let mut p = pod(&format!("s{i}"), "web");
         p.topology_spread.push(spread("web", ZONE, 1, None));
-        p.node_affinity = vec![NodeSelectorTerm {
-            match_expressions: vec![Requirement::new(ZONE, Operator::In, &["a", "b"])],
-            match_fields: vec![],
-        }];
+        p.node_affinity = vec![NodeSelectorTerm { match_expressions: vec![Requirement::new(ZONE, Operator::In, &["a", "b"])], match_fields: vec![] }];
         snap.pods.push(p);
     }
     let got = placed(&snap);

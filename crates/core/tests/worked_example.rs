@@ -116,10 +116,7 @@ fn power_budget_stops_a_cold_power_on() {
     // The warm server already counts; no room for a 2.4 kW A100 host.
     snap.power_budget_watts = Some(1000.0);
     let plan = provision(&snap, 0);
-    assert!(matches!(
-        outcome(&plan, "ml/inference-1"),
-        Outcome::Unschedulable { reason: Unschedulable::PowerBudget { .. } }
-    ));
+    assert!(matches!(outcome(&plan, "ml/inference-1"), Outcome::Unschedulable { reason: Unschedulable::PowerBudget { .. } }));
 }
 
 #[test]

@@ -63,22 +63,14 @@ impl SystemSelector {
                 reason: "a system is an Id, a UUID or a path starting with /redfish/v1/".into(),
             });
         }
-        if looks_like_uuid(text) {
-            Ok(SystemSelector::Uuid(text.to_owned()))
-        } else {
-            Ok(SystemSelector::Id(text.to_owned()))
-        }
+        if looks_like_uuid(text) { Ok(SystemSelector::Uuid(text.to_owned())) } else { Ok(SystemSelector::Id(text.to_owned())) }
     }
 }
 
 fn looks_like_uuid(text: &str) -> bool {
     let groups: Vec<&str> = text.split('-').collect();
     let lengths = [8, 4, 4, 4, 12];
-    groups.len() == lengths.len()
-        && groups
-            .iter()
-            .zip(lengths)
-            .all(|(group, len)| group.len() == len && group.chars().all(|c| c.is_ascii_hexdigit()))
+    groups.len() == lengths.len() && groups.iter().zip(lengths).all(|(group, len)| group.len() == len && group.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// Shows an address with any `user:password@` part removed, for errors.
@@ -180,10 +172,7 @@ mod tests {
             SystemSelector::Uuid("38947555-7742-3448-3784-823347823834".into())
         );
         assert_eq!(SystemSelector::parse("437XR1138R2").unwrap(), SystemSelector::Id("437XR1138R2".into()));
-        assert_eq!(
-            SystemSelector::parse("/redfish/v1/Systems/1/").unwrap(),
-            SystemSelector::Path("/redfish/v1/Systems/1".into())
-        );
+        assert_eq!(SystemSelector::parse("/redfish/v1/Systems/1/").unwrap(), SystemSelector::Path("/redfish/v1/Systems/1".into()));
         assert!(SystemSelector::parse("a/b").is_err());
     }
 }

@@ -261,9 +261,7 @@ impl Bmc {
         let mut request = self.inner.http.request(method, url.clone()).header("Accept", "application/json");
         request = match auth {
             Auth::Anonymous => request,
-            Auth::Basic => {
-                request.basic_auth(&self.inner.credentials.username, Some(self.inner.credentials.password.expose()))
-            }
+            Auth::Basic => request.basic_auth(&self.inner.credentials.username, Some(self.inner.credentials.password.expose())),
             Auth::Session { token, .. } => {
                 let mut value = HeaderValue::from_str(token.expose()).map_err(|_| Error::MalformedPayload {
                     url: url.to_string(),
@@ -479,9 +477,7 @@ impl Bmc {
                         reason: "the session was created without a token".into(),
                     })?;
                     let location = reply.header("Location").map(str::to_owned).or_else(|| {
-                        payload::parse_body(&reply.body)
-                            .ok()
-                            .and_then(|v| v.get("@odata.id").and_then(Value::as_str).map(str::to_owned))
+                        payload::parse_body(&reply.body).ok().and_then(|v| v.get("@odata.id").and_then(Value::as_str).map(str::to_owned))
                     });
                     tracing::debug!(endpoint = %self.inner.endpoint, "redfish session opened");
                     return Ok(Auth::Session { token: Secret::new(token), location });
@@ -489,10 +485,7 @@ impl Bmc {
                 Ok(reply) if reply.status == StatusCode::UNAUTHORIZED || reply.status == StatusCode::FORBIDDEN => {
                     return Err(Error::AuthFailed { step: Step::Login, status: reply.status.as_u16() });
                 }
-                Ok(reply)
-                    if self.inner.auth_mode == AuthMode::Auto
-                        && matches!(reply.status.as_u16(), 400 | 404 | 405 | 501) =>
-                {
+                Ok(reply) if self.inner.auth_mode == AuthMode::Auto && matches!(reply.status.as_u16(), 400 | 404 | 405 | 501) => {
                     tracing::debug!(endpoint = %self.inner.endpoint, status = reply.status.as_u16(), "sessions unavailable; using Basic auth");
                     return Ok(Auth::Basic);
                 }
@@ -635,8 +628,7 @@ impl Drop for Inner {
     /// session slots a BMC has. Needs a running tokio runtime; without one
     /// the session simply expires on the BMC.
     fn drop(&mut self) {
-        let Some(Conversation { auth: Auth::Session { token, location: Some(location) }, .. }) = self.conversation.get_mut().take()
-        else {
+        let Some(Conversation { auth: Auth::Session { token, location: Some(location) }, .. }) = self.conversation.get_mut().take() else {
             return;
         };
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };

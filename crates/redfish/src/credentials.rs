@@ -80,20 +80,13 @@ impl Credentials {
     pub fn from_secret_data(secret: &SecretRef, data: &BTreeMap<String, Vec<u8>>) -> Result<Self> {
         let path = PathBuf::from(format!("secret {}/{}", secret.namespace, secret.name));
         let key = |name: &str| -> Result<String> {
-            let bytes = data.get(name).ok_or_else(|| Error::CredentialsUnreadable {
-                path: path.clone(),
-                reason: format!("key {name:?} is missing"),
-            })?;
-            let value = std::str::from_utf8(bytes).map_err(|_| Error::CredentialsUnreadable {
-                path: path.clone(),
-                reason: format!("key {name:?} is not UTF-8"),
-            })?;
+            let bytes =
+                data.get(name).ok_or_else(|| Error::CredentialsUnreadable { path: path.clone(), reason: format!("key {name:?} is missing") })?;
+            let value = std::str::from_utf8(bytes)
+                .map_err(|_| Error::CredentialsUnreadable { path: path.clone(), reason: format!("key {name:?} is not UTF-8") })?;
             let value = trim_newline(value);
             if value.is_empty() {
-                return Err(Error::CredentialsUnreadable {
-                    path: path.clone(),
-                    reason: format!("key {name:?} is empty"),
-                });
+                return Err(Error::CredentialsUnreadable { path: path.clone(), reason: format!("key {name:?} is empty") });
             }
             Ok(value.to_owned())
         };
@@ -106,10 +99,7 @@ fn trim_newline(value: &str) -> &str {
 }
 
 fn read_value(path: &Path) -> Result<String> {
-    let raw = std::fs::read_to_string(path).map_err(|err| Error::CredentialsUnreadable {
-        path: path.to_owned(),
-        reason: err.kind().to_string(),
-    })?;
+    let raw = std::fs::read_to_string(path).map_err(|err| Error::CredentialsUnreadable { path: path.to_owned(), reason: err.kind().to_string() })?;
     let value = trim_newline(&raw);
     if value.is_empty() {
         return Err(Error::CredentialsUnreadable { path: path.to_owned(), reason: "file is empty".into() });

@@ -108,13 +108,7 @@ pub enum Error {
         "timed out after {waited:?} waiting for power state {expected} \
          (last seen {last_seen}, {reset_type} sent {sends} time(s))"
     )]
-    TimedOutWaitingForState {
-        expected: PowerState,
-        last_seen: PowerState,
-        reset_type: ResetType,
-        sends: u32,
-        waited: Duration,
-    },
+    TimedOutWaitingForState { expected: PowerState, last_seen: PowerState, reset_type: ResetType, sends: u32, waited: Duration },
 
     /// The system is in a state from which the request cannot proceed safely.
     #[error("system is in power state {state}; cannot {doing}")]
@@ -161,13 +155,7 @@ impl Error {
     /// True when the error comes from the caller's input (address,
     /// credentials file, TLS files, unknown server) rather than the BMC.
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidAddress { .. }
-                | Error::CredentialsUnreadable { .. }
-                | Error::TlsConfig { .. }
-                | Error::UnknownServer { .. }
-        )
+        matches!(self, Error::InvalidAddress { .. } | Error::CredentialsUnreadable { .. } | Error::TlsConfig { .. } | Error::UnknownServer { .. })
     }
 
     /// True for failures worth retrying the same request for: no answer,

@@ -46,9 +46,7 @@ impl<'a> At<'a> {
     }
 
     fn object(&self) -> PayloadResult<&'a serde_json::Map<String, Value>> {
-        self.value
-            .as_object()
-            .ok_or_else(|| self.error(self.path.to_owned(), format!("expected an object, found {}", kind(self.value))))
+        self.value.as_object().ok_or_else(|| self.error(self.path.to_owned(), format!("expected an object, found {}", kind(self.value))))
     }
 
     /// The field, or None when absent or null.
@@ -218,13 +216,8 @@ pub fn system(value: &Value) -> PayloadResult<System> {
 /// The allowed values of the `ResetType` parameter in an ActionInfo.
 /// `Ok(None)` when the ActionInfo does not constrain ResetType.
 pub fn action_info_reset_types(value: &Value) -> PayloadResult<Option<Vec<String>>> {
-    let params = At::root(value).each("Parameters", |param| {
-        if param.str_field("Name")? == Some("ResetType") {
-            param.string_list("AllowableValues")
-        } else {
-            Ok(None)
-        }
-    })?;
+    let params = At::root(value)
+        .each("Parameters", |param| if param.str_field("Name")? == Some("ResetType") { param.string_list("AllowableValues") } else { Ok(None) })?;
     Ok(params.into_iter().flatten().next())
 }
 
@@ -292,11 +285,7 @@ pub fn error_message(value: &Value) -> Option<String> {
         .and_then(|infos| infos.iter().find_map(|info| info.get("Message").and_then(Value::as_str)));
     let message = extended.or_else(|| error.get("message").and_then(Value::as_str))?;
     const MAX_CHARS: usize = 300;
-    if message.chars().count() > MAX_CHARS {
-        Some(message.chars().take(MAX_CHARS).chain(['…']).collect())
-    } else {
-        Some(message.to_owned())
-    }
+    if message.chars().count() > MAX_CHARS { Some(message.chars().take(MAX_CHARS).chain(['…']).collect()) } else { Some(message.to_owned()) }
 }
 
 #[cfg(test)]
@@ -312,8 +301,7 @@ mod tests {
 
     #[test]
     fn wrong_type_in_power_control_names_the_index() {
-        let err = power_control_watts(&json!({"PowerControl": [{"PowerConsumedWatts": null}, {"PowerConsumedWatts": "12"}]}))
-            .unwrap_err();
+        let err = power_control_watts(&json!({"PowerControl": [{"PowerConsumedWatts": null}, {"PowerConsumedWatts": "12"}]})).unwrap_err();
         assert_eq!(err.path, "$.PowerControl[1].PowerConsumedWatts");
     }
 

@@ -138,10 +138,11 @@ fn allows(allowed: &Option<Vec<String>>, reset: ResetType) -> bool {
 
 fn choose(allowed: &Option<Vec<String>>, preference: &[ResetType]) -> Result<ResetType> {
     // When the BMC lists nothing, the first (standard) choice is assumed.
-    preference.iter().copied().find(|reset| allows(allowed, *reset)).ok_or_else(|| Error::ActionNotSupported {
-        wanted: preference.to_vec(),
-        allowed: allowed.clone().unwrap_or_default(),
-    })
+    preference
+        .iter()
+        .copied()
+        .find(|reset| allows(allowed, *reset))
+        .ok_or_else(|| Error::ActionNotSupported { wanted: preference.to_vec(), allowed: allowed.clone().unwrap_or_default() })
 }
 
 enum Waited {
@@ -172,13 +173,7 @@ async fn wait_for(api: &impl PowerApi, target: &PowerState, deadline: Instant, t
 /// Sends `reset` and confirms `target`. If the state has not moved after
 /// `resend_after`, the BMC is taken to have dropped the action and it is
 /// sent once more; then the wait goes on until `confirm_timeout`.
-async fn send_and_confirm(
-    api: &impl PowerApi,
-    reset: ResetType,
-    target: PowerState,
-    timing: &Timing,
-    sent: &mut Vec<ResetType>,
-) -> Result<()> {
+async fn send_and_confirm(api: &impl PowerApi, reset: ResetType, target: PowerState, timing: &Timing, sent: &mut Vec<ResetType>) -> Result<()> {
     api.send_reset(reset).await?;
     // Counted from when the BMC took the reset, not from when it was asked
     // for: a reset may wait for the endpoint's resets to other systems.
@@ -322,10 +317,7 @@ pub(crate) async fn power_off(api: &impl PowerApi, timing: &Timing) -> Result<Po
             waited: started.elapsed(),
         });
     }
-    Err(Error::ActionNotSupported {
-        wanted: vec![ResetType::GracefulShutdown, ResetType::ForceOff],
-        allowed: allowed.unwrap_or_default(),
-    })
+    Err(Error::ActionNotSupported { wanted: vec![ResetType::GracefulShutdown, ResetType::ForceOff], allowed: allowed.unwrap_or_default() })
 }
 
 /// A system on a BMC, as the power sequences see it.
@@ -402,11 +394,7 @@ impl PowerApi for SystemHandle<'_> {
         })?;
         let system = payload::system(&value).map_err(|err| malformed(&self.path, err))?;
         *self.reset.lock().unwrap_or_else(|p| p.into_inner()) = system.reset;
-        system.power_state.ok_or_else(|| Error::MalformedPayload {
-            url: self.path.clone(),
-            path: "$.PowerState".into(),
-            reason: "missing".into(),
-        })
+        system.power_state.ok_or_else(|| Error::MalformedPayload { url: self.path.clone(), path: "$.PowerState".into(), reason: "missing".into() })
     }
 
     async fn allowed_reset_types(&self) -> Result<Option<Vec<String>>> {
@@ -436,9 +424,7 @@ impl PowerApi for SystemHandle<'_> {
                 None => Ok(()),
             },
             status if status.is_success() => Ok(()),
-            status if status.is_client_error() => {
-                Err(Error::ActionRejected { reset_type: reset, status: status.as_u16(), message: reply.message() })
-            }
+            status if status.is_client_error() => Err(Error::ActionRejected { reset_type: reset, status: status.as_u16(), message: reply.message() }),
             status => Err(Error::HttpStatus { step: Step::Reset, url: reply.url.clone(), status: status.as_u16(), message: reply.message() }),
         }
     }

@@ -250,8 +250,7 @@ async fn read_watts(bmc: &Bmc, selector: &SystemSelector) -> Result<Watts> {
     if chassis_links.is_empty()
         && let Some(collection) = bmc.chassis_collection().await?
     {
-        let members = payload::collection_members(&bmc.get_json(Step::ReadChassis, &collection).await?)
-            .map_err(|err| malformed(&collection, err))?;
+        let members = payload::collection_members(&bmc.get_json(Step::ReadChassis, &collection).await?).map_err(|err| malformed(&collection, err))?;
         // Only an unambiguous single chassis can be attributed to the system.
         if members.len() == 1 {
             chassis_links = members;
@@ -261,8 +260,7 @@ async fn read_watts(bmc: &Bmc, selector: &SystemSelector) -> Result<Watts> {
         return Err(Error::WattsUnavailable { system: path, reason: "the system links no chassis".into() });
     }
     for chassis_path in &chassis_links {
-        let chassis = payload::chassis(&bmc.get_json(Step::ReadChassis, chassis_path).await?)
-            .map_err(|err| malformed(chassis_path, err))?;
+        let chassis = payload::chassis(&bmc.get_json(Step::ReadChassis, chassis_path).await?).map_err(|err| malformed(chassis_path, err))?;
         if let Some(metrics) = &chassis.environment_metrics {
             let value = bmc.get_json(Step::ReadWatts, metrics).await?;
             if let Some(watts) = payload::environment_metrics_watts(&value).map_err(|err| malformed(metrics, err))? {

@@ -55,35 +55,23 @@ impl TlsSettings {
             .map_err(|err| Error::TlsConfig { reason: err.to_string() })?;
         if self.insecure_skip_verify {
             if self.ca_file.is_some() {
-                return Err(Error::TlsConfig {
-                    reason: "a CA file and insecure_skip_verify exclude each other".into(),
-                });
+                return Err(Error::TlsConfig { reason: "a CA file and insecure_skip_verify exclude each other".into() });
             }
             tracing::warn!(endpoint, "TLS certificate verification is DISABLED for this BMC (insecure_skip_verify)");
             let verifier = AcceptAnyCertificate { algorithms: provider.signature_verification_algorithms };
-            return Ok(builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth());
+            return Ok(builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth());
         }
         let roots = match &self.ca_file {
             Some(path) => {
                 let mut roots = RootCertStore::empty();
-                let certs = CertificateDer::pem_file_iter(path).map_err(|err| Error::TlsConfig {
-                    reason: format!("cannot read CA file {}: {err}", path.display()),
-                })?;
+                let certs = CertificateDer::pem_file_iter(path)
+                    .map_err(|err| Error::TlsConfig { reason: format!("cannot read CA file {}: {err}", path.display()) })?;
                 for cert in certs {
-                    let cert = cert.map_err(|err| Error::TlsConfig {
-                        reason: format!("bad PEM in CA file {}: {err}", path.display()),
-                    })?;
-                    roots.add(cert).map_err(|err| Error::TlsConfig {
-                        reason: format!("bad certificate in CA file {}: {err}", path.display()),
-                    })?;
+                    let cert = cert.map_err(|err| Error::TlsConfig { reason: format!("bad PEM in CA file {}: {err}", path.display()) })?;
+                    roots.add(cert).map_err(|err| Error::TlsConfig { reason: format!("bad certificate in CA file {}: {err}", path.display()) })?;
                 }
                 if roots.is_empty() {
-                    return Err(Error::TlsConfig {
-                        reason: format!("CA file {} holds no certificate", path.display()),
-                    });
+                    return Err(Error::TlsConfig { reason: format!("CA file {} holds no certificate", path.display()) });
                 }
                 roots
             }

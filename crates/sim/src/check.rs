@@ -78,10 +78,7 @@ impl Checker {
     }
 
     fn idle_nodes(&self, class: Option<usize>) -> usize {
-        self.nodes
-            .iter()
-            .filter(|&&s| self.workload_pods[s] == 0 && class.is_none_or(|c| self.class_of[s] == c))
-            .count()
+        self.nodes.iter().filter(|&&s| self.workload_pods[s] == 0 && class.is_none_or(|c| self.class_of[s] == c)).count()
     }
 
     pub fn powering_off(&mut self, at_s: Seconds, server: usize, name: &str) {
@@ -100,21 +97,13 @@ impl Checker {
             }
             let left = self.idle_nodes(f.class);
             if left < f.count as usize {
-                self.flag(
-                    at_s,
-                    "warm-spare-floor",
-                    format!("powering off {name} leaves {left} idle servers, below the floor of {}", f.count),
-                );
+                self.flag(at_s, "warm-spare-floor", format!("powering off {name} leaves {left} idle servers, below the floor of {}", f.count));
             }
         }
     }
 
     pub fn pending_too_long(&mut self, at_s: Seconds, pod: &str, waited_s: Seconds, bound_s: Seconds, host: &str) {
-        self.flag(
-            at_s,
-            "liveness",
-            format!("pod {pod} pending {waited_s}s after faults stopped (bound {bound_s}s) while {host} could host it"),
-        );
+        self.flag(at_s, "liveness", format!("pod {pod} pending {waited_s}s after faults stopped (bound {bound_s}s) while {host} could host it"));
     }
 }
 

@@ -1,7 +1,7 @@
 //! Runs every policy on one workload with one seed and builds the report.
 
 use crate::config::SimConfig;
-use crate::engine::{run_policy, Prepared, RunStats};
+use crate::engine::{Prepared, RunStats, run_policy};
 use crate::oracle::oracle_bound;
 use crate::policy::PolicyKind;
 use crate::report::*;
@@ -13,12 +13,7 @@ use std::collections::BTreeMap;
 /// under the other scheduler scoring) and compares them.
 ///
 /// `progress` receives the run's label and its completed fraction.
-pub fn compare(
-    w: &Workload,
-    cfg: &SimConfig,
-    policies: &[PolicyKind],
-    progress: &mut dyn FnMut(&str, f64),
-) -> Report {
+pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress: &mut dyn FnMut(&str, f64)) -> Report {
     let prep = Prepared::new(w, cfg.duration_s);
     let mut runs: Vec<RunStats> = Vec::new();
     for &kind in policies {
@@ -52,8 +47,7 @@ pub fn compare(
         }
     });
     let unplaceable_count = prep.unplaceable.iter().filter(|u| u.is_some()).count();
-    let mut reports: Vec<PolicyReport> =
-        runs.iter().map(|r| PolicyReport::from_stats(r, oracle.energy_kwh, unplaceable_count as u64)).collect();
+    let mut reports: Vec<PolicyReport> = runs.iter().map(|r| PolicyReport::from_stats(r, oracle.energy_kwh, unplaceable_count as u64)).collect();
     if let Some(base) = reports.iter().find(|p| p.policy == PolicyKind::AlwaysOn.name()).map(|p| p.energy_kwh) {
         for p in &mut reports {
             p.saved_vs_always_on = Some(if base > 0.0 { 1.0 - p.energy_kwh / base } else { 0.0 });

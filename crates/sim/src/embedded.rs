@@ -16,12 +16,10 @@
 //! Everything random is drawn from the run's seed.
 
 use crate::rng::{standard_normal, stream};
-use crate::workload::{hardware_server, pod_requests, SimServer, TracePod, Workload, HARDWARE_LABEL};
+use crate::workload::{HARDWARE_LABEL, SimServer, TracePod, Workload, hardware_server, pod_requests};
 use ironclaim_core::labels::{TaintEffect, TolerationOperator, ZONE};
 use ironclaim_core::resources::GPU;
-use ironclaim_core::{
-    DaemonSet, NodePool, Operator, Pod, PowerProfile, Requirement, Seconds, StageDurations, Taint, Toleration,
-};
+use ironclaim_core::{DaemonSet, NodePool, Operator, Pod, PowerProfile, Requirement, Seconds, StageDurations, Taint, Toleration};
 use rand::RngExt;
 
 pub const DAY_S: Seconds = 86_400;
@@ -178,14 +176,7 @@ pub fn default_day(seed: u64) -> Workload {
         burst += 1;
     }
     pods.sort_by(|a, b| a.arrival_s.cmp(&b.arrival_s).then(a.pod.name.cmp(&b.pod.name)));
-    Workload {
-        name: "embedded day".into(),
-        servers: rack_servers(),
-        pools: pools(),
-        daemonsets: daemonsets(),
-        pods,
-        end_s: DAY_S,
-    }
+    Workload { name: "embedded day".into(), servers: rack_servers(), pools: pools(), daemonsets: daemonsets(), pods, end_s: DAY_S }
 }
 
 #[cfg(test)]

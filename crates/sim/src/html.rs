@@ -3,7 +3,7 @@
 //! against powered servers, fleet watts, pending pods over time, and the
 //! pending-time distribution per policy.
 
-use crate::report::{human_s, Report, CDF_BOUNDS_S};
+use crate::report::{CDF_BOUNDS_S, Report, human_s};
 use std::fmt::Write;
 
 const COLOURS: [&str; 6] = ["#7f7f7f", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"];
@@ -39,11 +39,7 @@ struct Series<'a> {
 }
 
 fn axis_time_label(t: u64, span: u64) -> String {
-    if span > 3 * 86_400 {
-        format!("day {}", t / 86_400)
-    } else {
-        format!("{:02}:{:02}", (t / 3600) % 24 + 24 * (t / 86_400), (t % 3600) / 60)
-    }
+    if span > 3 * 86_400 { format!("day {}", t / 86_400) } else { format!("{:02}:{:02}", (t / 3600) % 24 + 24 * (t / 86_400), (t % 3600) / 60) }
 }
 
 fn line_chart(out: &mut String, title: &str, y_label: &str, at: &[u64], series: &[Series<'_>], step: bool) {
@@ -71,7 +67,13 @@ fn line_chart(out: &mut String, title: &str, y_label: &str, at: &[u64], series: 
         let anchor = if k == 6 { " style=\"text-anchor:end\"" } else { "" };
         let _ = write!(out, "<text x=\"{:.1}\" y=\"{}\" class=\"xl\"{anchor}>{}</text>", x(t), H - 8.0, axis_time_label(t, span));
     }
-    let _ = write!(out, "<text x=\"12\" y=\"{:.1}\" class=\"yt\" transform=\"rotate(-90 12 {:.1})\">{}</text>", TOP + ph / 2.0, TOP + ph / 2.0, esc(y_label));
+    let _ = write!(
+        out,
+        "<text x=\"12\" y=\"{:.1}\" class=\"yt\" transform=\"rotate(-90 12 {:.1})\">{}</text>",
+        TOP + ph / 2.0,
+        TOP + ph / 2.0,
+        esc(y_label)
+    );
     for s in series {
         let mut d = String::new();
         let mut prev: Option<f64> = None;
@@ -167,8 +169,10 @@ pub fn render(report: &Report) -> String {
         report.oracle.energy_kwh,
         esc(&report.settings_line())
     );
-    out.push_str("<table><tr><th>policy</th><th>energy kWh</th><th>saved</th><th>× oracle</th><th>powered mean / peak</th>\
-                  <th>pending p50</th><th>p95</th><th>p99</th><th>max</th><th>deadline misses</th><th>power-ons</th><th>claims ok / failed</th></tr>");
+    out.push_str(
+        "<table><tr><th>policy</th><th>energy kWh</th><th>saved</th><th>× oracle</th><th>powered mean / peak</th>\
+                  <th>pending p50</th><th>p95</th><th>p99</th><th>max</th><th>deadline misses</th><th>power-ons</th><th>claims ok / failed</th></tr>",
+    );
     for p in &report.policies {
         let _ = write!(
             out,
@@ -248,8 +252,7 @@ pub fn render(report: &Report) -> String {
         .iter()
         .filter(|p| !p.claims.failures.is_empty())
         .map(|p| {
-            let parts: Vec<String> =
-                p.claims.failures.iter().map(|f| format!("{} at {}: {}", f.reason, f.stage, f.count)).collect();
+            let parts: Vec<String> = p.claims.failures.iter().map(|f| format!("{} at {}: {}", f.reason, f.stage, f.count)).collect();
             format!("<li>{}: {}</li>", p.policy, esc(&parts.join(", ")))
         })
         .collect();

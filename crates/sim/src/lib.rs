@@ -27,6 +27,6 @@ pub mod trace;
 pub mod workload;
 
 pub use config::{Faults, PolicySettings, Scoring, SimConfig};
-pub use engine::{run_policy, FailureReason, Prepared, RunStats};
+pub use engine::{FailureReason, Prepared, RunStats, run_policy};
 pub use policy::{PolicyKind, PowerPolicy};
 pub use workload::{SimServer, TracePod, Workload};

@@ -29,7 +29,7 @@
 //! often that happened.
 
 use crate::engine::Prepared;
-use crate::workload::{gpu_milli_of, Workload};
+use crate::workload::{Workload, gpu_milli_of};
 use ironclaim_core::labels::HOSTNAME;
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
 use ironclaim_core::provision::NODEPOOL_LABEL;
@@ -99,9 +99,7 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
                 let labels = node_labels(&s.server.labels, pool);
                 for ds in &w.daemonsets {
                     let t = &ds.template;
-                    if check_node_affinity(t, &labels, &s.server.name).is_ok()
-                        && check_taints(t, &pool.taints, false).is_ok()
-                    {
+                    if check_node_affinity(t, &labels, &s.server.name).is_ok() && check_taints(t, &pool.taints, false).is_ok() {
                         alloc.sub(&Resources { pods: 1, ..t.requests.clone() });
                     }
                 }
@@ -164,17 +162,10 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
     }
     // Fit sets as subsets of one another.
     let subset = |a: &[bool], b: &[bool]| a.iter().zip(b).all(|(&x, &y)| !x || y);
-    let inside: Vec<Vec<usize>> = (0..fit_sets.len())
-        .map(|u| (0..fit_sets.len()).filter(|&g| subset(&fit_sets[g], &fit_sets[u])).collect())
-        .collect();
-    let mut gpu_sizes: Vec<i64> = prep
-        .pods
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| pod_fit[i] != usize::MAX)
-        .map(|(_, p)| p.requests.gpus())
-        .filter(|&k| k > 1)
-        .collect();
+    let inside: Vec<Vec<usize>> =
+        (0..fit_sets.len()).map(|u| (0..fit_sets.len()).filter(|&g| subset(&fit_sets[g], &fit_sets[u])).collect()).collect();
+    let mut gpu_sizes: Vec<i64> =
+        prep.pods.iter().enumerate().filter(|&(i, _)| pod_fit[i] != usize::MAX).map(|(_, p)| p.requests.gpus()).filter(|&k| k > 1).collect();
     gpu_sizes.sort_unstable();
     gpu_sizes.dedup();
 
@@ -200,14 +191,12 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
     // Utilisation watts, filled into the most frugal classes first up to
     // their whole capacity (per unit: watts, capacity).
     let fill_order = |per_unit: &dyn Fn(&ClassInfo) -> (f64, f64)| {
-        let mut v: Vec<(f64, f64)> =
-            classes.iter().filter(|c| c.available > 0).map(per_unit).filter(|&(_, cap)| cap > 0.0).collect();
+        let mut v: Vec<(f64, f64)> = classes.iter().filter(|c| c.available > 0).map(per_unit).filter(|&(_, cap)| cap > 0.0).collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         v
     };
     let cpu_fill = fill_order(&|c: &ClassInfo| (c.cpu_dyn_per_milli, (c.alloc.cpu_milli * c.available) as f64));
-    let gpu_fill =
-        fill_order(&|c: &ClassInfo| (c.gpu_dyn_per_milli, (gpu_milli_of(&c.alloc) * c.available) as f64));
+    let gpu_fill = fill_order(&|c: &ClassInfo| (c.gpu_dyn_per_milli, (gpu_milli_of(&c.alloc) * c.available) as f64));
     let mut out = OracleBound::default();
     let mut memo: HashMap<Vec<i64>, (f64, u32, bool)> = HashMap::new();
     let mut energy_j = 0.0;
@@ -298,13 +287,7 @@ struct Problem {
 
 /// The cheapest integer choice of servers per class covering every
 /// constraint: (on watts, servers, fell back to the fractional bound).
-fn min_on_watts(
-    classes: &[ClassInfo],
-    fit_sets: &[Vec<bool>],
-    inside: &[Vec<usize>],
-    demand: &[Vec<i64>],
-    gpu_sizes: &[i64],
-) -> (f64, u32, bool) {
+fn min_on_watts(classes: &[ClassInfo], fit_sets: &[Vec<bool>], inside: &[Vec<usize>], demand: &[Vec<i64>], gpu_sizes: &[i64]) -> (f64, u32, bool) {
     let mut coef = Vec::new();
     let mut rhs = Vec::new();
     for (u, set) in fit_sets.iter().enumerate() {
@@ -346,14 +329,8 @@ fn min_on_watts(
     }
     let weight: Vec<f64> = classes.iter().map(|c| c.on_watts).collect();
     let available: Vec<i64> = classes.iter().map(|c| c.available).collect();
-    let useful = |c: usize| {
-        rhs.iter()
-            .enumerate()
-            .filter(|&(j, _)| coef[j][c] > 0.0)
-            .map(|(j, &d)| (d / coef[j][c]).ceil() as i64)
-            .max()
-            .unwrap_or(0)
-    };
+    let useful =
+        |c: usize| rhs.iter().enumerate().filter(|&(j, _)| coef[j][c] > 0.0).map(|(j, &d)| (d / coef[j][c]).ceil() as i64).max().unwrap_or(0);
     let useful_of: Vec<i64> = (0..classes.len()).map(useful).collect();
     // A class is dropped when another is no dearer, at least as large on
     // every constraint, and plentiful enough to stand in for it: any
@@ -365,11 +342,8 @@ fn min_on_watts(
             && coef.iter().all(|row| row[a] >= row[b])
             && (weight[a] < weight[b] || coef.iter().any(|row| row[a] > row[b]) || a < b)
     };
-    let live: Vec<usize> = (0..classes.len())
-        .filter(|&b| available[b] > 0 && useful_of[b] > 0)
-        .collect();
-    let mut order: Vec<usize> =
-        live.iter().copied().filter(|&b| !live.iter().any(|&a| dominates(a, b))).collect();
+    let live: Vec<usize> = (0..classes.len()).filter(|&b| available[b] > 0 && useful_of[b] > 0).collect();
+    let mut order: Vec<usize> = live.iter().copied().filter(|&b| !live.iter().any(|&a| dominates(a, b))).collect();
     // Cheapest per unit of the first constraint first: good incumbents early.
     order.sort_by(|&a, &b| {
         let ra = weight[a] / coef[0][a].max(1e-9);
@@ -447,16 +421,7 @@ fn fractional_bound(p: &Problem, from: usize, deficit: &[f64]) -> f64 {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn search(
-    p: &Problem,
-    i: usize,
-    deficit: &[f64],
-    cost: f64,
-    counts: &mut [i64],
-    best: &mut (f64, u32),
-    nodes: &mut u64,
-    budget: u64,
-) {
+fn search(p: &Problem, i: usize, deficit: &[f64], cost: f64, counts: &mut [i64], best: &mut (f64, u32), nodes: &mut u64, budget: u64) {
     *nodes += 1;
     if *nodes > budget {
         return;
@@ -499,7 +464,7 @@ fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{hardware_server, pod_requests, TracePod};
+    use crate::workload::{TracePod, hardware_server, pod_requests};
     use ironclaim_core::{NodePool, Pod};
 
     fn workload(pods: Vec<TracePod>) -> Workload {
@@ -514,11 +479,7 @@ mod tests {
     }
 
     fn pod(name: &str, cpu: i64, gpus: i64, from: Seconds, to: Seconds) -> TracePod {
-        TracePod {
-            pod: Pod::new("t", name, pod_requests(cpu, 1024, gpus, if gpus > 0 { 1000 } else { 0 })),
-            arrival_s: from,
-            departure_s: Some(to),
-        }
+        TracePod { pod: Pod::new("t", name, pod_requests(cpu, 1024, gpus, if gpus > 0 { 1000 } else { 0 })), arrival_s: from, departure_s: Some(to) }
     }
 
     #[test]

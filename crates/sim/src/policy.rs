@@ -8,7 +8,7 @@
 use crate::config::PolicySettings;
 use crate::workload::{HardwareClass, SimServer};
 use ironclaim_core::disruption::break_even_s;
-use ironclaim_core::{warm, AdaptiveFloor, Seconds, Server};
+use ironclaim_core::{AdaptiveFloor, Seconds, Server, warm};
 use serde::Serialize;
 use std::collections::VecDeque;
 
@@ -42,12 +42,7 @@ pub struct FleetView<'a> {
 impl FleetView<'_> {
     /// Off, claimable servers of a class, least-cycled first (wear levelling).
     pub fn off_in_class(&self, class: usize) -> Vec<usize> {
-        let mut v: Vec<usize> = self.classes[class]
-            .members
-            .iter()
-            .copied()
-            .filter(|&s| self.status[s] == ServerStatus::Off)
-            .collect();
+        let mut v: Vec<usize> = self.classes[class].members.iter().copied().filter(|&s| self.status[s] == ServerStatus::Off).collect();
         v.sort_by_key(|&s| (self.power_on_cycles[s], s));
         v
     }
@@ -64,11 +59,7 @@ impl FleetView<'_> {
     }
 
     pub fn starting_spares(&self) -> Vec<usize> {
-        self.powered
-            .iter()
-            .copied()
-            .filter(|&s| self.status[s] == ServerStatus::Starting { spare: true })
-            .collect()
+        self.powered.iter().copied().filter(|&s| self.status[s] == ServerStatus::Starting { spare: true }).collect()
     }
 }
 
@@ -111,8 +102,7 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 4] =
-        [PolicyKind::AlwaysOn, PolicyKind::Reactive, PolicyKind::WarmSpares, PolicyKind::Ironclaim];
+    pub const ALL: [PolicyKind; 4] = [PolicyKind::AlwaysOn, PolicyKind::Reactive, PolicyKind::WarmSpares, PolicyKind::Ironclaim];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -131,9 +121,7 @@ impl PolicyKind {
         match self {
             PolicyKind::AlwaysOn => Box::new(AlwaysOn),
             PolicyKind::Reactive => Box::new(Reactive { idle_timeout_s: settings.idle_timeout_s }),
-            PolicyKind::WarmSpares => {
-                Box::new(WarmSpares { spares: settings.warm_spares, idle_timeout_s: settings.idle_timeout_s })
-            }
+            PolicyKind::WarmSpares => Box::new(WarmSpares { spares: settings.warm_spares, idle_timeout_s: settings.idle_timeout_s }),
             PolicyKind::Ironclaim => Box::new(Ironclaim::new(settings)),
         }
     }
@@ -347,18 +335,11 @@ impl PowerPolicy for Ironclaim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{hardware_server, Workload};
+    use crate::workload::{Workload, hardware_server};
 
     fn fleet() -> (Vec<SimServer>, Vec<HardwareClass>, Vec<usize>) {
         let servers: Vec<SimServer> = (0..6).map(|i| hardware_server(&format!("s{i}"), 32_000, 131_072, 0, "")).collect();
-        let w = Workload {
-            name: "t".into(),
-            servers: servers.clone(),
-            pools: vec![],
-            daemonsets: vec![],
-            pods: vec![],
-            end_s: 0,
-        };
+        let w = Workload { name: "t".into(), servers: servers.clone(), pools: vec![], daemonsets: vec![], pods: vec![], end_s: 0 };
         let (classes, class_of) = w.hardware_classes();
         (servers, classes, class_of)
     }

@@ -251,7 +251,7 @@ impl Report {
     }
 
     pub fn to_table(&self) -> String {
-        use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
+        use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
         let mut out = String::new();
         let w = &self.workload;
         out.push_str(&format!(
@@ -263,15 +263,22 @@ impl Report {
             w.pods_unplaceable,
             human_s(w.duration_s)
         ));
-        out.push_str(&format!(
-            "oracle lower bound: {:.1} kWh, {:.1} servers on average\n",
-            self.oracle.energy_kwh, self.oracle.servers_mean
-        ));
+        out.push_str(&format!("oracle lower bound: {:.1} kWh, {:.1} servers on average\n", self.oracle.energy_kwh, self.oracle.servers_mean));
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED);
         t.set_header(vec![
-            "policy", "energy kWh", "saved", "x oracle", "powered mean/peak", "pending p50", "p95", "p99", "max",
-            "deadline misses", "power-ons", "claims ok/failed",
+            "policy",
+            "energy kWh",
+            "saved",
+            "x oracle",
+            "powered mean/peak",
+            "pending p50",
+            "p95",
+            "p99",
+            "max",
+            "deadline misses",
+            "power-ons",
+            "claims ok/failed",
         ]);
         for p in &self.policies {
             t.add_row(vec![
@@ -298,8 +305,7 @@ impl Report {
         out.push('\n');
         for p in &self.policies {
             if !p.claims.failures.is_empty() {
-                let parts: Vec<String> =
-                    p.claims.failures.iter().map(|f| format!("{} at {}: {}", f.reason, f.stage, f.count)).collect();
+                let parts: Vec<String> = p.claims.failures.iter().map(|f| format!("{} at {}: {}", f.reason, f.stage, f.count)).collect();
                 out.push_str(&format!("{} claim failures: {}\n", p.policy, parts.join(", ")));
             }
             if !p.violations.is_empty() {

@@ -9,7 +9,7 @@
 //! replacement from the seeded stream. The sample keeps inventory order.
 
 use crate::rng::stream;
-use crate::workload::{gpu_milli_of, SimServer, TracePod};
+use crate::workload::{SimServer, TracePod, gpu_milli_of};
 use rand::RngExt;
 use serde::Serialize;
 
@@ -33,11 +33,8 @@ pub fn stratified_sample(servers: &[SimServer], n: usize, seed: u64) -> Vec<SimS
     let mut quota: Vec<usize> = classes.iter().map(|c| n * c.members.len() / total).collect();
     let assigned: usize = quota.iter().sum();
     // Largest remainder first; a seeded key breaks ties.
-    let mut order: Vec<(usize, u64, usize)> = classes
-        .iter()
-        .enumerate()
-        .map(|(i, c)| ((n * c.members.len()) % total, rng.random::<u64>(), i))
-        .collect();
+    let mut order: Vec<(usize, u64, usize)> =
+        classes.iter().enumerate().map(|(i, c)| ((n * c.members.len()) % total, rng.random::<u64>(), i)).collect();
     order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     for &(_, _, i) in order.iter().take(n - assigned) {
         quota[i] += 1;

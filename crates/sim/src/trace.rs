@@ -15,7 +15,7 @@
 //! `boot_s`, `join_s`, `ready_s`, `tail_percent`; what is missing is
 //! estimated from the hardware (see [`crate::workload::estimated_power`]).
 
-use crate::workload::{hardware_server, pod_requests, SimServer, TracePod, Workload, GPU_MODEL_LABEL};
+use crate::workload::{GPU_MODEL_LABEL, SimServer, TracePod, Workload, hardware_server, pod_requests};
 use ironclaim_core::{NodePool, NodeSelectorTerm, Operator, Pod, Requirement, Seconds};
 use serde::Deserialize;
 use std::path::Path;
@@ -148,11 +148,7 @@ impl Columns {
         names.iter().find_map(|n| self.header.iter().position(|h| h.trim().eq_ignore_ascii_case(n)))
     }
     fn require(&self, path: &str, names: &[&str]) -> Result<usize> {
-        self.find(names).ok_or_else(|| TraceError::MissingColumn {
-            path: path.to_string(),
-            column: names.join("|"),
-            header: self.header.join(","),
-        })
+        self.find(names).ok_or_else(|| TraceError::MissingColumn { path: path.to_string(), column: names.join("|"), header: self.header.join(",") })
     }
 }
 
@@ -363,8 +359,7 @@ pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
 
 /// Parses the YAML user document.
 pub fn parse_user_yaml(path: &Path, data: &str) -> Result<UserDocument> {
-    serde_saphyr::from_str::<UserDocument>(data)
-        .map_err(|e| TraceError::BadDocument { path: path.display().to_string(), message: e.to_string() })
+    serde_saphyr::from_str::<UserDocument>(data).map_err(|e| TraceError::BadDocument { path: path.display().to_string(), message: e.to_string() })
 }
 
 fn is_yaml(path: &Path) -> bool {
@@ -388,10 +383,8 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodRow>> {
 /// Checks what the CSV reader checks per field on rows read from YAML.
 fn check_yaml_servers(path: &Path, rows: &[ServerRow]) -> Result<()> {
     for (i, r) in rows.iter().enumerate() {
-        let bad = |message: String| TraceError::BadDocument {
-            path: path.display().to_string(),
-            message: format!("servers[{i}] ({}): {message}", r.name),
-        };
+        let bad =
+            |message: String| TraceError::BadDocument { path: path.display().to_string(), message: format!("servers[{i}] ({}): {message}", r.name) };
         if r.name.is_empty() || r.cpu_milli <= 0 || r.memory_mib < 0 || r.gpu < 0 {
             return Err(bad("needs a name, cpu_milli > 0, memory_mib and gpu >= 0".into()));
         }
@@ -417,10 +410,8 @@ fn check_yaml_servers(path: &Path, rows: &[ServerRow]) -> Result<()> {
 
 fn check_yaml_pods(path: &Path, rows: &[PodRow]) -> Result<()> {
     for (i, r) in rows.iter().enumerate() {
-        let bad = |message: String| TraceError::BadDocument {
-            path: path.display().to_string(),
-            message: format!("pods[{i}] ({}): {message}", r.name),
-        };
+        let bad =
+            |message: String| TraceError::BadDocument { path: path.display().to_string(), message: format!("pods[{i}] ({}): {message}", r.name) };
         if r.cpu_milli < 0 || r.memory_mib < 0 || r.num_gpu < 0 || r.gpu_milli.is_some_and(|m| !(0..=1000).contains(&m)) {
             return Err(bad("requests must be non-negative and gpu_milli at most 1000".into()));
         }

@@ -86,7 +86,6 @@ impl Workload {
     }
 }
 
-
 /// A short name for a hardware shape: `cpu96-mem384g-8xG2`.
 pub fn describe_capacity(c: &Resources, model: Option<&String>) -> String {
     let mut name = format!("cpu{}-mem{}g", c.cpu_milli / 1000, (c.memory_bytes as f64 / GIB).round() as i64);

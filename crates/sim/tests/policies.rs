@@ -56,11 +56,7 @@ fn without_faults_no_claim_fails_and_with_certain_bmc_errors_every_claim_fails_a
     assert_eq!(r.policies[0].claims.failed, 0);
     assert!(r.policies[0].claims.ready > 0);
 
-    let broken = SimConfig {
-        seed: 4,
-        faults: Faults { bmc_error_probability: 1.0, ..Faults::none() },
-        ..Default::default()
-    };
+    let broken = SimConfig { seed: 4, faults: Faults { bmc_error_probability: 1.0, ..Faults::none() }, ..Default::default() };
     let r = compare(&w, &broken, &[PolicyKind::Reactive], &mut |_, _| {});
     let p = &r.policies[0];
     assert_eq!(p.claims.ready, 0);

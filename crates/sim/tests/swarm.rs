@@ -6,7 +6,7 @@ mod common;
 
 use ironclaim_sim::engine::{Engine, Prepared};
 use ironclaim_sim::policy::{FleetView, PolicyKind, PowerPlan, PowerPolicy, ServerStatus};
-use ironclaim_sim::{rng, Faults, Scoring, SimConfig};
+use ironclaim_sim::{Faults, Scoring, SimConfig, rng};
 use rand::RngExt;
 
 fn random_faults(seed: u64, until_s: u64) -> Faults {
@@ -65,17 +65,8 @@ impl PowerPolicy for Reckless {
         (0..view.servers.len()).collect()
     }
     fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
-        let busy: Vec<usize> = view
-            .powered
-            .iter()
-            .copied()
-            .filter(|&s| matches!(view.status[s], ServerStatus::Ready { idle_since: None }))
-            .collect();
-        PowerPlan {
-            power_off: busy,
-            floors: vec![ironclaim_sim::policy::Floor { class: None, count: 2 }],
-            ..Default::default()
-        }
+        let busy: Vec<usize> = view.powered.iter().copied().filter(|&s| matches!(view.status[s], ServerStatus::Ready { idle_since: None })).collect();
+        PowerPlan { power_off: busy, floors: vec![ironclaim_sim::policy::Floor { class: None, count: 2 }], ..Default::default() }
     }
 }
 
@@ -85,11 +76,7 @@ fn the_checkers_catch_a_policy_that_powers_off_busy_servers() {
     let cfg = SimConfig { seed: 7, faults: Faults::none(), ..Default::default() };
     let prep = Prepared::new(&w, None);
     let stats = Engine::new(&w, &prep, &cfg, Box::new(Reckless)).run(&mut |_| {});
-    assert!(
-        stats.violations.iter().any(|v| v.checker == "powered-off-busy"),
-        "expected a powered-off-busy violation, got {:?}",
-        stats.violations
-    );
+    assert!(stats.violations.iter().any(|v| v.checker == "powered-off-busy"), "expected a powered-off-busy violation, got {:?}", stats.violations);
 }
 
 /// Keeps every server off and never lets the core's claims through: pods
@@ -115,11 +102,7 @@ impl PowerPolicy for Starver {
 #[test]
 fn the_liveness_checker_flags_pods_starved_after_faults_stop() {
     let w = common::small_rack(9, 4);
-    let cfg = SimConfig {
-        seed: 9,
-        faults: Faults { faults_until_s: Some(600), ..Faults::none() },
-        ..Default::default()
-    };
+    let cfg = SimConfig { seed: 9, faults: Faults { faults_until_s: Some(600), ..Faults::none() }, ..Default::default() };
     let prep = Prepared::new(&w, None);
     let stats = Engine::new(&w, &prep, &cfg, Box::new(Starver)).run(&mut |_| {});
     assert!(stats.violations.iter().any(|v| v.checker == "liveness"), "{:?}", stats.violations);

@@ -130,10 +130,12 @@ pub fn random_snapshot(seed: u64) -> Snapshot {
             0 => {
                 template.node_selector.insert("disk".into(), "ssd".into());
             }
-            1 => template.node_affinity = vec![NodeSelectorTerm {
-                match_expressions: vec![Requirement::new(ZONE, Operator::In, &[ZONES[r.below(3) as usize]])],
-                match_fields: vec![],
-            }],
+            1 => {
+                template.node_affinity = vec![NodeSelectorTerm {
+                    match_expressions: vec![Requirement::new(ZONE, Operator::In, &[ZONES[r.below(3) as usize]])],
+                    match_fields: vec![],
+                }]
+            }
             2 => {
                 template.requests.set_extended(GPU, 1 + r.below(2) as i64);
                 template.tolerations.push(Toleration::exists(GPU));
@@ -216,9 +218,7 @@ fn selector_ok(pod: &Pod, labels: &Labels, name: &str) -> bool {
 }
 
 fn term_matches(term: &PodAffinityTerm, owner_ns: &str, other: &Pod) -> bool {
-    let ns_ok = term.all_namespaces
-        || (term.namespaces.is_empty() && other.namespace == owner_ns)
-        || term.namespaces.contains(&other.namespace);
+    let ns_ok = term.all_namespaces || (term.namespaces.is_empty() && other.namespace == owner_ns) || term.namespaces.contains(&other.namespace);
     ns_ok && term.label_selector.as_ref().is_some_and(|s| s.matches(&other.labels))
 }
 
@@ -323,7 +323,9 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
                             cap.pods = if cap.pods == 0 { 110 } else { cap.pods };
                             for ds in &snap.daemonsets {
                                 let t = &ds.template;
-                                if selector_ok(t, &labels, &s.name) && pool.taints.iter().all(|x| x.effect == TaintEffect::PreferNoSchedule || tolerated(t, x)) {
+                                if selector_ok(t, &labels, &s.name)
+                                    && pool.taints.iter().all(|x| x.effect == TaintEffect::PreferNoSchedule || tolerated(t, x))
+                                {
                                     cap.sub(&t.requests);
                                     cap.pods -= 1;
                                 }
@@ -413,9 +415,11 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
         }
         for term in &pod.pod_affinity {
             let mine = domain(host, &term.topology_key);
-            let partner = everyone.iter().any(|(o, oh)| o.key() != pod.key() && term_matches(term, &pod.namespace, o) && domain(oh, &term.topology_key) == mine);
-            let alone = term_matches(term, &pod.namespace, pod)
-                && everyone.iter().filter(|(o, _)| term_matches(term, &pod.namespace, o)).count() == 1;
+            let partner = everyone
+                .iter()
+                .any(|(o, oh)| o.key() != pod.key() && term_matches(term, &pod.namespace, o) && domain(oh, &term.topology_key) == mine);
+            let alone =
+                term_matches(term, &pod.namespace, pod) && everyone.iter().filter(|(o, _)| term_matches(term, &pod.namespace, o)).count() == 1;
             if mine.is_none() || !(partner || alone) {
                 errors.push(format!("{} affinity on {} unmet", pod.key(), term.topology_key));
             }
@@ -487,7 +491,11 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
             later.append(&mut now);
             if !bind(&mut counts, &mut later, true) {
                 let waiting: Vec<(String, String)> = later.iter().map(|(o, d)| (o.key(), d.clone())).collect();
-                errors.push(format!("{} spread on {} skewed: no binding order fits; reached {counts:?}, waiting {waiting:?}", pod.key(), s.topology_key));
+                errors.push(format!(
+                    "{} spread on {} skewed: no binding order fits; reached {counts:?}, waiting {waiting:?}",
+                    pod.key(),
+                    s.topology_key
+                ));
             }
         }
     }
@@ -499,7 +507,13 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
         let mut count = 0;
         for s in &snap.servers {
             let in_pool_now = (s.node.is_some() || s.claim.is_some())
-                && snap.pools.iter().filter(|p| p.requirements.iter().all(|r| r.matches(&s.labels))).max_by(|a, b| a.weight.cmp(&b.weight).then(b.name.cmp(&a.name))).map(|p| &p.name) == Some(&pool.name);
+                && snap
+                    .pools
+                    .iter()
+                    .filter(|p| p.requirements.iter().all(|r| r.matches(&s.labels)))
+                    .max_by(|a, b| a.weight.cmp(&b.weight).then(b.name.cmp(&a.name)))
+                    .map(|p| &p.name)
+                    == Some(&pool.name);
             let new_here = plan.claims.iter().any(|c| c.server == s.name && c.pool == pool.name);
             if in_pool_now || new_here {
                 cpu += s.capacity.cpu_milli;
@@ -521,7 +535,12 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
         }
     }
     if let Some(budget) = snap.power_budget_watts {
-        let on: f64 = snap.servers.iter().filter(|s| s.power_state == PowerState::On || s.node.is_some() || s.claim.is_some()).map(|s| s.power.peak_watts).sum();
+        let on: f64 = snap
+            .servers
+            .iter()
+            .filter(|s| s.power_state == PowerState::On || s.node.is_some() || s.claim.is_some())
+            .map(|s| s.power.peak_watts)
+            .sum();
         let cold: f64 = plan.claims.iter().filter(|c| c.path == SupplyPath::Cold).map(|c| servers[c.server.as_str()].power.peak_watts).sum();
         if cold > 0.0 && on + cold > budget {
             errors.push(format!("power budget {budget} crossed: {on} on + {cold} powering on"));

@@ -196,12 +196,10 @@ impl MockBmc {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind mock");
         let addr = listener.local_addr().expect("mock addr");
         let state = (world.clone(), Arc::new(root));
-        let app = axum::Router::new().fallback(
-            move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
-                let (world, root) = state.clone();
-                async move { handle(world, root, method, uri, headers, body).await }
-            },
-        );
+        let app = axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+            let (world, root) = state.clone();
+            async move { handle(world, root, method, uri, headers, body).await }
+        });
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -263,14 +261,7 @@ fn etag_of(body: &str) -> String {
 
 /// Records the request and, for a reset, holds it `reset_delay` and notes
 /// when it was in flight.
-async fn handle(
-    world: Arc<Mutex<World>>,
-    root: Arc<PathBuf>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn handle(world: Arc<Mutex<World>>, root: Arc<PathBuf>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let path = uri.path().trim_end_matches('/').to_owned();
     let reset = (method == Method::POST && path.ends_with(RESET_SUFFIX)).then(|| {
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -310,14 +301,7 @@ fn other_system_body(mut value: Value, id: &str, power: &str) -> Value {
     value
 }
 
-async fn respond(
-    world: Arc<Mutex<World>>,
-    root: Arc<PathBuf>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn respond(world: Arc<Mutex<World>>, root: Arc<PathBuf>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let path = uri.path().trim_end_matches('/').to_owned();
     let path = if path.is_empty() { "/redfish/v1".to_owned() } else { path };
     let is_root = path == "/redfish/v1";

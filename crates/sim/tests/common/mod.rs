@@ -1,10 +1,10 @@
 //! Shared fixtures for the simulator's integration tests.
 #![allow(dead_code)]
 
-use ironclaim_sim::trace::{parse_pods_csv, parse_servers_csv, pods_from_rows, servers_from_rows};
-use ironclaim_sim::workload::{hardware_server, pod_requests, TracePod, Workload};
-use ironclaim_sim::{rng, SimServer};
 use ironclaim_core::{NodePool, Pod};
+use ironclaim_sim::trace::{parse_pods_csv, parse_servers_csv, pods_from_rows, servers_from_rows};
+use ironclaim_sim::workload::{TracePod, Workload, hardware_server, pod_requests};
+use ironclaim_sim::{SimServer, rng};
 use rand::RngExt;
 use std::path::PathBuf;
 
