@@ -11,11 +11,17 @@
 //! and shut at once when a renewal fails or is refused.
 //!
 //! # Guarantees
-//! A renewal sent at local time `t` writes a `renewTime` no earlier than
-//! `t`; another candidate may take the lease only once its clock reads
-//! `renewTime + duration`. The gate closes at `t + renew_deadline`, a third
-//! of the duration before that, so the two never act at once unless the
-//! clocks drift apart by more than that third.
+//! A candidate takes a held lease only once the record (holder, renewTime,
+//! resourceVersion) has not changed for the lease's duration **as measured
+//! on the candidate's own monotonic clock** from the moment it first saw
+//! that record ([`Observer`]). The writer's wall clock is never compared
+//! with the reader's: a holder whose clock runs ahead or behind is still
+//! seen renewing, because each renewal changes the record. The holder's
+//! gate closes `renew_deadline` (two thirds of the duration) after it
+//! *sent* its last successful renewal, so it stops acting before any
+//! candidate could have watched the record stand still for the full
+//! duration: the two never act at once whatever their wall clocks say,
+//! as long as their monotonic clocks run at about the same rate.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -136,15 +142,53 @@ impl Gate {
     }
 }
 
+/// What this replica has seen of the lease record, and since when by its
+/// own monotonic clock: the only clock a takeover is judged by.
+#[derive(Debug, Default)]
+pub struct Observer {
+    seen: Option<(Record, Instant)>,
+}
+
+/// The parts of a lease record that change with every renewal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub holder: String,
+    pub renew_time: Option<Timestamp>,
+    pub resource_version: Option<String>,
+}
+
+impl Observer {
+    /// Takes the record read at local time `now`; returns how long it has
+    /// stood unchanged by this replica's clock (zero for a new record).
+    pub fn observe(&mut self, record: Record, now: Instant) -> Duration {
+        match &self.seen {
+            Some((seen, since)) if *seen == record => now.saturating_duration_since(*since),
+            _ => {
+                self.seen = Some((record, now));
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// Whether a candidate may take the lease: nobody holds it, or the
+    /// record has stood still for `held_for` as this replica measured it.
+    pub fn expired(&mut self, record: Record, held_for: Duration, now: Instant) -> bool {
+        let empty = record.holder.is_empty();
+        let still_for = self.observe(record, now);
+        empty || still_for >= held_for
+    }
+}
+
 /// Renews the lease every [`LeaseSettings::renew_every`] in its own task
 /// and keeps `gate` open only while the last renewal holds; the `leader`
 /// gauge follows the gate. Runs until the handle is aborted.
 pub fn spawn_renewal(client: Client, settings: LeaseSettings, gate: Gate, metrics: Arc<Metrics>) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let mut observer = Observer::default();
         loop {
             let sent = Instant::now();
             let deadline = sent + settings.renew_deadline();
-            match tokio::time::timeout_at(deadline, try_acquire(&client, &settings)).await {
+            match tokio::time::timeout_at(deadline, try_acquire(&client, &settings, &mut observer)).await {
                 Ok(Ok(true)) => gate.grant(deadline),
                 Ok(Ok(false)) => gate.revoke(),
                 Ok(Err(err)) => {
@@ -167,11 +211,13 @@ pub fn spawn_renewal(client: Client, settings: LeaseSettings, gate: Gate, metric
 }
 
 /// Tries once to acquire or renew the lease; true while this replica holds it.
+/// Another holder's lease is taken only once `observer` has watched its
+/// record stand still for the lease's duration.
 ///
 /// # Errors
 /// [`Error::LeaseFailed`] when the API server cannot be asked; a lost race
 /// (409) is not an error, just `false`.
-pub async fn try_acquire(client: &Client, settings: &LeaseSettings) -> Result<bool> {
+pub async fn try_acquire(client: &Client, settings: &LeaseSettings, observer: &mut Observer) -> Result<bool> {
     let api: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
     let failed = |source| Error::LeaseFailed { lease: format!("{}/{}", settings.namespace, settings.name), source };
     let now = Timestamp::now();
@@ -198,11 +244,15 @@ pub async fn try_acquire(client: &Client, settings: &LeaseSettings) -> Result<bo
     let spec = current.spec.clone().unwrap_or_default();
     let holder = spec.holder_identity.clone().unwrap_or_default();
     let held_for = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(seconds)).unwrap_or(0));
-    let renewed = spec.renew_time.as_ref().map(|t| t.0).unwrap_or(Timestamp::UNIX_EPOCH);
-    let expired = now.duration_since(renewed).unsigned_abs() >= held_for || now < renewed && holder.is_empty();
+    let record = Record {
+        holder: holder.clone(),
+        renew_time: spec.renew_time.as_ref().map(|t| t.0),
+        resource_version: current.metadata.resource_version.clone(),
+    };
+    let expired = observer.expired(record, held_for, Instant::now());
     let next = if holder == settings.identity {
         mine(spec.lease_transitions.unwrap_or(0), spec.acquire_time.clone())
-    } else if holder.is_empty() || expired {
+    } else if expired {
         mine(spec.lease_transitions.unwrap_or(0) + 1, None)
     } else {
         return Ok(false);
@@ -264,6 +314,51 @@ mod tests {
         let settings = LeaseSettings { namespace: "ns".into(), name: "l".into(), identity: "a".into(), duration: Duration::from_secs(15) };
         assert_eq!(settings.renew_deadline(), Duration::from_secs(10));
         assert!(settings.renew_every() < settings.renew_deadline());
+    }
+
+    fn record(holder: &str, renew_s: i64, version: &str) -> Record {
+        Record { holder: holder.into(), renew_time: Some(Timestamp::from_second(renew_s).unwrap()), resource_version: Some(version.into()) }
+    }
+
+    /// Issue 14, hole 3: with a holder whose wall clock runs an hour ahead,
+    /// its renewTime lies in the candidate's future; judged by wall clocks
+    /// (`|now - renewTime| >= duration`) that counted as expired, and both
+    /// replicas led. Judged by the candidate's own observation, a holder
+    /// that keeps renewing is never taken over, whatever its clock says.
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_whose_clock_runs_ahead_keeps_the_lease_while_it_renews() {
+        let held_for = Duration::from_secs(15);
+        let mut observer = Observer::default();
+        let now_s = Timestamp::now().as_second();
+        let ahead = now_s + 3600;
+        for round in 0..10i64 {
+            let seen = record("replica-a", ahead + round * 5, &format!("{}", 100 + round));
+            assert!(!observer.expired(seen, held_for, Instant::now()), "taken over at round {round}");
+            tokio::time::advance(Duration::from_secs(5)).await;
+        }
+        // A holder whose clock runs behind (renewTime an hour in the past) too.
+        let mut observer = Observer::default();
+        let behind = now_s - 3600;
+        for round in 0..10i64 {
+            let seen = record("replica-a", behind + round * 5, &format!("{}", 200 + round));
+            assert!(!observer.expired(seen, held_for, Instant::now()), "taken over at round {round}");
+            tokio::time::advance(Duration::from_secs(5)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_stops_renewing_is_taken_over_after_the_duration_by_the_candidates_clock() {
+        let held_for = Duration::from_secs(15);
+        let mut observer = Observer::default();
+        // Renewed "just now" by the holder's clock, but it never renews again.
+        let seen = record("replica-a", Timestamp::now().as_second(), "7");
+        assert!(!observer.expired(seen.clone(), held_for, Instant::now()), "a record seen for the first time is not expired");
+        tokio::time::advance(Duration::from_secs(14)).await;
+        assert!(!observer.expired(seen.clone(), held_for, Instant::now()));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(observer.expired(seen, held_for, Instant::now()));
+        // A released lease (no holder) may be taken at once.
+        assert!(Observer::default().expired(record("", 0, "8"), held_for, Instant::now()));
     }
 
     #[test]
