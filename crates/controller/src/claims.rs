@@ -39,7 +39,7 @@ use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::gates;
 use crate::index::CLAIM_FAILED_CONDITION;
-use crate::leader::Gate;
+use crate::leader::{FencedPower, Gate};
 use crate::locks::{Lock, Locks, Taken};
 use crate::metrics::Metrics;
 use crate::provider::{Power, PowerError};
@@ -229,8 +229,11 @@ impl Claims {
         }
     }
 
-    /// Acts only while `gate` is open (leader election).
+    /// Acts only while `gate` is open (leader election). Every power action
+    /// through these claims, the sweep and scale-down is fenced by it at the
+    /// moment it reaches the provider ([`FencedPower`]).
     pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.power = Arc::new(FencedPower::new(self.power.clone(), gate.clone()));
         self.gate = gate;
         self
     }

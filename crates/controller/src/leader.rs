@@ -35,8 +35,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use ironclaim_k8s::api::Server;
+use ironclaim_k8s::api::nodeclaim::FailureReason;
+use ironclaim_k8s::api::server::PowerState;
+use kube::ResourceExt;
+
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::provider::{Power, PowerError, PowerFuture};
 
 #[derive(Clone, Debug)]
 pub struct LeaseSettings {
@@ -139,6 +145,58 @@ impl Gate {
                 _ = changes.changed() => {}
             }
         }
+    }
+}
+
+/// The power boundary, fenced by the lease: every power action is checked
+/// against the [`Gate`] at the moment it is handed to the provider, so an
+/// action decided while leading is refused once this replica no longer
+/// leads by its own clock, however long ago it was decided and whichever
+/// task (a claim, the sweep, a drain) carries it out. Reads pass through.
+pub struct FencedPower {
+    inner: std::sync::Arc<dyn Power>,
+    gate: Gate,
+}
+
+impl FencedPower {
+    pub fn new(inner: std::sync::Arc<dyn Power>, gate: Gate) -> Self {
+        FencedPower { inner, gate }
+    }
+
+    fn fenced(&self, action: &str, server: &Server) -> std::result::Result<(), PowerError> {
+        if self.gate.acting() {
+            return Ok(());
+        }
+        tracing::warn!(server = %server.name_any(), action, "refused: this replica does not hold the lease");
+        Err(PowerError {
+            reason: FailureReason::PowerActionFailed,
+            label: "not_leading",
+            message: format!("{action} of server {} refused: this replica does not hold the lease", server.name_any()),
+        })
+    }
+}
+
+impl Power for FencedPower {
+    fn power_on<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()> {
+        Box::pin(async move {
+            self.fenced("power-on", server)?;
+            self.inner.power_on(server).await
+        })
+    }
+
+    fn power_off<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()> {
+        Box::pin(async move {
+            self.fenced("power-off", server)?;
+            self.inner.power_off(server).await
+        })
+    }
+
+    fn power_state<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, PowerState> {
+        self.inner.power_state(server)
+    }
+
+    fn watts<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<f64>> {
+        self.inner.watts(server)
     }
 }
 
@@ -314,6 +372,88 @@ mod tests {
         let settings = LeaseSettings { namespace: "ns".into(), name: "l".into(), identity: "a".into(), duration: Duration::from_secs(15) };
         assert_eq!(settings.renew_deadline(), Duration::from_secs(10));
         assert!(settings.renew_every() < settings.renew_deadline());
+    }
+
+    /// Counts what reaches the provider.
+    #[derive(Default)]
+    struct Counting {
+        calls: Mutex<Vec<&'static str>>,
+    }
+
+    impl Power for Counting {
+        fn power_on<'a>(&'a self, _server: &'a Server) -> PowerFuture<'a, ()> {
+            self.calls.lock().unwrap().push("on");
+            Box::pin(async { Ok(()) })
+        }
+        fn power_off<'a>(&'a self, _server: &'a Server) -> PowerFuture<'a, ()> {
+            self.calls.lock().unwrap().push("off");
+            Box::pin(async { Ok(()) })
+        }
+        fn power_state<'a>(&'a self, _server: &'a Server) -> PowerFuture<'a, PowerState> {
+            self.calls.lock().unwrap().push("read");
+            Box::pin(async { Ok(PowerState::On) })
+        }
+        fn watts<'a>(&'a self, _server: &'a Server) -> PowerFuture<'a, Option<f64>> {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    fn server() -> Server {
+        Server::new(
+            "r1-u01",
+            serde_json::from_value(serde_json::json!({"bmc": {"address": "https://bmc.invalid/redfish/v1/Systems/1", "credentialsSecretRef": {"name": "bmc", "namespace": "ns"}}, "hardware": {"cpu": "1", "memory": "1Gi"}})).unwrap(),
+        )
+    }
+
+    /// Issue 14, hole 4: an ex-leader's detached work (the sweep, a drain,
+    /// a claim's power task) kept powering servers off. Fenced at the
+    /// power boundary, an action decided while leading is refused once the
+    /// lease ran out by this replica's clock, and never reaches the BMC.
+    #[tokio::test(start_paused = true)]
+    async fn a_power_action_decided_while_leading_is_refused_once_the_lease_ran_out() {
+        let counting = std::sync::Arc::new(Counting::default());
+        let gate = Gate::closed();
+        let fenced = FencedPower::new(counting.clone(), gate.clone());
+        gate.grant(Instant::now() + Duration::from_secs(10));
+        let s = server();
+        fenced.power_off(&s).await.expect("leading: sent");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let refused = fenced.power_off(&s).await.expect_err("the lease ran out");
+        assert_eq!(refused.label, "not_leading");
+        assert!(fenced.power_on(&s).await.is_err());
+        gate.grant(Instant::now() + Duration::from_secs(10));
+        gate.revoke();
+        assert!(fenced.power_off(&s).await.is_err(), "revoked");
+        // Reads are not actions: they pass.
+        assert_eq!(fenced.power_state(&s).await.unwrap(), PowerState::On);
+        assert_eq!(*counting.calls.lock().unwrap(), ["off", "read"]);
+        // Without leader election every action passes.
+        let always = FencedPower::new(counting.clone(), Gate::always());
+        always.power_on(&s).await.unwrap();
+    }
+
+    /// The same hole through the claims' own path: the sweep's release of an
+    /// orphaned server by a replica that no longer leads (its gate ran out
+    /// mid-sweep) reads the BMC but sends no power-off.
+    #[tokio::test(start_paused = true)]
+    async fn an_ex_leaders_sweep_releases_no_orphan_by_powering_it_off() {
+        let counting = std::sync::Arc::new(Counting::default());
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let gate = Gate::closed();
+        let claims = crate::claims::Claims::new(
+            client,
+            counting.clone(),
+            crate::claims::ClaimSettings::default(),
+            std::sync::Arc::new(Metrics::new()),
+            crate::events::Events::disabled(),
+        )
+        .with_gate(gate.clone());
+        gate.grant(Instant::now() + Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let result = claims.release_orphan(&server(), "gone-claim", false).await;
+        assert!(result.is_err(), "an ex-leader must not release: {result:?}");
+        assert!(!counting.calls.lock().unwrap().contains(&"off"), "powered off by an ex-leader: {:?}", counting.calls.lock().unwrap());
     }
 
     fn record(holder: &str, renew_s: i64, version: &str) -> Record {
