@@ -34,3 +34,59 @@ fn the_chart_grants_the_same_cluster_rules_as_deploy_rbac() {
     assert!(plain.len() >= 30, "{plain:?}");
     assert_eq!(plain, rules(&deploy("helm/ironclaim/templates/rbac.yaml")));
 }
+
+/// Issue 14, hole 9: the controller could drain (and power off) the node
+/// it runs on. Its own pods are do-not-disrupt as ironclaim reads them,
+/// cannot be scheduled on a node ironclaim manages, keep their replicas on
+/// different nodes, and a PodDisruptionBudget keeps one of them up.
+#[test]
+fn the_controller_never_runs_on_or_drains_a_node_it_manages() {
+    use ironclaim_core::labels::Labels;
+    use ironclaim_core::predicates::check_node_affinity;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+    let text = deploy("deployment.yaml");
+    let mut docs = text.split("\n---\n");
+    let deployment: Deployment = serde_saphyr::from_str(docs.next().unwrap()).expect("the Deployment");
+    let pdb: PodDisruptionBudget = serde_saphyr::from_str(docs.next().expect("a second document")).expect("the PodDisruptionBudget");
+    let spec = &deployment.spec;
+    let pod = ironclaim_k8s::pod::pod_from_template(&spec.template, "ironclaim-system", "ironclaim-controller", "deploy/deployment.yaml")
+        .expect("the pod template converts");
+    assert!(pod.do_not_disrupt, "ironclaim would drain its own controller");
+
+    let labels = |pairs: &[(&str, &str)]| -> Labels { pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+    let managed = labels(&[
+        ("kubernetes.io/hostname", "r1-u01"),
+        (ironclaim_core::provision::NODEPOOL_LABEL, "general"),
+        (ironclaim_core::provision::SERVER_LABEL, "r1-u01"),
+    ]);
+    let labelled_only = labels(&[("kubernetes.io/hostname", "r1-u02"), (ironclaim_core::provision::SERVER_LABEL, "r1-u02")]);
+    let control = labels(&[("kubernetes.io/hostname", "cp-1")]);
+    assert!(check_node_affinity(&pod, &managed, "r1-u01").is_err(), "schedulable on a managed node");
+    assert!(check_node_affinity(&pod, &labelled_only, "r1-u02").is_err(), "schedulable on a node linked to a server");
+    assert!(check_node_affinity(&pod, &control, "cp-1").is_ok(), "nowhere to run");
+
+    let anti = spec.template.spec.as_ref().unwrap().affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref()).expect("anti-affinity");
+    let terms = anti.required_during_scheduling_ignored_during_execution.as_ref().expect("required anti-affinity");
+    assert!(terms.iter().any(|t| t.topology_key == "kubernetes.io/hostname"));
+    let pdb_spec = pdb.spec.as_ref().unwrap();
+    assert_eq!(pdb_spec.min_available, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)));
+    assert_eq!(
+        pdb_spec.selector.as_ref().and_then(|s| s.match_labels.clone()),
+        spec.selector.match_labels.clone(),
+        "the PDB selects the controller's pods"
+    );
+
+    // The chart carries the same protections.
+    let chart = deploy("helm/ironclaim/templates/deployment.yaml");
+    for needle in [
+        "ironclaim.dev/do-not-disrupt: \"true\"",
+        "{key: ironclaim.dev/nodepool, operator: DoesNotExist}",
+        "topologyKey: kubernetes.io/hostname",
+        "kind: PodDisruptionBudget",
+        "minAvailable: 1",
+    ] {
+        assert!(chart.contains(needle), "the chart lacks {needle}");
+    }
+}
