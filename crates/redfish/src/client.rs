@@ -187,6 +187,13 @@ impl Bmc {
             .connect_timeout(config.timing.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(30))
             .user_agent(concat!("ironclaim/", env!("CARGO_PKG_VERSION")))
+            // A redirect is followed only within the BMC's own origin: the
+            // session token (X-Auth-Token) and Basic credentials must never
+            // reach another host, port or scheme.
+            .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                let same_origin = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+                if same_origin && attempt.previous().len() < 5 { attempt.follow() } else { attempt.stop() }
+            }))
             .build()
             .map_err(|err| Error::TlsConfig { reason: format!("cannot build the HTTP client: {err}") })?;
         Ok(Bmc {
