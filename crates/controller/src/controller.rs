@@ -211,9 +211,12 @@ impl Controller {
             shutdown.await;
             let _ = stop_tx.send(true);
         });
+        // /healthz fails once the loop has not turned for this long.
+        let heartbeat = Arc::new(crate::http::Heartbeat::new((self.settings.tick * 20).max(Duration::from_secs(120))));
+        heartbeat.beat();
         if let Some(address) = self.settings.metrics_address {
             let mut rx = stop_rx.clone();
-            let bound = crate::http::serve(address, self.metrics.clone(), self.ready.clone(), async move {
+            let bound = crate::http::serve(address, self.metrics.clone(), self.ready.clone(), heartbeat.clone(), async move {
                 let _ = rx.wait_for(|s| *s).await;
             })
             .await?;
@@ -283,6 +286,7 @@ impl Controller {
                 _ = notify.notified() => {}
                 _ = tokio::time::sleep(self.settings.tick) => {}
             }
+            heartbeat.beat();
             let now = Instant::now();
             let leading = gate.acting();
             self.metrics.leader.set(i64::from(leading));
