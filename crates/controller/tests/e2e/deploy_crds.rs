@@ -78,6 +78,15 @@ fn the_controller_never_runs_on_or_drains_a_node_it_manages() {
         "the PDB selects the controller's pods"
     );
 
+    // The root filesystem is read-only; BMC CA bundles are written under
+    // the temporary directory, which must be a writable volume.
+    let pod_spec = spec.template.spec.as_ref().unwrap();
+    let container = &pod_spec.containers[0];
+    assert_eq!(container.security_context.as_ref().and_then(|c| c.read_only_root_filesystem), Some(true));
+    let tmp = container.volume_mounts.iter().flatten().find(|m| m.mount_path == "/tmp").expect("a writable /tmp for CA bundles");
+    let volume = pod_spec.volumes.iter().flatten().find(|v| v.name == tmp.name).expect("the /tmp volume");
+    assert!(volume.empty_dir.is_some(), "/tmp is an emptyDir");
+
     // The chart carries the same protections.
     let chart = deploy("helm/ironclaim/templates/deployment.yaml");
     for needle in [
@@ -86,6 +95,7 @@ fn the_controller_never_runs_on_or_drains_a_node_it_manages() {
         "topologyKey: kubernetes.io/hostname",
         "kind: PodDisruptionBudget",
         "minAvailable: 1",
+        "{name: tmp, mountPath: /tmp}",
     ] {
         assert!(chart.contains(needle), "the chart lacks {needle}");
     }
