@@ -166,25 +166,13 @@ impl Opened {
 /// NodeClaim is created.
 fn claim_name(pool: &str, server: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     // RandomState is seeded per process; the clock and a counter make two
     // names of one process differ.
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
     hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    let mut bits = hasher.finish();
-    let suffix: String = (0..5)
-        .map(|_| {
-            let c = ALPHABET[(bits % ALPHABET.len() as u64) as usize] as char;
-            bits /= ALPHABET.len() as u64;
-            c
-        })
-        .collect();
-    // A name is at most 253 characters; the suffix keeps it unique.
-    let prefix: String = format!("{pool}-{server}").chars().take(240).collect();
-    let prefix = prefix.trim_end_matches(['-', '.']);
-    format!("{prefix}-{suffix}")
+    ironclaim_driver::claim::claim_name(pool, server, hasher.finish())
 }
 
 /// Opens and drives claims. Cheap to share.

@@ -27,14 +27,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ironclaim_core::disruption::{Action, disrupt};
-use ironclaim_core::model::{ClaimInFlight, Health, Pod, PowerState, Seconds, Snapshot};
+use ironclaim_core::model::{ClaimInFlight, Pod, PowerState, Seconds, Snapshot};
 use ironclaim_core::provision;
 
 use crate::backoff::FailureBackoff;
 use crate::batch::{Batcher, Windows};
 use crate::claim::{self, ClaimIo, ClaimRecord, ClaimSettings, ClaimView, Io};
 use crate::drain::{Drain, DrainSettings, Ended};
-use crate::idle::{IdleClock, Seen};
+use crate::idle::IdleClock;
 use crate::pacing::{self, Settling};
 use crate::{Effect, Report, Stage};
 
@@ -235,19 +235,8 @@ impl Autoscaler {
 
     /// A fresh claim name, `POOL-SERVER-xxxxx`.
     fn claim_name(&mut self, pool: &str, server: &str, now: Duration) -> String {
-        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
         self.names += 1;
-        let mut bits = mix(self.settings.name_seed ^ mix(now.as_nanos() as u64 ^ mix(self.names)));
-        let suffix: String = (0..5)
-            .map(|_| {
-                let c = ALPHABET[(bits % ALPHABET.len() as u64) as usize] as char;
-                bits /= ALPHABET.len() as u64;
-                c
-            })
-            .collect();
-        let prefix: String = format!("{pool}-{server}").chars().take(240).collect();
-        let prefix = prefix.trim_end_matches(['-', '.']);
-        format!("{prefix}-{suffix}")
+        claim::claim_name(pool, server, mix(self.settings.name_seed ^ mix(now.as_nanos() as u64 ^ mix(self.names))))
     }
 
     /// Takes the answer to an effect.
@@ -494,7 +483,7 @@ impl Autoscaler {
                 holders.entry(s.name.clone()).or_insert_with(|| c.clone());
             }
         }
-        self.run_drains(world, &holders, &sd, now, &mut out);
+        self.run_drains(world, &holders, now, &mut out);
         if !pass {
             return out;
         }
@@ -538,8 +527,7 @@ impl Autoscaler {
         out
     }
 
-    fn run_drains(&mut self, world: &dyn World, holders: &BTreeMap<String, String>, sd: &ScaleDownSettings, now: Duration, out: &mut Vec<Effect>) {
-        let _ = sd;
+    fn run_drains(&mut self, world: &dyn World, holders: &BTreeMap<String, String>, now: Duration, out: &mut Vec<Effect>) {
         let nodes: Vec<String> = self.drains.keys().cloned().collect();
         for node in nodes {
             let Some(d) = self.drains.get_mut(&node) else { continue };
@@ -618,32 +606,7 @@ impl Autoscaler {
     fn stamp_idle(&mut self, snap: &mut Snapshot, views: &[ClaimView], world: &dyn World, now_s: Seconds, out: &mut Vec<Effect>) {
         let not_serving: BTreeSet<&str> =
             views.iter().filter(|v| v.record.failure.is_none() && v.record.stage != Stage::Serving).map(|v| v.record.server.as_str()).collect();
-        let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
-        for p in &snap.pods {
-            if p.occupies_node() && !p.terminating && !p.is_daemonset_pod() {
-                busy_nodes.insert(p.node_name.as_deref().unwrap_or_default());
-            }
-        }
-        let seen: Vec<Seen> = snap
-            .servers
-            .iter()
-            .filter(|s| !s.unlimited)
-            .map(|s| {
-                let idle = s.health != Health::Maintenance
-                    && match &s.node {
-                        Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(s.name.as_str()),
-                        None => s.power_state == PowerState::On && s.claim.is_none(),
-                    };
-                let (recorded, busy_at_least_until) = world.recorded_idle(&s.name);
-                Seen { server: s.name.clone(), idle, recorded, busy_at_least_until }
-            })
-            .collect();
-        let (idle, writes) = self.idle.observe(&seen, now_s);
-        for s in snap.servers.iter_mut() {
-            if let Some(&since) = idle.get(&s.name) {
-                s.idle_since_s = Some(since);
-            }
-        }
+        let writes = crate::idle::stamp(&mut self.idle, snap, &not_serving, |s| world.recorded_idle(s), now_s);
         out.extend(writes.into_iter().map(|w| Effect::RecordIdle { server: w.server, since: w.idle_since }));
     }
 }

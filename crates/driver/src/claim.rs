@@ -151,6 +151,23 @@ impl Default for ClaimSettings {
     }
 }
 
+/// A claim's name, `POOL-SERVER-xxxxx`: five letters drawn from `bits`
+/// (the caller's randomness) make it unique; the prefix is cut so the name
+/// stays within 253 characters.
+pub fn claim_name(pool: &str, server: &str, mut bits: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix: String = (0..5)
+        .map(|_| {
+            let c = ALPHABET[(bits % ALPHABET.len() as u64) as usize] as char;
+            bits /= ALPHABET.len() as u64;
+            c
+        })
+        .collect();
+    let prefix: String = format!("{pool}-{server}").chars().take(240).collect();
+    let prefix = prefix.trim_end_matches(['-', '.']);
+    format!("{prefix}-{suffix}")
+}
+
 /// A duration as people say it: `45s`, `3m`, `1h20m`.
 pub fn human(s: Seconds) -> String {
     match s {

@@ -20,9 +20,9 @@
 //! recorded time: its power-off can come that much early. That costs at
 //! most one power cycle's energy, never capacity a pod is using.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
-use ironclaim_core::model::Seconds;
+use ironclaim_core::model::{Health, PowerState, Seconds, Snapshot};
 
 /// What one pass sees of one server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +95,48 @@ impl IdleClock {
         self.sent.retain(|k, _| present.contains(k.as_str()));
         (idle, writes)
     }
+}
+
+/// Sets each server's `idle_since_s` in `snapshot` from `clock`: idle is
+/// powered on and either unclaimed with no node, or a node with no
+/// workload pod whose server's claim is not still on its way
+/// (`not_serving`); a server in maintenance is never idle. `recorded` gives
+/// a server's recorded idle time and its latest known start of business.
+/// Returns the writes of `status.idleSince` that are due.
+pub fn stamp(
+    clock: &mut IdleClock,
+    snapshot: &mut Snapshot,
+    not_serving: &BTreeSet<&str>,
+    recorded: impl Fn(&str) -> (Option<Seconds>, Option<Seconds>),
+    now: Seconds,
+) -> Vec<Write> {
+    let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
+    for p in &snapshot.pods {
+        if p.occupies_node() && !p.terminating && !p.is_daemonset_pod() {
+            busy_nodes.insert(p.node_name.as_deref().unwrap_or_default());
+        }
+    }
+    let seen: Vec<Seen> = snapshot
+        .servers
+        .iter()
+        .filter(|s| !s.unlimited)
+        .map(|s| {
+            let idle = s.health != Health::Maintenance
+                && match &s.node {
+                    Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(s.name.as_str()),
+                    None => s.power_state == PowerState::On && s.claim.is_none(),
+                };
+            let (recorded, busy_at_least_until) = recorded(&s.name);
+            Seen { server: s.name.clone(), idle, recorded, busy_at_least_until }
+        })
+        .collect();
+    let (idle, writes) = clock.observe(&seen, now);
+    for s in snapshot.servers.iter_mut() {
+        if let Some(&since) = idle.get(&s.name) {
+            s.idle_since_s = Some(since);
+        }
+    }
+    writes
 }
 
 #[cfg(test)]

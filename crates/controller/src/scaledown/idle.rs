@@ -2,4 +2,4 @@
 //! idle clocks ([`ironclaim_driver::idle`]), whose writes this module's
 //! caller sends to each Server's `status.idleSince`.
 
-pub use ironclaim_driver::idle::{IdleClock, Seen, Write};
+pub use ironclaim_driver::idle::{IdleClock, Seen, Write, stamp};

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use ironclaim_core::disruption::{Action, disrupt};
-use ironclaim_core::model::{Health, PowerState, Seconds, Snapshot};
+use ironclaim_core::model::{PowerState, Seconds, Snapshot};
 use ironclaim_k8s::api::nodeclaim::Stage;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -49,7 +49,7 @@ use crate::index::{FailureBackoff, Index};
 use crate::metrics::Metrics;
 use drain::{DrainRequest, DrainSettings, Drainer};
 use energy::{EnergyMeter, ScaleDownMetrics, fleet_summary};
-use idle::{IdleClock, Seen};
+use idle::IdleClock;
 use notes::{Kind, Notes};
 use pacing::Settling;
 use stranded::Finding;
@@ -234,7 +234,8 @@ impl ScaleDown {
         let (running, writes) = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.tasks.retain(|_, (_, h)| !h.is_finished());
-            let writes = stamp_idle(&mut state.idle, &mut snapshot, &not_serving, &recorded, now);
+            let not_serving: BTreeSet<&str> = not_serving.iter().map(String::as_str).collect();
+            let writes = idle::stamp(&mut state.idle, &mut snapshot, &not_serving, |s| recorded.get(s).copied().unwrap_or_default(), now);
             (state.tasks.iter().map(|(k, (w, _))| (k.clone(), w.clone())).collect::<HashMap<String, Work>>(), writes)
         };
         self.record_idle(writes).await;
@@ -547,43 +548,4 @@ fn recorded_idle(index: &crate::index::Index) -> HashMap<String, (Option<Seconds
             (name.clone(), (recorded, claimed.max(registered)))
         })
         .collect()
-}
-
-/// Sets each server's `idle_since_s` from the idle clock: idle is on and
-/// either unclaimed with no node, or a serving node with no workload pod;
-/// a server in maintenance is never idle. Returns the status writes due.
-fn stamp_idle(
-    clock: &mut IdleClock,
-    snapshot: &mut Snapshot,
-    not_serving: &BTreeSet<String>,
-    recorded: &HashMap<String, (Option<Seconds>, Option<Seconds>)>,
-    now: Seconds,
-) -> Vec<idle::Write> {
-    let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
-    for p in &snapshot.pods {
-        if p.occupies_node() && !p.terminating && !p.is_daemonset_pod() {
-            busy_nodes.insert(p.node_name.as_deref().unwrap_or_default());
-        }
-    }
-    let seen: Vec<Seen> = snapshot
-        .servers
-        .iter()
-        .filter(|s| !s.unlimited)
-        .map(|s| {
-            let idle = s.health != Health::Maintenance
-                && match &s.node {
-                    Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(&s.name),
-                    None => s.power_state == PowerState::On && s.claim.is_none(),
-                };
-            let (recorded, busy_at_least_until) = recorded.get(&s.name).copied().unwrap_or_default();
-            Seen { server: s.name.clone(), idle, recorded, busy_at_least_until }
-        })
-        .collect();
-    let (idle, writes) = clock.observe(&seen, now);
-    for s in snapshot.servers.iter_mut() {
-        if let Some(&since) = idle.get(&s.name) {
-            s.idle_since_s = Some(since);
-        }
-    }
-    writes
 }
