@@ -23,7 +23,8 @@
 //! - Across the whole plan, no PodDisruptionBudget allows fewer evictions
 //!   than the plan makes.
 //! - Per class, the idle powered-on servers (warm spares and empty nodes)
-//!   left on are at least the floor, or all there were.
+//!   left on are at least the floor, or all there were. A node whose
+//!   claim is still in flight is not idle: its room is its pods'.
 //! - Per NodePool and reason, nodes being disrupted never exceed the most
 //!   restrictive active budget.
 //! - Only servers with no node are powered off directly; a node's server is
@@ -102,6 +103,33 @@ pub fn break_even_s(server: &Server) -> Seconds {
     let saved_per_s = (p.idle_watts - p.off_watts).max(1.0);
     let boot_joules = p.boot_watts * (server.durations.power_on_s + server.durations.boot_s) as f64;
     (boot_joules / saved_per_s).ceil() as Seconds
+}
+
+/// How long an empty node of `pool` on `server` must idle before it is
+/// drained: its break-even time, lengthened by the pool's `consolidateAfter`.
+pub fn empty_node_threshold_s(server: &Server, pool: &NodePool) -> Seconds {
+    break_even_s(server).max(pool.disruption.consolidate_after_s.unwrap_or(0))
+}
+
+/// The earliest time after `now_s` at which an idle server of the snapshot
+/// (a warm spare, or an empty node) idles past its threshold. Until then,
+/// with nothing else changed, no idle server becomes a candidate: a runner
+/// that asks [`disrupt`] only when something changed asks again by then.
+pub fn next_candidate_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
+    let nodes: HashMap<&str, &Node> = snapshot.nodes.iter().filter_map(|n| Some((n.server.as_deref()?, n))).collect();
+    snapshot
+        .servers
+        .iter()
+        .filter_map(|s| {
+            let since = s.idle_since_s?;
+            let threshold = match nodes.get(s.name.as_str()) {
+                Some(n) => empty_node_threshold_s(s, pool_of(&snapshot.pools, s, Some(n))?),
+                None => break_even_s(s),
+            };
+            let at = since.saturating_add(threshold);
+            (at > now_s).then_some(at)
+        })
+        .min()
 }
 
 /// How many more nodes of the pool may be disrupted now for this reason.
@@ -408,9 +436,13 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             }
         }
     }
+    // A node whose claim is still in flight is room its claim's pods are
+    // waiting for, not idle capacity.
+    let in_flight: Vec<&str> = snapshot.claims.iter().map(|c| c.server.as_str()).collect();
     for (i, c) in candidates.iter().enumerate() {
         if c.pods.is_empty()
             && let Some(s) = c.server
+            && !in_flight.contains(&s.name.as_str())
         {
             let key = (c.pool.name.clone(), class_of(s, Some(c.pool)));
             classes.entry(key).or_default().empty_nodes.push(i);
@@ -580,7 +612,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 out.held.push(Held { subject: c.node.name.clone(), why: "its NodePool never consolidates".into() });
                 continue;
             }
-            let threshold = break_even_s(s).max(c.pool.disruption.consolidate_after_s.unwrap_or(0));
+            let threshold = empty_node_threshold_s(s, c.pool);
             let idle = idle_for(s);
             if idle < threshold {
                 out.held.push(Held { subject: c.node.name.clone(), why: format!("empty for {idle}s of the {threshold}s it must idle first") });
@@ -756,5 +788,33 @@ mod tests {
         s.durations.boot_s = 540;
         // 300 W x 600 s / 200 W = 900 s.
         assert_eq!(break_even_s(&s), 900);
+    }
+
+    #[test]
+    fn the_next_candidate_is_the_first_idle_server_past_its_threshold_and_agrees_with_disrupt() {
+        let mut spare = Server::new("spare", Resources::new(1000, 1 << 30)).warm();
+        spare.power = PowerProfile { idle_watts: 210.0, peak_watts: 400.0, boot_watts: 300.0, off_watts: 10.0 };
+        spare.durations.power_on_s = 60;
+        spare.durations.boot_s = 540;
+        spare.idle_since_s = Some(1_000);
+        let mut node_server = Server::new("busy-until-100", Resources::new(1000, 1 << 30)).warm();
+        node_server.power = spare.power;
+        node_server.durations = spare.durations;
+        node_server.node = Some("n".into());
+        node_server.idle_since_s = Some(100);
+        let mut pool = NodePool::new("p");
+        pool.disruption.consolidate_after_s = Some(3_600);
+        let mut node = Node::new("n", Resources::new(1000, 1 << 30));
+        node.server = Some("busy-until-100".into());
+        let snap = Snapshot { pools: vec![pool], nodes: vec![node], servers: vec![spare, node_server], ..Default::default() };
+        // The spare passes its 900 s break-even at 1900; the empty node's
+        // consolidateAfter of an hour runs out at 3700.
+        assert_eq!(next_candidate_s(&snap, 1_000), Some(1_900));
+        assert_eq!(next_candidate_s(&snap, 1_900), Some(3_700));
+        assert_eq!(next_candidate_s(&snap, 3_700), None);
+        // Just before each time disrupt holds; at it, disrupt acts.
+        let acts = |t| disrupt(&snap, t).actions.len();
+        assert_eq!((acts(1_899), acts(1_900)), (0, 1));
+        assert_eq!((acts(3_699), acts(3_700)), (1, 2));
     }
 }

@@ -79,6 +79,29 @@ fn the_warm_floor_keeps_spares_on_and_restores_itself() {
 }
 
 #[test]
+fn a_node_whose_claim_waits_for_its_pods_is_not_warm_capacity() {
+    // Floor 2, two idle spares, and a node that registered for a claim in
+    // flight: its room belongs to the claim's pods, so both spares stay.
+    let mut p = pool();
+    p.warm.floor.insert("general-32".into(), 2);
+    let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    spare(&mut snap, "s1", 0);
+    spare(&mut snap, "s2", 0);
+    node_with(&mut snap, "n1", None, &[]);
+    snap.servers[2].claim = Some("c1".into());
+    snap.claims.push(ClaimInFlight {
+        name: "c1".into(),
+        server: "n1".into(),
+        pool: "general".into(),
+        stage: Stage::Joined,
+        stage_started_s: 10 * HOUR - 30,
+        pods: vec!["app/waiting".into()],
+    });
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOff { .. } | Action::Drain { .. })), "{d:?}");
+}
+
+#[test]
 fn empty_nodes_drain_one_at_a_time_under_a_one_node_budget() {
     let mut p = pool();
     p.disruption.budgets = vec![Budget { nodes: BudgetNodes::Count(1), window: None, reasons: vec![] }];
