@@ -74,6 +74,12 @@ pub struct ScaleDownSettings {
     /// A node whose drain was abandoned is not drained again for this long.
     pub cool_down: Duration,
     pub drain: DrainSettings,
+    /// Some(cap): a runner that calls [`Autoscaler::changed`] on every
+    /// change of the world. After a pass that found nothing to do with
+    /// nothing under way, the next is due when an idle server passes its
+    /// threshold or a cool-down ends, at the latest `cap` later, or at the
+    /// next change. None: a pass every `every`.
+    pub quiet_max: Option<Duration>,
 }
 
 impl Default for ScaleDownSettings {
@@ -83,6 +89,7 @@ impl Default for ScaleDownSettings {
             revalidate_after: Duration::from_secs(15),
             cool_down: Duration::from_secs(600),
             drain: DrainSettings::default(),
+            quiet_max: None,
         }
     }
 }
@@ -93,7 +100,10 @@ pub struct Settings {
     pub windows: Windows,
     /// Pending pods are decided again this often even with no new one.
     pub redecide_every: Duration,
-    /// How often every claim is reconciled without a change.
+    /// How often every claim is reconciled without a change. Zero: every
+    /// step reconciles every claim, and [`Autoscaler::next_wake`] is the
+    /// next time a claim has something due (for a runner that steps on
+    /// every change of the world).
     pub reconcile_every: Duration,
     pub claims: ClaimSettings,
     pub backoff: FailureBackoff,
@@ -131,6 +141,8 @@ enum SpareOp {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     pub decisions: u64,
+    /// Scale-down passes: the core's `disrupt` asked.
+    pub scale_down_passes: u64,
     pub claims_opened: u64,
     pub drains_started: u64,
     pub drains_done: u64,
@@ -159,9 +171,12 @@ pub struct Autoscaler {
     confirmed_off: BTreeSet<String>,
     /// The claim each server's claim actions belong to.
     server_claims: BTreeMap<String, String>,
+    /// When each claim next has something due with nothing changed.
+    claim_due: BTreeMap<String, Duration>,
     idle: IdleClock,
     settling: Settling,
     next_scale_down: Duration,
+    last_scale_down: Option<Duration>,
     next_reconcile: Duration,
     names: u64,
     pub counters: Counters,
@@ -189,9 +204,11 @@ impl Autoscaler {
             drains: BTreeMap::new(),
             confirmed_off: BTreeSet::new(),
             server_claims: BTreeMap::new(),
+            claim_due: BTreeMap::new(),
             idle: IdleClock::default(),
             settling: Settling::default(),
             next_scale_down: Duration::ZERO,
+            last_scale_down: None,
             next_reconcile: Duration::ZERO,
             names: 0,
             counters: Counters::default(),
@@ -215,7 +232,10 @@ impl Autoscaler {
 
     /// The next time a step is due with no change in the world.
     pub fn next_wake(&self) -> Duration {
-        let mut at = self.next_reconcile;
+        let mut at = if self.settings.reconcile_every.is_zero() { Duration::MAX } else { self.next_reconcile };
+        if let Some(due) = self.claim_due.values().min() {
+            at = at.min(*due);
+        }
         if let Some(due) = self.batcher.due_at() {
             at = at.min(due);
         }
@@ -226,6 +246,15 @@ impl Autoscaler {
             at = at.min(d.next_at());
         }
         at
+    }
+
+    /// Tells the autoscaler the world changed (see
+    /// [`ScaleDownSettings::quiet_max`]): a scale-down pass is due `every`
+    /// after the last one, or now.
+    pub fn changed(&mut self, now: Duration) {
+        let every = self.settings.scale_down.map_or(Duration::ZERO, |sd| sd.every);
+        let due = self.last_scale_down.map_or(now, |at| (at + every).max(now));
+        self.next_scale_down = self.next_scale_down.min(due);
     }
 
     /// Whether the server has a power action under way here.
@@ -328,9 +357,11 @@ impl Autoscaler {
         out
     }
 
-    /// The soft state of the live claim on `server` whose action is under way.
+    /// The soft state of the live claim on `server` whose action is under
+    /// way; an answer to it is due at the next step.
     fn claim_io_of(&mut self, server: &str) -> Option<&mut ClaimIo> {
         let name = self.server_claims.get(server)?.clone();
+        self.claim_due.insert(name.clone(), Duration::ZERO);
         self.claims.get_mut(&name)
     }
 
@@ -408,6 +439,10 @@ impl Autoscaler {
             }
             self.server_claims.insert(v.record.server.clone(), name.clone());
             let effects = claim::step(v, io, &self.settings.claims, now);
+            match claim::due_at(v, io, &self.settings.claims) {
+                Some(due) => self.claim_due.insert(name.clone(), due.max(now)),
+                None => self.claim_due.remove(&name),
+            };
             for e in &effects {
                 match e {
                     Effect::EnterStage { stage, .. } => {
@@ -425,6 +460,7 @@ impl Autoscaler {
             out.extend(effects);
         }
         self.claims.retain(|k, _| present.contains(k) || self.taking.contains_key(k));
+        self.claim_due.retain(|k, _| present.contains(k));
         self.written.retain(|k, _| present.contains(k) || self.taking.contains_key(k));
         if self.live.iter().any(|c| !live.contains(c)) {
             // Claims that failed or vanished hand their pods back.
@@ -488,6 +524,8 @@ impl Autoscaler {
             return out;
         }
         self.next_scale_down = now + sd.every;
+        self.last_scale_down = Some(now);
+        self.counters.scale_down_passes += 1;
         self.stamp_idle(&mut snap, &views, world, now_s, &mut out);
 
         // Drains cut short by a restart: uncordoned, unless the machine
@@ -512,6 +550,13 @@ impl Autoscaler {
         let mut plan = disrupt(&decided, now_s);
         pacing::drop_cooling(&mut plan.actions, &mut plan.held, &cooling, now_s);
         let (go, waiting) = self.settling.settle(plan.actions, now_s, sd.revalidate_after.as_secs());
+        let quiet = go.is_empty() && waiting.is_empty() && self.drains.is_empty() && self.spares.is_empty() && self.taking.is_empty();
+        if let (Some(cap), true) = (sd.quiet_max, quiet) {
+            let cool_ends = cooling.values().copied();
+            let next_s = ironclaim_core::disruption::next_candidate_s(&decided, now_s).into_iter().chain(cool_ends).min();
+            let next = next_s.map_or(now + cap, |t| Duration::from_secs(t).min(now + cap));
+            self.next_scale_down = next.max(now + sd.every);
+        }
         for action in go {
             self.act(action, &snap, &holders, &sd, world, now, &mut out);
         }

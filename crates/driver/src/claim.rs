@@ -296,6 +296,43 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
     }
 }
 
+/// When [`step`] next has something to do for this claim with nothing
+/// else changed: a retry, a stage past its budget, a serving node's grace
+/// run out, a failed record's time to go. None: it waits for an answer or
+/// for the world to change.
+pub fn due_at(view: &ClaimView, io: &ClaimIo, settings: &ClaimSettings) -> Option<Duration> {
+    let r = &view.record;
+    let secs = Duration::from_secs;
+    if io.running.is_some() {
+        return None;
+    }
+    if io.finished.is_some() {
+        return Some(Duration::ZERO);
+    }
+    let server = view.server.as_ref()?;
+    let holds = server.holder.as_deref() == Some(r.name.as_str());
+    if r.failure.is_some() {
+        if !holds {
+            return Some(secs(r.created_s.saturating_add(settings.failed_claim_ttl_s)));
+        }
+        return Some(io.next_at.unwrap_or(Duration::ZERO));
+    }
+    if !holds && r.stage != Stage::Selected {
+        return Some(Duration::ZERO);
+    }
+    let past =
+        |stage: Stage| settings.deadlines.budget(stage, &server.durations).map(|b| secs(r.stage_started_s.saturating_add(b.stuck_after_s) + 1));
+    match r.stage {
+        Stage::Selected | Stage::Ready => None,
+        Stage::PoweringOn => match io.next_at {
+            Some(at) => Some(at),
+            None => Some(Duration::ZERO),
+        },
+        Stage::Booting | Stage::Joined => past(r.stage),
+        Stage::Serving => io.not_ready_since.map(|since| since + secs(settings.not_ready_grace_s)),
+    }
+}
+
 /// `PoweringOn`: wait for the power-on under way, retry a failed one,
 /// move on once it is confirmed; after a restart, read the BMC first.
 fn power_on(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, server: &ServerFacts, age: Seconds, now: Duration) -> Vec<Effect> {
