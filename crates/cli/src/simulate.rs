@@ -78,9 +78,10 @@ pub struct Args {
     /// Turn every fault off.
     #[arg(long)]
     no_faults: bool,
-    /// Seconds between reconciles.
-    #[arg(long, default_value_t = 10)]
-    reconcile_interval: u64,
+    /// With nothing changing, scale-down looks again at the next idle
+    /// threshold, and at the latest after this many seconds.
+    #[arg(long, default_value_t = SimConfig::default().quiet_max_s)]
+    quiet_max: u64,
     /// A scale-up batch closes after this many seconds without a new pod...
     #[arg(long, default_value_t = 1)]
     batch_idle: u64,
@@ -137,10 +138,10 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
             faults_until_s: None,
         }
     };
-    if args.reconcile_interval == 0 {
-        return Err(anyhow!("--reconcile-interval must be at least 1 second"));
+    if args.quiet_max == 0 {
+        return Err(anyhow!("--quiet-max must be at least 1 second"));
     }
-    cfg.reconcile_interval_s = args.reconcile_interval;
+    cfg.quiet_max_s = args.quiet_max;
     if args.batch_max < args.batch_idle {
         return Err(anyhow!("--batch-max ({}) must be at least --batch-idle ({})", args.batch_max, args.batch_idle));
     }
@@ -201,13 +202,13 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let kinds = policies(&args).map_err(Failure::bad_input)?;
     let w = workload(&args).map_err(Failure::bad_input)?;
     eprintln!(
-        "simulating {} ({} servers, {} pods): seed={} scoring={} reconcile_interval_s={} batch_idle_s={} batch_max_s={}",
+        "simulating {} ({} servers, {} pods): seed={} scoring={} quiet_max_s={} batch_idle_s={} batch_max_s={}",
         w.name,
         w.servers.len(),
         w.pods.len(),
         cfg.seed,
         cfg.scoring,
-        cfg.reconcile_interval_s,
+        cfg.quiet_max_s,
         cfg.batch_idle_s,
         cfg.batch_max_s
     );

@@ -1,16 +1,17 @@
 //! Checkers that are not the code under test. They keep their own books
-//! from the events the engine reports (claims, bindings, nodes, power-offs)
+//! from what the rack reports (takes, claims, nodes, bindings, power-offs)
 //! and flag any step that breaks a safety property:
 //!
-//! - no server is claimed twice, or claimed while it is a node;
-//! - no server with running non-DaemonSet pods is powered off;
-//! - no power-off takes the idle servers below a floor the policy declared;
+//! - no server is taken while another claim holds it or while it is a node;
+//! - no server with running workload pods is powered off;
+//! - no power-off of an idle server takes the idle powered-on servers of
+//!   its class below a floor the policy declared;
 //! - once faults stop, every pending pod that a free server could host is
 //!   placed within a bound (liveness).
 //!
-//! The simulator never evicts a running pod (it powers off only empty
-//! servers and does not consolidate), so PodDisruptionBudgets cannot be
-//! crossed and are not modelled.
+//! The rack evicts no workload pod (its pods have no owners, and the core
+//! drains no pod that no controller would recreate), so PodDisruptionBudgets
+//! cannot be crossed and are not modelled.
 
 use crate::policy::Floor;
 use ironclaim_core::Seconds;
@@ -27,10 +28,13 @@ pub struct Violation {
 #[derive(Debug, Default)]
 pub struct Checker {
     class_of: Vec<usize>,
+    /// Servers with a claim on their way to Ready.
     claimed: BTreeSet<usize>,
-    nodes: BTreeSet<usize>,
+    /// Servers powered on and up: a warm spare or a node.
+    up: BTreeSet<usize>,
     workload_pods: Vec<u32>,
     floors: Vec<Floor>,
+    dropped: u64,
     pub violations: Vec<Violation>,
 }
 
@@ -45,24 +49,41 @@ impl Checker {
     fn flag(&mut self, at_s: Seconds, checker: &'static str, message: String) {
         if self.violations.len() < MAX_KEPT {
             self.violations.push(Violation { at_s, checker, message });
+        } else {
+            self.dropped += 1;
         }
     }
 
-    pub fn claim_opened(&mut self, at_s: Seconds, server: usize, name: &str) {
-        if !self.claimed.insert(server) {
-            self.flag(at_s, "claimed-twice", format!("server {name} claimed while another claim holds it"));
-        }
-        if self.nodes.contains(&server) {
-            self.flag(at_s, "claimed-twice", format!("server {name} claimed while it is a node"));
+    /// The autoscaler asked to take the server; `held` when, by the rack's
+    /// records, another claim holds it or it is a node.
+    pub fn take_asked(&mut self, at_s: Seconds, server: usize, name: &str, held: bool) {
+        if held || self.claimed.contains(&server) {
+            self.flag(at_s, "claimed-twice", format!("server {name} asked for while another claim holds it or it is a node"));
         }
     }
 
+    pub fn claim_opened(&mut self, server: usize) {
+        self.claimed.insert(server);
+    }
+
+    /// The claim reached Ready, or was released.
     pub fn claim_closed(&mut self, server: usize) {
         self.claimed.remove(&server);
     }
 
+    /// Being powered on, with no node yet (a warm spare, or a claim's
+    /// server): warm capacity from the moment its power-on is sent.
+    pub fn powered_idle(&mut self, server: usize) {
+        self.up.insert(server);
+    }
+
+    /// The power-on failed: the server stayed off.
+    pub fn powered_down(&mut self, server: usize) {
+        self.up.remove(&server);
+    }
+
     pub fn node_ready(&mut self, server: usize) {
-        self.nodes.insert(server);
+        self.up.insert(server);
     }
 
     pub fn bound(&mut self, server: usize) {
@@ -77,8 +98,12 @@ impl Checker {
         self.floors = floors.to_vec();
     }
 
-    fn idle_nodes(&self, class: Option<usize>) -> usize {
-        self.nodes.iter().filter(|&&s| self.workload_pods[s] == 0 && class.is_none_or(|c| self.class_of[s] == c)).count()
+    fn idle(&self, server: usize) -> bool {
+        self.up.contains(&server) && self.workload_pods[server] == 0 && !self.claimed.contains(&server)
+    }
+
+    fn idle_up(&self, class: Option<usize>) -> usize {
+        self.up.iter().filter(|&&s| self.idle(s) && class.is_none_or(|c| self.class_of[s] == c)).count()
     }
 
     pub fn powering_off(&mut self, at_s: Seconds, server: usize, name: &str) {
@@ -86,16 +111,16 @@ impl Checker {
             let n = self.workload_pods[server];
             self.flag(at_s, "powered-off-busy", format!("server {name} powered off with {n} running pods"));
         }
-        let was_node = self.nodes.remove(&server);
-        if !was_node {
+        let was_idle = self.idle(server);
+        self.up.remove(&server);
+        if !was_idle {
             return;
         }
-        let floors = self.floors.clone();
-        for f in floors {
+        for f in self.floors.clone() {
             if f.class.is_some_and(|c| c != self.class_of[server]) {
                 continue;
             }
-            let left = self.idle_nodes(f.class);
+            let left = self.idle_up(f.class);
             if left < f.count as usize {
                 self.flag(at_s, "warm-spare-floor", format!("powering off {name} leaves {left} idle servers, below the floor of {}", f.count));
             }
@@ -105,6 +130,14 @@ impl Checker {
     pub fn pending_too_long(&mut self, at_s: Seconds, pod: &str, waited_s: Seconds, bound_s: Seconds, host: &str) {
         self.flag(at_s, "liveness", format!("pod {pod} pending {waited_s}s after faults stopped (bound {bound_s}s) while {host} could host it"));
     }
+
+    /// The run ended: violations past the kept ones are said, not lost.
+    pub fn end(&mut self, at_s: Seconds) {
+        if self.dropped > 0 {
+            let n = self.dropped;
+            self.violations.push(Violation { at_s, checker: "more", message: format!("{n} more violations not listed") });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -112,12 +145,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_second_claim_on_one_server_is_flagged() {
+    fn a_take_of_a_held_server_is_flagged() {
         let mut c = Checker::new(&[0, 0]);
-        c.claim_opened(5, 1, "s1");
-        c.claim_opened(6, 1, "s1");
-        assert_eq!(c.violations.len(), 1);
-        assert_eq!(c.violations[0].checker, "claimed-twice");
+        c.take_asked(5, 1, "s1", false);
+        c.claim_opened(1);
+        assert!(c.violations.is_empty());
+        c.take_asked(6, 1, "s1", false);
+        c.take_asked(6, 0, "s0", true);
+        assert_eq!(c.violations.len(), 2);
+        assert!(c.violations.iter().all(|v| v.checker == "claimed-twice"));
     }
 
     #[test]

@@ -133,12 +133,25 @@ impl Default for PolicySettings {
     }
 }
 
+/// A deliberately broken rack, for showing that the checkers catch what
+/// they are meant to catch. Never set by the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Broken {
+    /// The rack shows the autoscaler every node as empty (a stale cache)
+    /// and powers servers off without its fresh checks.
+    StaleEmptyNodes,
+}
+
 /// Everything that shapes a run besides the workload and the policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimConfig {
     pub seed: u64,
-    /// How often the autoscaler reconciles (power-off decisions, retries).
-    pub reconcile_interval_s: Seconds,
+    /// The autoscaler steps on every change of the rack; with nothing
+    /// changing, its scale-down looks again at the next idle threshold, at
+    /// the latest this long after its last look.
+    #[serde(default = "default_quiet_max_s")]
+    pub quiet_max_s: Seconds,
     /// A scale-up batch closes once no pod has arrived for this long...
     pub batch_idle_s: Seconds,
     /// ...or once it has been open this long (Karpenter: 1 s and 10 s).
@@ -154,13 +167,20 @@ pub struct SimConfig {
     pub failure_backoff_max_s: Seconds,
     /// Time from power-off command to off.
     pub power_off_s: Seconds,
-    /// A stage longer than this many times its median is stuck.
+    /// Drawn durations are cut at this many times their median; longer
+    /// is a fault, drawn on its own.
     pub stuck_factor: f64,
     /// End of the run; None: the workload's own end.
     pub duration_s: Option<Seconds>,
     pub policy: PolicySettings,
     /// Samples kept per time series for plots.
     pub timeline_points: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken: Option<Broken>,
+}
+
+fn default_quiet_max_s() -> Seconds {
+    3600
 }
 
 fn default_failure_backoff_max_s() -> Seconds {
@@ -171,7 +191,7 @@ impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             seed: 1,
-            reconcile_interval_s: 10,
+            quiet_max_s: default_quiet_max_s(),
             batch_idle_s: 1,
             batch_max_s: 10,
             scoring: Scoring::LeastAllocated,
@@ -184,6 +204,7 @@ impl Default for SimConfig {
             duration_s: None,
             policy: PolicySettings::default(),
             timeline_points: 480,
+            broken: None,
         }
     }
 }

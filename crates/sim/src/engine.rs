@@ -1,81 +1,53 @@
-//! The discrete-event engine: a virtual clock, an event queue, simulated
-//! servers that boot through stages with drawn durations and injected
-//! faults, a model of kube-scheduler that binds pods to Ready nodes, and
-//! the decision core's [`ironclaim_core::provision`] called on each closed
-//! batch of unschedulable pods, exactly as the controller will call it.
+//! The discrete-event engine: a virtual clock, an event queue and a
+//! simulated rack (BMCs that power servers on and off, boots with drawn
+//! durations and injected faults, nodes that register, turn Ready and pass
+//! their gates, a model of kube-scheduler that binds pods), driven by the
+//! autoscaler that ships: [`ironclaim_driver::Autoscaler`], the same state
+//! machine the controller runs. The rack implements the driver's
+//! [`World`] and carries out its [`Effect`]s, answering with [`Report`]s,
+//! as the controller does against the Kubernetes API and the BMCs.
+//!
+//! # What the rack models, and what it does not
+//! - A power-on takes the server's drawn power-on time; with a BMC fault
+//!   the BMC fails the request (the driver retries it). The OS then boots;
+//!   with a boot fault it never comes up, with a join fault no node ever
+//!   registers, with a GPU gate fault the node never passes its gates:
+//!   the driver's deadlines find each of those stuck.
+//! - A warm spare (powered on with no claim) boots and waits; claimed, its
+//!   node registers at once and goes through its join and readiness gates.
+//! - A power-off is carried out only after the same fresh checks the
+//!   controller makes: the server's claim is the one named, and the node
+//!   holds no workload pod.
+//! - Pods have no owners, so nothing evicts a workload pod (the core
+//!   refuses to drain a pod no controller would recreate); DaemonSet pods
+//!   are evicted last by drains. No PodDisruptionBudgets are modelled.
 //!
 //! # Determinism
-//! Events at the same second run in the order they were queued; every
-//! collection that is iterated is ordered (vectors, B-trees); hash maps are
-//! only looked up. Each server draws from its own seeded stream.
+//! Events at the same second run in the order they were queued, and the
+//! autoscaler steps once after them; every collection that is iterated is
+//! ordered (vectors, B-trees); hash maps are only looked up. Each server
+//! draws from its own seeded stream.
 
 use crate::check::Checker;
-use crate::config::{Scoring, SimConfig};
-use crate::policy::{FirstPod, FleetView, PolicyKind, PowerPolicy, ServerStatus};
+use crate::config::{Broken, Scoring, SimConfig};
+use crate::policy::{PolicyKind, Setup};
 use crate::rng::{SimRng, chance, lognormal_s, stream};
 use crate::workload::{HardwareClass, Workload, gpu_milli_of};
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint};
+use ironclaim_core::model::Arrival;
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
 use ironclaim_core::provision::{NODEPOOL_LABEL, SERVER_LABEL};
-use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot, Stage};
-use ironclaim_driver::backoff::{FailureBackoff, quarantines};
+use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot};
+use ironclaim_driver::autoscaler::World;
+use ironclaim_driver::{
+    Autoscaler, ClaimRecord, ClaimView, Effect, Eviction, NodeFacts, PowerFailure, Report, ScaleDownSettings, ServerFacts, Settings, Stage,
+};
 use serde::Serialize;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
-use std::fmt;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::time::Duration;
 
-/// Why a claim failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureReason {
-    /// The BMC refused or dropped the power-on request.
-    BmcError,
-    /// PXE or local boot failed.
-    BootFailed,
-    /// The node never registered (or booted past the stuck threshold).
-    JoinTimeout,
-    /// The GPU driver validation gate failed.
-    GpuGateFailed,
-}
-
-impl FailureReason {
-    pub fn label(self) -> &'static str {
-        match self {
-            FailureReason::BmcError => "bmc_error",
-            FailureReason::BootFailed => "boot_failed",
-            FailureReason::JoinTimeout => "join_timeout",
-            FailureReason::GpuGateFailed => "gpu_gate_failed",
-        }
-    }
-}
-
-impl fmt::Display for FailureReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-const STAGES: [(Stage, &str); 5] = [
-    (Stage::Selected, "selected"),
-    (Stage::PoweringOn, "powering_on"),
-    (Stage::Booting, "booting"),
-    (Stage::Joined, "joined"),
-    (Stage::Ready, "ready"),
-];
-
-fn stage_rank(stage: Stage) -> u8 {
-    STAGES.iter().position(|(s, _)| *s == stage).unwrap_or(0) as u8
-}
-
-pub fn stage_label(stage: Stage) -> &'static str {
-    match stage {
-        Stage::Selected => "selected",
-        Stage::PoweringOn => "powering_on",
-        Stage::Booting => "booting",
-        Stage::Joined => "joined",
-        Stage::Ready => "ready",
-    }
-}
+pub use ironclaim_driver::FailureReason;
 
 /// What the run is compared on, shared by every policy: server classes,
 /// NodePool membership, unique pod names and the pods no server can host.
@@ -167,48 +139,64 @@ impl Prepared {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+enum Power {
     Off,
-    Starting,
-    Ready,
+    PoweringOn,
+    On,
     Stopping,
 }
 
+/// The draws of one power-on: durations and which faults strike.
+#[derive(Clone, Copy, Debug)]
+struct Attempt {
+    power_on_s: Seconds,
+    boot_s: Seconds,
+    join_s: Seconds,
+    ready_s: Seconds,
+    bmc_error: bool,
+    boot_fails: bool,
+    never_joins: bool,
+    gate_fails: bool,
+}
+
+/// A node of the rack: registered by a claimed server's kubelet.
+#[derive(Clone, Debug)]
+struct NodeRun {
+    ready_since: Option<Seconds>,
+    gates_passed: bool,
+    cordoned: bool,
+    disrupting: bool,
+}
+
 struct Srv {
-    state: State,
+    power: Power,
+    /// The OS is up (a warm spare waits here until claimed).
+    booted: bool,
+    /// The claim the server's status names.
+    holder: Option<String>,
     health: Health,
-    consecutive_failures: u32,
+    /// Failed claims in a row, and in all.
+    in_row: u32,
     failures: u32,
+    last_failure_s: Option<Seconds>,
+    node: Option<NodeRun>,
+    recorded_idle: Option<Seconds>,
+    business_s: Option<Seconds>,
     allocated: Resources,
     workload_pods: Vec<usize>,
     daemon_pods: Vec<usize>,
-    idle_since: Option<Seconds>,
     labels: Labels,
     taints: Vec<Taint>,
-    pool: Option<usize>,
     rng: SimRng,
     watts: f64,
-    /// Watts above idle while Ready (utilisation).
+    /// Watts above idle while a schedulable node (utilisation).
     dynamic_watts: f64,
+    /// Bumped when a power action starts: events of an earlier one are void.
     epoch: u64,
-    claim: Option<usize>,
-}
-
-struct Step {
-    stage: Stage,
-    duration_s: Seconds,
-    fails: Option<FailureReason>,
-}
-
-struct ClaimRun {
-    server: usize,
-    pool: usize,
-    spare: bool,
-    stage: Stage,
-    stage_started_s: Seconds,
-    steps: Vec<Step>,
-    step: usize,
-    opened_s: Seconds,
+    attempt: Option<Attempt>,
+    /// Power-on and power-off requests waiting for the action under way.
+    on_waiting: u32,
+    off_waiting: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -223,20 +211,19 @@ struct PodRun {
     state: PodState,
     bound_at: Option<Seconds>,
     withdrawn_at: Option<Seconds>,
-    covered_by: Option<usize>,
-    attempted_epoch: Option<u64>,
-    last_reason: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
     Arrive(usize),
     Depart(usize),
-    StageDone { server: usize, epoch: u64 },
+    PowerOnDone { server: usize, epoch: u64 },
+    BootDone { server: usize, epoch: u64 },
+    Register { server: usize, epoch: u64 },
+    NodeReady { server: usize, epoch: u64 },
+    GatesDone { server: usize, epoch: u64 },
     StopDone { server: usize, epoch: u64 },
-    BackoffOver { server: usize, epoch: u64 },
-    BatchClose,
-    Reconcile,
+    Wake,
 }
 
 struct Queued {
@@ -271,8 +258,6 @@ const MAX_FAILED_CLAIMS_KEPT: usize = 200;
 pub struct FailedClaim {
     pub claim: String,
     pub server: String,
-    /// Opened by the power policy for a warm spare, not for pods.
-    pub spare: bool,
     pub opened_s: Seconds,
     pub failed_s: Seconds,
     pub stage: &'static str,
@@ -306,14 +291,19 @@ pub struct RunStats {
     pub deadline_misses: u64,
     pub power_on_cycles: Vec<u32>,
     pub claims_for_pods: u64,
+    /// Warm spares powered on by scale-down.
     pub claims_spare: u64,
     pub claims_ready: u64,
     pub claims_in_flight_at_end: u64,
     pub cold_to_ready_s: Vec<Seconds>,
     pub failures: Vec<FailureCount>,
-    pub stale_accounting: u64,
+    /// Power-offs the rack's fresh checks refused (the claim or the node's
+    /// pods were not what the autoscaler believed).
+    pub power_offs_refused: u64,
+    pub drains_done: u64,
     pub provision_calls: u64,
-    /// Last core reason for pods that were still pending at the end.
+    pub scale_down_passes: u64,
+    /// Why the pods still pending at the end wait, as the core says at the end.
     pub waiting_reasons: Vec<(String, u64)>,
     pub violations: Vec<crate::check::Violation>,
     pub timeline: Timeline,
@@ -331,50 +321,6 @@ pub struct Timeline {
     pub pending: Vec<u32>,
 }
 
-pub struct Engine<'a> {
-    w: &'a Workload,
-    prep: &'a Prepared,
-    cfg: &'a SimConfig,
-    policy: Box<dyn PowerPolicy + 'a>,
-    now: Seconds,
-    end: Seconds,
-    queue: BinaryHeap<Queued>,
-    seq: u64,
-    srv: Vec<Srv>,
-    status: Vec<ServerStatus>,
-    cycles: Vec<u32>,
-    powered: BTreeSet<usize>,
-    ready: BTreeSet<usize>,
-    pods: Vec<PodRun>,
-    pending: BTreeSet<(i64, Seconds, usize)>,
-    claims: Vec<ClaimRun>,
-    world_epoch: u64,
-    batch: Option<(Seconds, Seconds)>,
-    reconciles: BTreeSet<Seconds>,
-    in_reconcile: bool,
-    fleet_watts: f64,
-    fleet_dynamic_watts: f64,
-    energy_j: f64,
-    dynamic_j: f64,
-    powered_area: f64,
-    last_t: Seconds,
-    peak_powered: usize,
-    checker: Checker,
-    timeline: Timeline,
-    sample_every: Seconds,
-    next_sample: Seconds,
-    failures: BTreeMap<(u8, FailureReason), u64>,
-    failed_claims: Vec<FailedClaim>,
-    cold_to_ready: Vec<Seconds>,
-    claims_for_pods: u64,
-    claims_spare: u64,
-    claims_ready: u64,
-    stale: u64,
-    provision_calls: u64,
-    liveness_bound_s: Seconds,
-    last_liveness_check: Seconds,
-}
-
 /// Whether `request` fits next to `used` on `capacity`, with the rules of
 /// [`Resources::fits`], without building the free vector.
 fn fits_beside(request: &Resources, used: &Resources, capacity: &Resources) -> bool {
@@ -386,77 +332,150 @@ fn fits_beside(request: &Resources, used: &Resources, capacity: &Resources) -> b
         && request.extended.iter().all(|(name, r)| ok(*r, used.extended(name), capacity.extended(name)))
 }
 
-fn ds_owner() -> Option<Owner> {
-    Some(Owner { kind: "DaemonSet".into(), name: String::new() })
+pub struct Engine<'a> {
+    w: &'a Workload,
+    prep: &'a Prepared,
+    cfg: &'a SimConfig,
+    kind: PolicyKind,
+    setup: Setup,
+    auto: Option<Autoscaler>,
+    now: Seconds,
+    end: Seconds,
+    queue: BinaryHeap<Queued>,
+    seq: u64,
+    wakes: BTreeSet<Seconds>,
+    srv: Vec<Srv>,
+    cycles: Vec<u32>,
+    /// Servers not off.
+    powered: BTreeSet<usize>,
+    /// Schedulable nodes: Ready, gates passed, not cordoned.
+    ready: BTreeSet<usize>,
+    pods: Vec<PodRun>,
+    pending: BTreeSet<(i64, Seconds, usize)>,
+    /// The claims the world records (NodeClaims and their servers' claims).
+    claims: BTreeMap<String, ClaimRecord>,
+    /// The first pod of each live claim: the fresh demand adaptive floors count.
+    arrivals: BTreeMap<String, Arrival>,
+    abandoned: BTreeMap<String, Seconds>,
+    reports: Vec<Report>,
+    changed: bool,
+    fleet_watts: f64,
+    fleet_dynamic_watts: f64,
+    energy_j: f64,
+    dynamic_j: f64,
+    powered_area: f64,
+    last_t: Seconds,
+    peak_powered: usize,
+    checker: Checker,
+    timeline: Timeline,
+    sample_every: Seconds,
+    next_sample: Seconds,
+    failures: BTreeMap<(Stage, FailureReason), u64>,
+    failed_claims: Vec<FailedClaim>,
+    cold_to_ready: Vec<Seconds>,
+    claims_ready: u64,
+    power_offs_refused: u64,
+    liveness_bound_s: Seconds,
+    last_liveness_check: Seconds,
+}
+
+/// Free powered-off servers of one group a scale-down pass sees.
+pub const COLD_PER_GROUP_FOR_SCALE_DOWN: usize = 8;
+
+fn secs(d: Duration) -> Seconds {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+}
+
+/// The autoscaler's settings in the simulator: the controller's defaults,
+/// with the run's batch windows, failure backoff and quarantine, stepped on
+/// every change of the rack rather than on a fixed tick.
+pub fn autoscaler_settings(cfg: &SimConfig, scale_down: bool) -> Settings {
+    let mut s = Settings::default();
+    s.windows.idle = Duration::from_secs(cfg.batch_idle_s);
+    s.windows.max = Duration::from_secs(cfg.batch_max_s);
+    s.reconcile_every = Duration::ZERO;
+    s.backoff.base_s = cfg.failure_backoff_s;
+    s.backoff.max_s = cfg.failure_backoff_max_s;
+    s.claims.quarantine_after = cfg.quarantine_after_failures;
+    s.name_seed = cfg.seed;
+    s.held_notes = false;
+    s.scale_down = scale_down.then(|| ScaleDownSettings { quiet_max: Some(Duration::from_secs(cfg.quiet_max_s.max(1))), ..Default::default() });
+    s
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(w: &'a Workload, prep: &'a Prepared, cfg: &'a SimConfig, policy: Box<dyn PowerPolicy + 'a>) -> Self {
+    pub fn new(w: &'a Workload, prep: &'a Prepared, cfg: &'a SimConfig, kind: PolicyKind) -> Self {
+        let setup = crate::policy::setup(kind, w, prep, &cfg.policy);
         let n = w.servers.len();
         let srv = (0..n)
             .map(|i| Srv {
-                state: State::Off,
+                power: Power::Off,
+                booted: false,
+                holder: None,
                 health: Health::Healthy,
-                consecutive_failures: 0,
+                in_row: 0,
                 failures: 0,
+                last_failure_s: None,
+                node: None,
+                recorded_idle: None,
+                business_s: None,
                 allocated: Resources::default(),
                 workload_pods: Vec::new(),
                 daemon_pods: Vec::new(),
-                idle_since: None,
                 labels: Labels::new(),
                 taints: Vec::new(),
-                pool: prep.pool_of[i],
                 rng: stream(cfg.seed, "server", i as u64),
                 watts: w.servers[i].server.power.off_watts,
                 dynamic_watts: 0.0,
                 epoch: 0,
-                claim: None,
+                attempt: None,
+                on_waiting: 0,
+                off_waiting: 0,
             })
             .collect();
         let end = prep.end_s;
         let points = cfg.timeline_points.max(2) as u64;
+        let deadlines = ironclaim_driver::claim::ClaimSettings::default().deadlines;
         let max_cold: Seconds = w
             .servers
             .iter()
             .map(|s| {
                 let d = &s.server.durations;
-                let f = cfg.stuck_factor * cfg.faults.slow_boot_factor.max(1.0);
-                (d.cold_s() as f64 * f) as Seconds
+                let stuck = |stage| deadlines.budget(stage, d).map_or(0, |b| b.stuck_after_s);
+                stuck(Stage::PoweringOn) + stuck(Stage::Booting) + stuck(Stage::Joined)
             })
             .max()
             .unwrap_or(0);
-        let liveness_bound_s = 2 * max_cold + cfg.batch_max_s + 3 * cfg.reconcile_interval_s + 2 * cfg.power_off_s;
+        // Once faults stop, a pod waits at most for one failed path and one
+        // good one, each up to its stuck deadlines, a batch and a backoff.
+        let liveness_bound_s = 2 * max_cold + cfg.batch_max_s + cfg.failure_backoff_max_s + 2 * cfg.power_off_s + 60;
         let fleet_watts = w.servers.iter().map(|s| s.server.power.off_watts).sum();
+        let mut checker = Checker::new(&prep.class_of);
+        checker.declare_floors(&setup.floors);
+        let auto = Autoscaler::new(autoscaler_settings(cfg, setup.scale_down));
         Engine {
             w,
             prep,
             cfg,
-            policy,
+            kind,
+            setup,
+            auto: Some(auto),
             now: 0,
             end,
             queue: BinaryHeap::new(),
             seq: 0,
+            wakes: BTreeSet::new(),
             srv,
-            status: vec![ServerStatus::Off; n],
             cycles: vec![0; n],
             powered: BTreeSet::new(),
             ready: BTreeSet::new(),
-            pods: (0..prep.pods.len())
-                .map(|_| PodRun {
-                    state: PodState::NotArrived,
-                    bound_at: None,
-                    withdrawn_at: None,
-                    covered_by: None,
-                    attempted_epoch: None,
-                    last_reason: None,
-                })
-                .collect(),
+            pods: (0..prep.pods.len()).map(|_| PodRun { state: PodState::NotArrived, bound_at: None, withdrawn_at: None }).collect(),
             pending: BTreeSet::new(),
-            claims: Vec::new(),
-            world_epoch: 0,
-            batch: None,
-            reconciles: BTreeSet::new(),
-            in_reconcile: false,
+            claims: BTreeMap::new(),
+            arrivals: BTreeMap::new(),
+            abandoned: BTreeMap::new(),
+            reports: Vec::new(),
+            changed: true,
             fleet_watts,
             fleet_dynamic_watts: 0.0,
             energy_j: 0.0,
@@ -464,18 +483,15 @@ impl<'a> Engine<'a> {
             powered_area: 0.0,
             last_t: 0,
             peak_powered: 0,
-            checker: Checker::new(&prep.class_of),
+            checker,
             timeline: Timeline::default(),
             sample_every: (end / points).max(1),
             next_sample: 0,
             failures: BTreeMap::new(),
             failed_claims: Vec::new(),
             cold_to_ready: Vec::new(),
-            claims_for_pods: 0,
-            claims_spare: 0,
             claims_ready: 0,
-            stale: 0,
-            provision_calls: 0,
+            power_offs_refused: 0,
             liveness_bound_s,
             last_liveness_check: 0,
         }
@@ -486,16 +502,8 @@ impl<'a> Engine<'a> {
         self.queue.push(Queued { at, seq: self.seq, event });
     }
 
-    fn request_reconcile(&mut self, at: Seconds) {
-        let i = self.cfg.reconcile_interval_s.max(1);
-        let mut t = at.max(self.now);
-        if self.in_reconcile && t <= self.now {
-            t = self.now + 1;
-        }
-        let aligned = t.div_ceil(i) * i;
-        if self.reconciles.insert(aligned) {
-            self.push(aligned, Event::Reconcile);
-        }
+    fn index(&self, server: &str) -> Option<usize> {
+        self.prep.server_index.get(server).copied()
     }
 
     /// Runs to the end and returns the statistics.
@@ -511,28 +519,14 @@ impl<'a> Engine<'a> {
                 self.push(d, Event::Depart(i));
             }
         }
-        let powered: Vec<usize> = self.powered.iter().copied().collect();
-        let on = {
-            let view = FleetView {
-                now_s: 0,
-                servers: &self.w.servers,
-                classes: &self.prep.classes,
-                class_of: &self.prep.class_of,
-                status: &self.status,
-                power_on_cycles: &self.cycles,
-                powered: &powered,
-            };
-            self.policy.initially_on(&view)
-        };
-        for s in on {
-            if self.srv[s].state == State::Off
-                && let Some(pool) = self.srv[s].pool
-            {
-                self.powered.insert(s);
-                self.make_ready(s, pool);
+        if self.setup.all_on_at_start {
+            for s in 0..self.srv.len() {
+                if let Some(pool) = self.prep.pool_of[s] {
+                    self.start_as_node(s, pool);
+                }
             }
         }
-        self.request_reconcile(0);
+        self.push(0, Event::Wake);
         let mut handled: u64 = 0;
         while let Some(q) = self.queue.pop() {
             if q.at > self.end {
@@ -540,6 +534,10 @@ impl<'a> Engine<'a> {
             }
             self.advance(q.at);
             self.handle(q.event);
+            // Everything due at this second first, then one step.
+            if self.queue.peek().is_none_or(|n| n.at > self.now) {
+                self.drive();
+            }
             handled += 1;
             if handled.is_multiple_of(4096) && self.end > 0 {
                 progress(self.now as f64 / self.end as f64);
@@ -570,41 +568,542 @@ impl<'a> Engine<'a> {
     }
 
     fn handle(&mut self, event: Event) {
+        let live = |e: &Self, s: usize, epoch: u64| e.srv[s].epoch == epoch;
         match event {
             Event::Arrive(p) => self.arrive(p),
             Event::Depart(p) => self.depart(p),
-            Event::StageDone { server, epoch } if self.srv[server].epoch == epoch => self.stage_done(server),
-            Event::StopDone { server, epoch } if self.srv[server].epoch == epoch => self.stop_done(server),
-            Event::BackoffOver { server, epoch } if self.srv[server].epoch == epoch && self.srv[server].health == Health::Failed => {
-                self.srv[server].health = Health::Healthy;
-                if self.srv[server].state == State::Off {
-                    self.status[server] = ServerStatus::Off;
+            Event::PowerOnDone { server, epoch } if live(self, server, epoch) => self.power_on_done(server),
+            Event::BootDone { server, epoch } if live(self, server, epoch) => self.boot_done(server),
+            Event::Register { server, epoch } if live(self, server, epoch) => self.register(server),
+            Event::NodeReady { server, epoch } if live(self, server, epoch) => self.node_ready(server),
+            Event::GatesDone { server, epoch } if live(self, server, epoch) => self.gates_done(server),
+            Event::StopDone { server, epoch } if live(self, server, epoch) => self.stop_done(server),
+            Event::Wake => {
+                self.wakes.remove(&self.now);
+                return;
+            }
+            _ => return,
+        }
+        self.changed = true;
+    }
+
+    // ---- the autoscaler ------------------------------------------------------
+
+    /// One step of the autoscaler at `now`: the answers that came in, the
+    /// step, every effect carried out and its answer handed back; then the
+    /// next wake-up is queued.
+    fn drive(&mut self) {
+        let Some(mut auto) = self.auto.take() else { return };
+        let now = Duration::from_secs(self.now);
+        if std::mem::take(&mut self.changed) {
+            auto.changed(now);
+        }
+        let mut effects: VecDeque<Effect> = VecDeque::new();
+        for r in std::mem::take(&mut self.reports) {
+            effects.extend(auto.report(r, now));
+        }
+        effects.extend(auto.step(&*self, now));
+        while let Some(e) = effects.pop_front() {
+            if let Some(r) = self.apply(e) {
+                effects.extend(auto.report(r, now));
+            }
+            for r in std::mem::take(&mut self.reports) {
+                effects.extend(auto.report(r, now));
+            }
+        }
+        let next = secs(auto.next_wake()).max(self.now + 1);
+        self.auto = Some(auto);
+        if self.changed {
+            // Effects changed the rack: the claims see it one second on,
+            // as a controller sees its own writes at its next reconcile.
+            self.schedule_wake(self.now + 1);
+        } else if next <= self.end {
+            self.schedule_wake(next);
+        }
+        self.check_liveness();
+    }
+
+    fn schedule_wake(&mut self, at: Seconds) {
+        // Only the earliest wake matters: a later one finds nothing new.
+        if self.wakes.first().is_some_and(|&t| t <= at) {
+            return;
+        }
+        self.wakes.insert(at);
+        self.push(at, Event::Wake);
+    }
+
+    /// Carries out one effect as the controller's executor would, with
+    /// the same fresh checks; returns its answer when it has one now.
+    fn apply(&mut self, effect: Effect) -> Option<Report> {
+        match effect {
+            Effect::TakeServer { claim } => Some(self.take(claim)),
+            Effect::PowerOn { server, claim } => self.power_on(&server, claim.as_deref()),
+            Effect::PowerOff { server, claim, node } => self.power_off(&server, claim.as_deref(), node.as_deref()),
+            Effect::ReadPower { server } => {
+                let on = self.index(&server).is_some_and(|s| self.srv[s].power == Power::On);
+                Some(Report::PowerRead { server, result: Ok(on) })
+            }
+            Effect::EnterStage { claim, stage, .. } => {
+                let now = self.now;
+                if let Some(r) = self.claims.get_mut(&claim) {
+                    r.stage = stage;
+                    r.stage_started_s = now;
+                    r.history.push((stage, now));
+                    if stage == Stage::Ready {
+                        self.claims_ready += 1;
+                        self.cold_to_ready.push(now - r.created_s);
+                        let server = r.server.clone();
+                        if let Some(s) = self.index(&server) {
+                            self.checker.claim_closed(s);
+                        }
+                    }
                 }
-                self.world_changed();
+                self.changed = true;
+                None
             }
-            Event::BatchClose => self.batch_close(),
-            Event::Reconcile => {
-                self.reconciles.remove(&self.now);
-                self.reconcile();
+            Effect::LinkNode { claim, node, .. } => {
+                if let Some(r) = self.claims.get_mut(&claim) {
+                    r.node = Some(node);
+                }
+                None
             }
-            _ => {}
+            Effect::Measure { server, .. } => {
+                if let Some(s) = self.index(&server) {
+                    self.srv[s].in_row = 0;
+                }
+                None
+            }
+            Effect::FailClaim { claim, reason, .. } => {
+                self.fail_claim(&claim, reason);
+                None
+            }
+            Effect::Release { server, claim, count_failure, quarantine } => {
+                self.release(&server, &claim, count_failure, quarantine);
+                None
+            }
+            Effect::DeleteClaim { claim } => {
+                self.claims.remove(&claim);
+                None
+            }
+            Effect::Cordon { node, .. } => {
+                if let Some(s) = self.index(&node) {
+                    if let Some(n) = self.srv[s].node.as_mut() {
+                        n.cordoned = true;
+                        n.disrupting = true;
+                    }
+                    self.ready.remove(&s);
+                }
+                None
+            }
+            Effect::Evict { node, pod } => Some(self.evict(node, pod)),
+            Effect::Uncordon { node, abandoned } => {
+                if abandoned {
+                    self.abandoned.insert(node.clone(), self.now);
+                }
+                if let Some(s) = self.index(&node)
+                    && let Some(n) = self.srv[s].node.as_mut()
+                {
+                    n.cordoned = false;
+                    n.disrupting = false;
+                    if n.gates_passed && self.srv[s].power == Power::On {
+                        self.ready.insert(s);
+                        self.bind_pending();
+                    }
+                }
+                self.changed = true;
+                None
+            }
+            Effect::DeleteNode { node } => {
+                if let Some(s) = self.index(&node) {
+                    self.ready.remove(&s);
+                    self.srv[s].node = None;
+                    self.srv[s].daemon_pods.clear();
+                }
+                self.changed = true;
+                None
+            }
+            Effect::RecordIdle { server, since } => {
+                if let Some(s) = self.index(&server) {
+                    self.srv[s].recorded_idle = since;
+                }
+                None
+            }
+            Effect::Note { .. } => None,
         }
     }
 
-    // ---- power and state -------------------------------------------------
+    fn take(&mut self, claim: ClaimRecord) -> Report {
+        let Some(s) = self.index(&claim.server) else {
+            return Report::TakeFailed { claim: claim.name, message: "no such server".into() };
+        };
+        let name = claim.name.clone();
+        self.checker.take_asked(self.now, s, &claim.server, self.srv[s].holder.is_some() || self.srv[s].node.is_some());
+        if let Some(h) = &self.srv[s].holder {
+            return if *h == name { Report::Taken { claim: name, newly: false } } else { Report::Held { claim: name, holder: h.clone() } };
+        }
+        if self.srv[s].health != Health::Healthy && self.srv[s].health != Health::Failed {
+            return Report::Held { claim: name, holder: format!("{:?}", self.srv[s].health).to_lowercase() };
+        }
+        self.srv[s].holder = Some(name.clone());
+        self.srv[s].business_s = Some(self.now);
+        self.checker.claim_opened(s);
+        if let Some(first) = claim.pods.iter().filter_map(|k| self.prep.pod_index.get(k)).min_by_key(|&&p| (self.w.pods[p].arrival_s, p)) {
+            let pod = &self.prep.pods[*first];
+            self.arrivals.insert(name.clone(), Arrival { at_s: pod.created_s, server: claim.server.clone(), deadline_s: pod.deadline_s });
+        }
+        self.claims.insert(name.clone(), claim);
+        self.changed = true;
+        Report::Taken { claim: name, newly: true }
+    }
+
+    fn draw_attempt(&mut self, s: usize) -> Attempt {
+        let d = self.w.servers[s].server.durations;
+        let has_gpu = gpu_milli_of(&self.w.servers[s].server.capacity) > 0;
+        let f = &self.cfg.faults;
+        let faults = f.active_at(self.now);
+        let cut = self.cfg.stuck_factor;
+        let rng = &mut self.srv[s].rng;
+        let power_on_s = lognormal_s(rng, d.power_on_s, d.tail_percent, cut);
+        let mut boot_s = lognormal_s(rng, d.boot_s, d.tail_percent, cut);
+        let join_s = lognormal_s(rng, d.join_s, d.tail_percent, cut);
+        let ready_s = lognormal_s(rng, d.ready_s, d.tail_percent, cut);
+        let slow = chance(rng, f.slow_boot_probability);
+        let bmc = chance(rng, f.bmc_error_probability);
+        let boot_fail = chance(rng, f.boot_failure_probability);
+        let never_joins = chance(rng, f.never_joins_probability);
+        let gate = chance(rng, f.gpu_gate_failure_probability);
+        if faults && slow {
+            boot_s = (boot_s as f64 * f.slow_boot_factor.max(1.0)).round() as Seconds;
+        }
+        Attempt {
+            power_on_s,
+            boot_s,
+            join_s,
+            ready_s,
+            bmc_error: faults && bmc,
+            boot_fails: faults && boot_fail,
+            never_joins: faults && never_joins,
+            gate_fails: faults && gate && has_gpu,
+        }
+    }
+
+    fn power_on(&mut self, server: &str, claim: Option<&str>) -> Option<Report> {
+        let s = self.index(server)?;
+        let refuse = |why: String| {
+            Some(Report::PoweredOn {
+                server: server.to_string(),
+                result: Err(PowerFailure { reason: FailureReason::ServerUnavailable, message: why }),
+            })
+        };
+        if self.srv[s].holder.as_deref() != claim {
+            return refuse(format!("server {server} is not held by {}", claim.unwrap_or("nothing")));
+        }
+        match self.srv[s].power {
+            Power::Off => {
+                let a = self.draw_attempt(s);
+                let srv = &mut self.srv[s];
+                srv.attempt = Some(a);
+                srv.power = Power::PoweringOn;
+                srv.epoch += 1;
+                srv.on_waiting = 1;
+                let epoch = srv.epoch;
+                self.cycles[s] += 1;
+                self.checker.powered_idle(s);
+                self.powered.insert(s);
+                self.peak_powered = self.peak_powered.max(self.powered.len());
+                self.refresh_watts(s);
+                let took = if a.bmc_error { a.power_on_s.min(15) } else { a.power_on_s };
+                self.push(self.now + took, Event::PowerOnDone { server: s, epoch });
+                None
+            }
+            Power::PoweringOn => {
+                self.srv[s].on_waiting += 1;
+                None
+            }
+            Power::On => {
+                // Already on (a warm spare): the claim's path starts from
+                // its boot, with fresh draws for the join and the gates.
+                if claim.is_some() {
+                    let mut a = self.draw_attempt(s);
+                    a.bmc_error = false;
+                    a.boot_fails = false;
+                    self.srv[s].attempt = Some(a);
+                    if self.srv[s].booted && self.srv[s].node.is_none() {
+                        let epoch = self.srv[s].epoch;
+                        self.push(self.now, Event::Register { server: s, epoch });
+                    }
+                }
+                Some(Report::PoweredOn { server: server.to_string(), result: Ok(()) })
+            }
+            Power::Stopping => Some(Report::PoweredOn {
+                server: server.to_string(),
+                result: Err(PowerFailure { reason: FailureReason::PowerActionFailed, message: "the server is shutting down".into() }),
+            }),
+        }
+    }
+
+    fn power_on_done(&mut self, s: usize) {
+        let Some(a) = self.srv[s].attempt else { return };
+        let name = self.w.servers[s].server.name.clone();
+        let waiting = std::mem::take(&mut self.srv[s].on_waiting).max(1);
+        let result = if a.bmc_error {
+            self.srv[s].power = Power::Off;
+            self.powered.remove(&s);
+            self.checker.powered_down(s);
+            Err(PowerFailure { reason: FailureReason::PowerActionFailed, message: "the BMC failed the power-on request".into() })
+        } else {
+            self.srv[s].power = Power::On;
+            self.srv[s].booted = false;
+            if !a.boot_fails {
+                let epoch = self.srv[s].epoch;
+                self.push(self.now + a.boot_s, Event::BootDone { server: s, epoch });
+            }
+            Ok(())
+        };
+        self.refresh_watts(s);
+        for _ in 0..waiting {
+            self.reports.push(Report::PoweredOn { server: name.clone(), result: result.clone() });
+        }
+    }
+
+    fn boot_done(&mut self, s: usize) {
+        self.srv[s].booted = true;
+        if self.srv[s].holder.is_some() && self.srv[s].node.is_none() {
+            self.register(s);
+        }
+        self.refresh_watts(s);
+    }
+
+    /// The claimed server's kubelet registers its node (not Ready yet).
+    fn register(&mut self, s: usize) {
+        let Some(a) = self.srv[s].attempt else { return };
+        if a.never_joins || self.srv[s].node.is_some() {
+            return;
+        }
+        let Some(holder) = self.srv[s].holder.clone() else { return };
+        let Some(pool) = self.claims.get(&holder).and_then(|r| self.setup.pools.iter().position(|p| p.name == r.pool)) else { return };
+        let sim = &self.w.servers[s];
+        let p = &self.setup.pools[pool];
+        let mut labels = sim.server.labels.clone();
+        labels.extend(p.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels.insert(NODEPOOL_LABEL.to_string(), p.name.clone());
+        labels.insert(SERVER_LABEL.to_string(), sim.server.name.clone());
+        labels.insert(HOSTNAME.to_string(), sim.server.name.clone());
+        let taints = p.taints.clone();
+        let srv = &mut self.srv[s];
+        srv.labels = labels;
+        srv.taints = taints;
+        srv.node = Some(NodeRun { ready_since: None, gates_passed: false, cordoned: false, disrupting: false });
+        srv.business_s = Some(self.now);
+        let epoch = srv.epoch;
+        self.push(self.now + a.join_s, Event::NodeReady { server: s, epoch });
+    }
+
+    fn node_ready(&mut self, s: usize) {
+        let Some(a) = self.srv[s].attempt else { return };
+        let Some(n) = self.srv[s].node.as_mut() else { return };
+        n.ready_since = Some(self.now);
+        if !a.gate_fails {
+            let epoch = self.srv[s].epoch;
+            self.push(self.now + a.ready_s, Event::GatesDone { server: s, epoch });
+        }
+    }
+
+    fn gates_done(&mut self, s: usize) {
+        let Some(n) = self.srv[s].node.as_mut() else { return };
+        n.gates_passed = true;
+        let schedulable = !n.cordoned;
+        self.place_daemonsets(s);
+        if schedulable {
+            self.ready.insert(s);
+        }
+        self.checker.node_ready(s);
+        self.refresh_watts(s);
+        self.bind_pending();
+    }
+
+    /// A server that was a Ready node before the run began.
+    fn start_as_node(&mut self, s: usize, pool: usize) {
+        let a = self.draw_attempt(s);
+        let sim = &self.w.servers[s];
+        let p = &self.setup.pools[pool];
+        let mut labels = sim.server.labels.clone();
+        labels.extend(p.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels.insert(NODEPOOL_LABEL.to_string(), p.name.clone());
+        labels.insert(SERVER_LABEL.to_string(), sim.server.name.clone());
+        labels.insert(HOSTNAME.to_string(), sim.server.name.clone());
+        let taints = p.taints.clone();
+        let srv = &mut self.srv[s];
+        srv.attempt = Some(a);
+        srv.power = Power::On;
+        srv.booted = true;
+        srv.labels = labels;
+        srv.taints = taints;
+        srv.node = Some(NodeRun { ready_since: Some(0), gates_passed: true, cordoned: false, disrupting: false });
+        self.powered.insert(s);
+        self.peak_powered = self.peak_powered.max(self.powered.len());
+        self.place_daemonsets(s);
+        self.ready.insert(s);
+        self.checker.powered_idle(s);
+        self.checker.node_ready(s);
+        self.refresh_watts(s);
+    }
+
+    fn place_daemonsets(&mut self, s: usize) {
+        let name = &self.w.servers[s].server.name;
+        let srv = &mut self.srv[s];
+        srv.allocated = Resources::default();
+        srv.daemon_pods.clear();
+        for p in &srv.workload_pods {
+            srv.allocated.add(&self.prep.pods[*p].requests);
+        }
+        for (i, ds) in self.w.daemonsets.iter().enumerate() {
+            let t = &ds.template;
+            if check_node_affinity(t, &srv.labels, name).is_ok() && check_taints(t, &srv.taints, false).is_ok() {
+                srv.allocated.add(&Resources { pods: 1, ..t.requests.clone() });
+                srv.daemon_pods.push(i);
+            }
+        }
+    }
+
+    fn power_off(&mut self, server: &str, claim: Option<&str>, node: Option<&str>) -> Option<Report> {
+        let s = self.index(server)?;
+        let unchecked = self.cfg.broken == Some(Broken::StaleEmptyNodes);
+        let refused = if self.srv[s].holder.as_deref() != claim {
+            Some(format!("server {server} is held by {}, not {}", self.srv[s].holder.as_deref().unwrap_or("nothing"), claim.unwrap_or("nothing")))
+        } else if node.is_some() && !self.srv[s].workload_pods.is_empty() {
+            Some(format!("node {} runs {} workload pod(s)", node.unwrap_or_default(), self.srv[s].workload_pods.len()))
+        } else {
+            None
+        };
+        if let Some(why) = refused
+            && !unchecked
+        {
+            self.power_offs_refused += 1;
+            return Some(Report::PoweredOff { server: server.to_string(), result: Ok(()), refused: Some(why) });
+        }
+        match self.srv[s].power {
+            Power::Off => Some(Report::PoweredOff { server: server.to_string(), result: Ok(()), refused: None }),
+            Power::Stopping => {
+                self.srv[s].off_waiting += 1;
+                None
+            }
+            Power::PoweringOn | Power::On => {
+                self.begin_stop(s);
+                None
+            }
+        }
+    }
+
+    fn begin_stop(&mut self, s: usize) {
+        self.checker.powering_off(self.now, s, &self.w.servers[s].server.name);
+        self.ready.remove(&s);
+        // Pods on a machine that loses power fail; their controllers (here,
+        // the trace) want them back, so they wait again.
+        let lost = std::mem::take(&mut self.srv[s].workload_pods);
+        for p in lost {
+            self.pods[p].state = PodState::Pending;
+            self.pods[p].bound_at = None;
+            self.pending.insert(self.pending_key(p));
+        }
+        let srv = &mut self.srv[s];
+        srv.power = Power::Stopping;
+        srv.booted = false;
+        srv.allocated = Resources::default();
+        srv.daemon_pods.clear();
+        srv.epoch += 1;
+        srv.off_waiting += 1;
+        if let Some(n) = srv.node.as_mut() {
+            n.ready_since = None;
+            n.gates_passed = false;
+        }
+        let epoch = srv.epoch;
+        self.refresh_watts(s);
+        self.push(self.now + self.cfg.power_off_s, Event::StopDone { server: s, epoch });
+        self.changed = true;
+    }
+
+    fn stop_done(&mut self, s: usize) {
+        self.srv[s].power = Power::Off;
+        self.srv[s].attempt = None;
+        self.powered.remove(&s);
+        self.refresh_watts(s);
+        let name = self.w.servers[s].server.name.clone();
+        for _ in 0..std::mem::take(&mut self.srv[s].off_waiting) {
+            self.reports.push(Report::PoweredOff { server: name.clone(), result: Ok(()), refused: None });
+        }
+    }
+
+    fn fail_claim(&mut self, claim: &str, reason: FailureReason) {
+        let now = self.now;
+        let Some(r) = self.claims.get_mut(claim) else { return };
+        if r.failure.is_some() {
+            return;
+        }
+        r.failure = Some(reason);
+        let (stage, opened, server) = (r.stage, r.created_s, r.server.clone());
+        *self.failures.entry((stage, reason)).or_insert(0) += 1;
+        if self.failed_claims.len() < MAX_FAILED_CLAIMS_KEPT {
+            self.failed_claims.push(FailedClaim { claim: claim.to_string(), server, opened_s: opened, failed_s: now, stage: stage.label(), reason });
+        }
+        self.arrivals.remove(claim);
+        self.changed = true;
+    }
+
+    fn release(&mut self, server: &str, claim: &str, count_failure: bool, quarantine: bool) {
+        let Some(s) = self.index(server) else { return };
+        if self.srv[s].holder.as_deref() != Some(claim) {
+            return;
+        }
+        let srv = &mut self.srv[s];
+        srv.holder = None;
+        if count_failure {
+            srv.in_row += 1;
+            srv.failures += 1;
+            srv.last_failure_s = Some(self.now);
+        }
+        if quarantine {
+            srv.health = Health::Quarantined;
+        }
+        self.checker.claim_closed(s);
+        self.arrivals.remove(claim);
+        self.changed = true;
+    }
+
+    fn evict(&mut self, node: String, pod: String) -> Report {
+        let answer = match (self.index(&node), self.prep.pod_index.get(&pod)) {
+            (Some(s), Some(&p)) if self.srv[s].workload_pods.contains(&p) => {
+                self.unbind(p, s);
+                self.pods[p].state = PodState::Pending;
+                self.pods[p].bound_at = None;
+                self.pending.insert(self.pending_key(p));
+                Eviction::Evicted
+            }
+            (Some(s), None) => {
+                // A DaemonSet pod, `namespace/ds-node`.
+                let before = self.srv[s].daemon_pods.len();
+                let ds = &self.w.daemonsets;
+                self.srv[s].daemon_pods.retain(|&d| format!("{}/{}-{}", ds[d].namespace, ds[d].name, node) != pod);
+                if self.srv[s].daemon_pods.len() < before { Eviction::Evicted } else { Eviction::Gone }
+            }
+            _ => Eviction::Gone,
+        };
+        self.changed = true;
+        Report::Evicted { node, pod, answer }
+    }
+
+    // ---- power ---------------------------------------------------------------
 
     fn refresh_watts(&mut self, s: usize) {
         let sim = &self.w.servers[s];
         let p = &sim.server.power;
         let srv = &self.srv[s];
-        let w = match srv.state {
-            State::Off => p.off_watts,
-            State::Stopping => p.idle_watts,
-            State::Starting => {
-                let stage = srv.claim.map(|c| self.claims[c].stage).unwrap_or(Stage::PoweringOn);
-                if stage == Stage::Joined { p.idle_watts } else { p.boot_watts }
-            }
-            State::Ready => {
+        let schedulable = srv.node.as_ref().is_some_and(|n| n.gates_passed);
+        let w = match srv.power {
+            Power::Off => p.off_watts,
+            Power::PoweringOn => p.boot_watts,
+            Power::On if !srv.booted => p.boot_watts,
+            Power::On if schedulable => {
                 let cap = &sim.server.capacity;
                 let frac = |a: i64, c: i64| if c > 0 { (a as f64 / c as f64).clamp(0.0, 1.0) } else { 0.0 };
                 let cpu = frac(srv.allocated.cpu_milli, cap.cpu_milli);
@@ -612,238 +1111,16 @@ impl<'a> Engine<'a> {
                 let g = sim.gpu_dynamic_share;
                 p.idle_watts + (p.peak_watts - p.idle_watts) * ((1.0 - g) * cpu + g * gpu)
             }
+            Power::On | Power::Stopping => p.idle_watts,
         };
-        let dynamic = if srv.state == State::Ready { w - p.idle_watts } else { 0.0 };
+        let dynamic = if srv.power == Power::On && schedulable { w - p.idle_watts } else { 0.0 };
         self.fleet_watts += w - self.srv[s].watts;
         self.fleet_dynamic_watts += dynamic - self.srv[s].dynamic_watts;
         self.srv[s].watts = w;
         self.srv[s].dynamic_watts = dynamic;
     }
 
-    fn set_status(&mut self, s: usize) {
-        let srv = &self.srv[s];
-        self.status[s] = match srv.state {
-            State::Off if srv.health == Health::Healthy => ServerStatus::Off,
-            State::Off => ServerStatus::Unavailable,
-            State::Starting => ServerStatus::Starting { spare: srv.claim.is_some_and(|c| self.claims[c].spare) },
-            State::Ready => ServerStatus::Ready { idle_since: srv.idle_since },
-            State::Stopping => ServerStatus::Stopping,
-        };
-    }
-
-    fn world_changed(&mut self) {
-        self.world_epoch += 1;
-        self.request_reconcile(self.now);
-    }
-
-    fn make_ready(&mut self, s: usize, pool: usize) {
-        let sim = &self.w.servers[s];
-        let p = &self.w.pools[pool];
-        let mut labels = sim.server.labels.clone();
-        labels.extend(p.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        labels.insert(NODEPOOL_LABEL.to_string(), p.name.clone());
-        labels.insert(SERVER_LABEL.to_string(), sim.server.name.clone());
-        labels.insert(HOSTNAME.to_string(), sim.server.name.clone());
-        let srv = &mut self.srv[s];
-        srv.labels = labels;
-        srv.taints = p.taints.clone();
-        srv.pool = Some(pool);
-        srv.state = State::Ready;
-        srv.claim = None;
-        srv.idle_since = Some(self.now);
-        srv.allocated = Resources::default();
-        srv.daemon_pods.clear();
-        for (i, ds) in self.w.daemonsets.iter().enumerate() {
-            let t = &ds.template;
-            if check_node_affinity(t, &srv.labels, &sim.server.name).is_ok() && check_taints(t, &srv.taints, false).is_ok() {
-                srv.allocated.add(&Resources { pods: 1, ..t.requests.clone() });
-                srv.daemon_pods.push(i);
-            }
-        }
-        self.ready.insert(s);
-        self.checker.node_ready(s);
-        self.set_status(s);
-        self.refresh_watts(s);
-    }
-
-    fn start_claim(&mut self, s: usize, pool: usize, spare: bool, pods: &[usize]) -> Option<usize> {
-        if self.srv[s].state != State::Off || self.srv[s].health != Health::Healthy {
-            return None;
-        }
-        let id = self.claims.len();
-        self.checker.claim_opened(self.now, s, &self.w.servers[s].server.name);
-        let d = self.w.servers[s].server.durations;
-        let has_gpu = gpu_milli_of(&self.w.servers[s].server.capacity) > 0;
-        let f = &self.cfg.faults;
-        let faults = f.active_at(self.now);
-        let stuck = self.cfg.stuck_factor;
-        let rng = &mut self.srv[s].rng;
-        let power_on = lognormal_s(rng, d.power_on_s, d.tail_percent, stuck);
-        let mut boot = lognormal_s(rng, d.boot_s, d.tail_percent, stuck);
-        let join = lognormal_s(rng, d.join_s, d.tail_percent, stuck);
-        let ready = lognormal_s(rng, d.ready_s, d.tail_percent, stuck);
-        let slow = chance(rng, f.slow_boot_probability);
-        let bmc = chance(rng, f.bmc_error_probability);
-        let boot_fail = chance(rng, f.boot_failure_probability);
-        let never_joins = chance(rng, f.never_joins_probability);
-        let gate = chance(rng, f.gpu_gate_failure_probability);
-        if faults && slow {
-            boot = (boot as f64 * f.slow_boot_factor.max(1.0)).round() as Seconds;
-        }
-        // A boot and join longer than this is stuck, not slow.
-        let stuck_s = ((d.boot_s + d.join_s) as f64 * stuck).round() as Seconds;
-        let mut steps = Vec::with_capacity(3);
-        if faults && bmc {
-            steps.push(Step { stage: Stage::PoweringOn, duration_s: power_on.min(15), fails: Some(FailureReason::BmcError) });
-        } else {
-            steps.push(Step { stage: Stage::PoweringOn, duration_s: power_on, fails: None });
-            if faults && boot_fail {
-                steps.push(Step { stage: Stage::Booting, duration_s: boot, fails: Some(FailureReason::BootFailed) });
-            } else if (faults && never_joins) || boot + join > stuck_s {
-                steps.push(Step { stage: Stage::Booting, duration_s: stuck_s, fails: Some(FailureReason::JoinTimeout) });
-            } else {
-                steps.push(Step { stage: Stage::Booting, duration_s: boot + join, fails: None });
-                let fails = (faults && gate && has_gpu).then_some(FailureReason::GpuGateFailed);
-                steps.push(Step { stage: Stage::Joined, duration_s: ready, fails });
-            }
-        }
-        let first = steps[0].duration_s;
-        self.claims.push(ClaimRun {
-            server: s,
-            pool,
-            spare,
-            stage: Stage::PoweringOn,
-            stage_started_s: self.now,
-            steps,
-            step: 0,
-            opened_s: self.now,
-        });
-        if spare {
-            self.claims_spare += 1;
-        } else {
-            self.claims_for_pods += 1;
-        }
-        let srv = &mut self.srv[s];
-        srv.state = State::Starting;
-        srv.claim = Some(id);
-        srv.epoch += 1;
-        let epoch = srv.epoch;
-        self.cycles[s] += 1;
-        self.powered.insert(s);
-        self.peak_powered = self.peak_powered.max(self.powered.len());
-        self.set_status(s);
-        self.refresh_watts(s);
-        for &p in pods {
-            self.pods[p].covered_by = Some(id);
-        }
-        self.push(self.now + first, Event::StageDone { server: s, epoch });
-        Some(id)
-    }
-
-    fn stage_done(&mut self, s: usize) {
-        let Some(c) = self.srv[s].claim else { return };
-        let claim = &mut self.claims[c];
-        let step = &claim.steps[claim.step];
-        if let Some(reason) = step.fails {
-            let stage = step.stage;
-            self.fail_claim(s, stage, reason);
-            return;
-        }
-        claim.step += 1;
-        if claim.step < claim.steps.len() {
-            let next = &claim.steps[claim.step];
-            claim.stage = next.stage;
-            claim.stage_started_s = self.now;
-            let d = next.duration_s;
-            let epoch = self.srv[s].epoch;
-            self.refresh_watts(s);
-            self.push(self.now + d, Event::StageDone { server: s, epoch });
-            return;
-        }
-        let (pool, opened) = (claim.pool, claim.opened_s);
-        self.claims_ready += 1;
-        self.cold_to_ready.push(self.now - opened);
-        self.checker.claim_closed(s);
-        self.srv[s].consecutive_failures = 0;
-        self.make_ready(s, pool);
-        self.bind_pending();
-        if !self.pending.is_empty() {
-            self.world_epoch += 1;
-        }
-        self.request_reconcile(self.now);
-    }
-
-    fn fail_claim(&mut self, s: usize, stage: Stage, reason: FailureReason) {
-        *self.failures.entry((stage_rank(stage), reason)).or_insert(0) += 1;
-        if self.failed_claims.len() < MAX_FAILED_CLAIMS_KEPT
-            && let Some(c) = self.srv[s].claim
-        {
-            let claim = &self.claims[c];
-            self.failed_claims.push(FailedClaim {
-                claim: format!("c{c}"),
-                server: self.w.servers[s].server.name.clone(),
-                spare: claim.spare,
-                opened_s: claim.opened_s,
-                failed_s: self.now,
-                stage: stage_label(stage),
-                reason,
-            });
-        }
-        self.checker.claim_closed(s);
-        let srv = &mut self.srv[s];
-        srv.failures += 1;
-        srv.consecutive_failures += 1;
-        srv.claim = None;
-        if quarantines(srv.consecutive_failures, self.cfg.quarantine_after_failures) {
-            srv.health = Health::Quarantined;
-        } else {
-            srv.health = Health::Failed;
-        }
-        self.begin_stop(s);
-        if self.srv[s].health == Health::Failed {
-            let backoff =
-                FailureBackoff { base_s: self.cfg.failure_backoff_s, max_s: self.cfg.failure_backoff_max_s }.after(self.srv[s].consecutive_failures);
-            let epoch = self.srv[s].epoch;
-            self.push(self.now + self.cfg.power_off_s + backoff, Event::BackoffOver { server: s, epoch });
-        }
-        self.world_changed();
-    }
-
-    fn begin_stop(&mut self, s: usize) {
-        if self.srv[s].state == State::Ready {
-            self.checker.powering_off(self.now, s, &self.w.servers[s].server.name);
-            self.ready.remove(&s);
-            let evicted = std::mem::take(&mut self.srv[s].workload_pods);
-            for p in evicted {
-                self.pods[p].state = PodState::Pending;
-                self.pods[p].bound_at = None;
-                self.pods[p].covered_by = None;
-                self.pods[p].attempted_epoch = None;
-                self.pending.insert(self.pending_key(p));
-                self.open_batch();
-            }
-        }
-        let srv = &mut self.srv[s];
-        srv.state = State::Stopping;
-        srv.allocated = Resources::default();
-        srv.daemon_pods.clear();
-        srv.idle_since = None;
-        srv.epoch += 1;
-        let epoch = srv.epoch;
-        self.set_status(s);
-        self.refresh_watts(s);
-        self.push(self.now + self.cfg.power_off_s, Event::StopDone { server: s, epoch });
-    }
-
-    fn stop_done(&mut self, s: usize) {
-        self.srv[s].state = State::Off;
-        self.powered.remove(&s);
-        self.set_status(s);
-        self.refresh_watts(s);
-        self.world_changed();
-    }
-
-    // ---- pods and the scheduler -------------------------------------------
+    // ---- pods and the scheduler ----------------------------------------------
 
     fn pending_key(&self, p: usize) -> (i64, Seconds, usize) {
         (-i64::from(self.prep.pods[p].priority), self.w.pods[p].arrival_s, p)
@@ -859,24 +1136,22 @@ impl<'a> Engine<'a> {
             self.bind(p, s);
         } else {
             self.pending.insert(self.pending_key(p));
-            self.open_batch();
         }
+    }
+
+    fn unbind(&mut self, p: usize, server: usize) {
+        let pod = &self.prep.pods[p];
+        let srv = &mut self.srv[server];
+        srv.allocated.sub(&pod.requests);
+        srv.workload_pods.retain(|&x| x != p);
+        self.checker.unbound(server);
+        self.refresh_watts(server);
     }
 
     fn depart(&mut self, p: usize) {
         match self.pods[p].state {
             PodState::Bound { server } => {
-                let pod = &self.prep.pods[p];
-                let srv = &mut self.srv[server];
-                srv.allocated.sub(&pod.requests);
-                srv.workload_pods.retain(|&x| x != p);
-                self.checker.unbound(server);
-                if srv.workload_pods.is_empty() {
-                    srv.idle_since = Some(self.now);
-                    self.request_reconcile(self.now);
-                }
-                self.set_status(server);
-                self.refresh_watts(server);
+                self.unbind(p, server);
                 self.pods[p].state = PodState::Done;
                 self.bind_pending();
             }
@@ -890,8 +1165,8 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// kube-scheduler: filter Ready nodes, score by the strategy, ties to
-    /// the lowest server index.
+    /// kube-scheduler: filter schedulable nodes, score by the strategy,
+    /// ties to the lowest server index.
     fn best_node(&self, p: usize) -> Option<usize> {
         let pod = &self.prep.pods[p];
         let mut best: Option<(f64, usize)> = None;
@@ -922,41 +1197,14 @@ impl<'a> Engine<'a> {
         let key = self.pending_key(p);
         self.pending.remove(&key);
         let pod = &self.prep.pods[p];
-        let was_idle = self.srv[s].workload_pods.is_empty();
         let srv = &mut self.srv[s];
         srv.allocated.add(&pod.requests);
         srv.workload_pods.push(p);
-        srv.idle_since = None;
         self.checker.bound(s);
         let run = &mut self.pods[p];
         run.state = PodState::Bound { server: s };
         run.bound_at = Some(self.now);
-        run.covered_by = None;
-        if was_idle {
-            // Fresh demand only if no busy node had room: a scheduler that
-            // spreads onto an idle spare is not a burst.
-            if !self.busy_node_has_room(p, s) {
-                self.policy.observe(FirstPod { at_s: self.now, class: self.prep.class_of[s], deadline_s: pod.deadline_s });
-            }
-            self.request_reconcile(self.now);
-        }
-        self.set_status(s);
         self.refresh_watts(s);
-    }
-
-    /// Whether a Ready node other than `except` that runs workload pods
-    /// could also have taken pod `p`.
-    fn busy_node_has_room(&self, p: usize, except: usize) -> bool {
-        let pod = &self.prep.pods[p];
-        self.ready.iter().any(|&s| {
-            let srv = &self.srv[s];
-            let sim = &self.w.servers[s].server;
-            s != except
-                && !srv.workload_pods.is_empty()
-                && fits_beside(&pod.requests, &srv.allocated, &sim.capacity)
-                && check_node_affinity(pod, &srv.labels, &sim.name).is_ok()
-                && check_taints(pod, &srv.taints, false).is_ok()
-        })
     }
 
     fn bind_pending(&mut self) {
@@ -971,229 +1219,77 @@ impl<'a> Engine<'a> {
         }
     }
 
-    // ---- the autoscaler ----------------------------------------------------
+    // ---- what the autoscaler reads -------------------------------------------
 
-    fn open_batch(&mut self) {
-        let now = self.now;
-        let close = match &mut self.batch {
-            Some((start, last)) => {
-                *last = now;
-                (*last + self.cfg.batch_idle_s).min(*start + self.cfg.batch_max_s)
-            }
-            None => {
-                self.batch = Some((now, now));
-                now + self.cfg.batch_idle_s.min(self.cfg.batch_max_s)
-            }
-        };
-        self.push(close, Event::BatchClose);
+    fn node_of(&self, s: usize) -> Option<Node> {
+        let n = self.srv[s].node.as_ref()?;
+        let name = &self.w.servers[s].server.name;
+        Some(Node {
+            name: name.clone(),
+            labels: self.srv[s].labels.clone(),
+            taints: self.srv[s].taints.clone(),
+            allocatable: self.w.servers[s].server.capacity.clone(),
+            unschedulable: n.cordoned || !n.gates_passed,
+            ready: n.ready_since.is_some(),
+            server: Some(name.clone()),
+            disrupting: n.disrupting,
+        })
     }
 
-    fn batch_close(&mut self) {
-        let Some((start, last)) = self.batch else { return };
-        let close = (last + self.cfg.batch_idle_s).min(start + self.cfg.batch_max_s);
-        if self.now < close {
-            return;
+    fn pods_of(&self, s: usize, out: &mut Vec<Pod>) {
+        let name = &self.w.servers[s].server.name;
+        if self.cfg.broken != Some(Broken::StaleEmptyNodes) {
+            for &p in &self.srv[s].workload_pods {
+                let mut pod = self.prep.pods[p].clone();
+                pod.node_name = Some(name.clone());
+                pod.phase = PodPhase::Running;
+                out.push(pod);
+            }
         }
-        self.batch = None;
-        self.provision_now();
-    }
-
-    fn uncovered(&self) -> Vec<usize> {
-        self.pending
-            .iter()
-            .map(|k| k.2)
-            .filter(|&p| self.pods[p].covered_by.is_none_or(|c| self.srv[self.claims[c].server].claim != Some(c)))
-            .collect()
+        for &d in &self.srv[s].daemon_pods {
+            let ds = &self.w.daemonsets[d];
+            let mut pod = ds.template.clone();
+            pod.namespace = ds.namespace.clone();
+            pod.name = format!("{}-{}", ds.name, name);
+            pod.owner = Some(Owner { kind: "DaemonSet".into(), name: ds.name.clone() });
+            pod.node_name = Some(name.clone());
+            pod.phase = PodPhase::Running;
+            out.push(pod);
+        }
     }
 
     fn server_for_core(&self, s: usize) -> Server {
         let mut server = self.w.servers[s].server.clone();
         let srv = &self.srv[s];
-        server.failures = srv.failures;
+        server.failures = srv.in_row;
         server.health = srv.health;
-        server.claim = None;
-        server.node = None;
-        match srv.state {
-            State::Ready => {
-                server.power_state = PowerState::On;
-                server.node = Some(server.name.clone());
-            }
-            State::Starting => {
-                server.power_state = PowerState::On;
-                server.claim = srv.claim.map(|c| format!("c{c}"));
-            }
-            State::Off | State::Stopping => server.power_state = PowerState::Off,
-        }
+        server.claim = srv.holder.clone();
+        server.node = srv.node.as_ref().map(|_| server.name.clone());
+        // A server on its way down reads as off: nothing is asked of it.
+        server.power_state = match srv.power {
+            Power::On | Power::PoweringOn => PowerState::On,
+            Power::Off | Power::Stopping => PowerState::Off,
+        };
+        server.idle_since_s = srv.recorded_idle;
         server
     }
 
-    /// Builds the snapshot the core decides from. Free powered-off servers
-    /// are passed per group of identical ones (hardware class and failure
-    /// count), at most as many as there are pods to place: the core can
-    /// open no more claims than that, so its decision is the same as with
-    /// the whole inventory, and a large idle inventory costs nothing.
-    fn snapshot(&self, uncovered: usize) -> Snapshot {
-        let mut snap = Snapshot { pools: self.w.pools.clone(), daemonsets: self.w.daemonsets.clone(), ..Default::default() };
-        for &s in &self.ready {
-            let srv = &self.srv[s];
-            let name = &self.w.servers[s].server.name;
-            snap.nodes.push(Node {
-                name: name.clone(),
-                labels: srv.labels.clone(),
-                taints: srv.taints.clone(),
-                allocatable: self.w.servers[s].server.capacity.clone(),
-                unschedulable: false,
-                ready: true,
-                server: Some(name.clone()),
-                disrupting: false,
-            });
-            for &p in &srv.workload_pods {
-                let mut pod = self.prep.pods[p].clone();
-                pod.node_name = Some(name.clone());
-                pod.phase = PodPhase::Running;
-                snap.pods.push(pod);
-            }
-            for &d in &srv.daemon_pods {
-                let mut pod = self.w.daemonsets[d].template.clone();
-                pod.name = format!("{}-{}", self.w.daemonsets[d].name, name);
-                pod.owner = ds_owner();
-                pod.node_name = Some(name.clone());
-                pod.phase = PodPhase::Running;
-                snap.pods.push(pod);
-            }
-        }
-        for k in &self.pending {
-            snap.pods.push(self.prep.pods[k.2].clone());
-        }
-        let per_group = uncovered.max(1);
-        for class in &self.prep.classes {
-            let mut free: Vec<usize> = Vec::new();
-            for &s in &class.members {
-                let srv = &self.srv[s];
-                match srv.state {
-                    State::Stopping => {}
-                    State::Off if srv.health == Health::Healthy => free.push(s),
-                    _ => snap.servers.push(self.server_for_core(s)),
-                }
-            }
-            free.sort_by_key(|&s| (self.srv[s].failures, self.cycles[s], s));
-            let mut taken_in_group = 0;
-            let mut group_failures = None;
-            for s in free {
-                let f = self.srv[s].failures;
-                if group_failures != Some(f) {
-                    group_failures = Some(f);
-                    taken_in_group = 0;
-                }
-                if taken_in_group < per_group {
-                    snap.servers.push(self.server_for_core(s));
-                    taken_in_group += 1;
-                }
-            }
-        }
-        for (id, claim) in self.claims.iter().enumerate() {
-            if self.srv[claim.server].claim == Some(id) {
-                snap.claims.push(ClaimInFlight {
-                    name: format!("c{id}"),
-                    server: self.w.servers[claim.server].server.name.clone(),
-                    pool: self.w.pools[claim.pool].name.clone(),
-                    stage: claim.stage,
-                    stage_started_s: claim.stage_started_s,
-                    pods: Vec::new(),
-                });
-            }
-        }
-        snap
+    /// Whether the server is powered off, healthy and free: one of many
+    /// interchangeable candidates for a claim.
+    fn free_off(&self, s: usize) -> bool {
+        let srv = &self.srv[s];
+        srv.power == Power::Off
+            && srv.holder.is_none()
+            && srv.node.is_none()
+            && srv.health != Health::Quarantined
+            && srv.health != Health::Maintenance
     }
 
-    fn provision_now(&mut self) {
-        let uncovered = self.uncovered();
-        if uncovered.is_empty() {
-            return;
-        }
-        let snap = self.snapshot(uncovered.len());
-        self.provision_calls += 1;
-        let plan = ironclaim_core::provision(&snap, self.now);
-        let epoch = self.world_epoch;
-        for &p in &uncovered {
-            self.pods[p].attempted_epoch = Some(epoch);
-        }
-        let pool_index = |name: &str| self.w.pools.iter().position(|p| p.name == name);
-        let mut started: Vec<(usize, Vec<usize>, usize)> = Vec::new();
-        for c in &plan.claims {
-            let (Some(&s), Some(pool)) = (self.prep.server_index.get(&c.server), pool_index(&c.pool)) else {
-                continue;
-            };
-            let pods: Vec<usize> = c.pods.iter().filter_map(|k| self.prep.pod_index.get(k).copied()).collect();
-            started.push((s, pods, pool));
-        }
-        for (s, pods, pool) in started {
-            self.start_claim(s, pool, false, &pods);
-        }
-        for d in &plan.pods {
-            let Some(&p) = self.prep.pod_index.get(&d.pod) else { continue };
-            match &d.outcome {
-                Outcome::InFlight { server, .. } => {
-                    if let Some(&s) = self.prep.server_index.get(server) {
-                        self.pods[p].covered_by = self.srv[s].claim;
-                    }
-                }
-                Outcome::NewClaim { .. } => {}
-                Outcome::Existing { .. } => {
-                    self.stale += 1;
-                    self.pods[p].last_reason = Some("fits a Ready node: stale accounting".into());
-                }
-                Outcome::Unschedulable { reason } => self.pods[p].last_reason = Some(reason.to_string()),
-            }
-        }
-    }
-
-    fn reconcile(&mut self) {
-        self.in_reconcile = true;
-        let powered: Vec<usize> = self.powered.iter().copied().collect();
-        let plan = {
-            let view = FleetView {
-                now_s: self.now,
-                servers: &self.w.servers,
-                classes: &self.prep.classes,
-                class_of: &self.prep.class_of,
-                status: &self.status,
-                power_on_cycles: &self.cycles,
-                powered: &powered,
-            };
-            self.policy.decide(&view)
-        };
-        self.checker.declare_floors(&plan.floors);
-        for &s in &plan.power_off {
-            if self.srv[s].state == State::Ready {
-                self.begin_stop(s);
-            }
-        }
-        for &s in &plan.power_on {
-            if let Some(pool) = self.srv[s].pool {
-                self.start_claim(s, pool, true, &[]);
-            }
-        }
-        if let Some(t) = plan.wake_at_s {
-            self.request_reconcile(t);
-        }
-        let stale = self.pending.iter().any(|k| {
-            let run = &self.pods[k.2];
-            run.attempted_epoch.is_none_or(|e| e < self.world_epoch)
-        });
-        if stale && self.batch.is_none() {
-            self.provision_now();
-        }
-        self.check_liveness();
-        self.in_reconcile = false;
-    }
-
+    /// The check once faults stop: every pending pod a free server could
+    /// host is placed within a bound.
     fn check_liveness(&mut self) {
         let Some(until) = self.cfg.faults.faults_until_s else { return };
-        if self.now < until || self.pending.is_empty() {
-            return;
-        }
-        if self.now < self.last_liveness_check + 60 {
+        if self.now < until || self.pending.is_empty() || self.now < self.last_liveness_check + 60 {
             return;
         }
         self.last_liveness_check = self.now;
@@ -1209,19 +1305,18 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// A server that could host the pod now: a Ready node with room, or a
-    /// healthy powered-off server whose NodePool admits the pod.
+    /// A server that could host the pod now: a schedulable node with room,
+    /// or a healthy free powered-off server whose NodePool admits the pod.
     fn could_host(&self, p: usize) -> Option<String> {
         let pod = &self.prep.pods[p];
         for (s, srv) in self.srv.iter().enumerate() {
             let sim = &self.w.servers[s].server;
-            let fits = match srv.state {
-                State::Ready => {
-                    pod.requests.fits(&sim.capacity.minus(&srv.allocated))
-                        && check_node_affinity(pod, &srv.labels, &sim.name).is_ok()
-                        && check_taints(pod, &srv.taints, false).is_ok()
-                }
-                State::Off if srv.health == Health::Healthy => self.w.pools.iter().any(|pool| {
+            let fits = if self.ready.contains(&s) {
+                pod.requests.fits(&sim.capacity.minus(&srv.allocated))
+                    && check_node_affinity(pod, &srv.labels, &sim.name).is_ok()
+                    && check_taints(pod, &srv.taints, false).is_ok()
+            } else if self.free_off(s) && srv.health == Health::Healthy {
+                self.setup.pools.iter().any(|pool| {
                     if !pool.admits(sim) {
                         return false;
                     }
@@ -1231,8 +1326,9 @@ impl<'a> Engine<'a> {
                     pod.requests.fits(&sim.capacity)
                         && check_node_affinity(pod, &labels, &sim.name).is_ok()
                         && check_taints(pod, &pool.taints, false).is_ok()
-                }),
-                _ => false,
+                })
+            } else {
+                false
             };
             if fits {
                 return Some(sim.name.clone());
@@ -1241,22 +1337,32 @@ impl<'a> Engine<'a> {
         None
     }
 
-    fn finish(self) -> RunStats {
+    fn finish(mut self) -> RunStats {
         let end = self.end;
+        let counters = self.auto.as_ref().map(|a| a.counters.clone()).unwrap_or_default();
+        // Why the pods still pending wait: the core's answer at the end.
+        let mut waiting: BTreeMap<String, u64> = BTreeMap::new();
+        if !self.pending.is_empty() {
+            let snap = self.snapshot(Some(self.pending.len()));
+            for d in ironclaim_core::provision(&snap, end).pods {
+                let reason = match &d.outcome {
+                    Outcome::Unschedulable { reason } => reason.to_string(),
+                    Outcome::InFlight { .. } => "waiting for a claim in flight".to_string(),
+                    Outcome::NewClaim { .. } => "a claim would be opened for it".to_string(),
+                    Outcome::Existing { .. } => "fits a node that is not schedulable yet".to_string(),
+                };
+                *waiting.entry(reason).or_insert(0) += 1;
+            }
+        }
         let mut pending_s = Vec::new();
         let (mut placed, mut withdrawn, mut at_end, mut misses) = (0, 0, 0, 0);
-        let mut waiting: BTreeMap<String, u64> = BTreeMap::new();
         for (p, run) in self.pods.iter().enumerate() {
             let tp = &self.w.pods[p];
             if tp.arrival_s > end || self.prep.unplaceable[p].is_some() {
                 continue;
             }
             let waited = match (run.state, run.bound_at, run.withdrawn_at) {
-                (PodState::Bound { .. }, Some(b), _) => {
-                    placed += 1;
-                    b - tp.arrival_s
-                }
-                (PodState::Done, Some(b), _) => {
+                (PodState::Bound { .. } | PodState::Done, Some(b), _) => {
                     placed += 1;
                     b - tp.arrival_s
                 }
@@ -1266,8 +1372,6 @@ impl<'a> Engine<'a> {
                 }
                 _ => {
                     at_end += 1;
-                    let reason = run.last_reason.clone().unwrap_or_else(|| "waiting for a claim in flight".into());
-                    *waiting.entry(reason).or_insert(0) += 1;
                     end - tp.arrival_s
                 }
             };
@@ -1279,10 +1383,11 @@ impl<'a> Engine<'a> {
         let mut waiting_reasons: Vec<(String, u64)> = waiting.into_iter().collect();
         waiting_reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         waiting_reasons.truncate(10);
-        let claims_in_flight_at_end = self.srv.iter().filter(|s| s.claim.is_some()).count() as u64;
-        let failures = self.failures.iter().map(|(&(rank, reason), &count)| FailureCount { stage: STAGES[rank as usize].1, reason, count }).collect();
+        let claims_in_flight_at_end = self.claims.values().filter(|r| r.failure.is_none() && r.stage < Stage::Ready).count() as u64;
+        let failures = self.failures.iter().map(|(&(stage, reason), &count)| FailureCount { stage: stage.label(), reason, count }).collect();
+        self.checker.end(end);
         RunStats {
-            policy: self.policy.kind(),
+            policy: self.kind,
             scoring: self.cfg.scoring,
             energy_kwh: self.energy_j / 3.6e6,
             dynamic_kwh: self.dynamic_j / 3.6e6,
@@ -1294,14 +1399,16 @@ impl<'a> Engine<'a> {
             pods_pending_at_end: at_end,
             deadline_misses: misses,
             power_on_cycles: self.cycles.clone(),
-            claims_for_pods: self.claims_for_pods,
-            claims_spare: self.claims_spare,
+            claims_for_pods: counters.claims_opened,
+            claims_spare: counters.spares_powered_on,
             claims_ready: self.claims_ready,
             claims_in_flight_at_end,
             cold_to_ready_s: self.cold_to_ready,
             failures,
-            stale_accounting: self.stale,
-            provision_calls: self.provision_calls,
+            power_offs_refused: self.power_offs_refused,
+            drains_done: counters.drains_done,
+            provision_calls: counters.decisions,
+            scale_down_passes: counters.scale_down_passes,
             waiting_reasons,
             violations: self.checker.violations,
             timeline: self.timeline,
@@ -1309,10 +1416,142 @@ impl<'a> Engine<'a> {
             failed_claims: self.failed_claims,
         }
     }
+
+    /// The core's snapshot of the rack. Free powered-off servers are passed
+    /// per group of identical ones (hardware class and failures in a row):
+    /// with `scale_up` (pods to place), at most as many as there are pods,
+    /// as the core can open no more claims than that, so its decision is
+    /// the same as with the whole inventory; for scale-down, at most
+    /// [`COLD_PER_GROUP_FOR_SCALE_DOWN`], which bounds how many spares of a
+    /// group one pass powers on (the next pass powers on more).
+    fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {
+        let mut snap = Snapshot { pools: self.setup.pools.clone(), daemonsets: self.w.daemonsets.clone(), ..Default::default() };
+        for s in 0..self.srv.len() {
+            if let Some(node) = self.node_of(s) {
+                snap.nodes.push(node);
+                self.pods_of(s, &mut snap.pods);
+            }
+        }
+        for k in &self.pending {
+            snap.pods.push(self.prep.pods[k.2].clone());
+        }
+        let per_group = scale_up.map_or(COLD_PER_GROUP_FOR_SCALE_DOWN, |n| n.max(1));
+        for class in &self.prep.classes {
+            let mut free: Vec<usize> = Vec::new();
+            for &s in &class.members {
+                if self.free_off(s) {
+                    free.push(s);
+                } else {
+                    snap.servers.push(self.server_for_core(s));
+                }
+            }
+            free.sort_by_key(|&s| (self.srv[s].in_row, self.cycles[s], s));
+            let mut taken_in_group = 0;
+            let mut group = None;
+            for s in free {
+                let f = self.srv[s].in_row;
+                if group != Some(f) {
+                    group = Some(f);
+                    taken_in_group = 0;
+                }
+                if taken_in_group < per_group {
+                    snap.servers.push(self.server_for_core(s));
+                    taken_in_group += 1;
+                }
+            }
+        }
+        for r in self.claims.values() {
+            let Some(stage) = r.stage.in_flight() else { continue };
+            if r.failure.is_some() {
+                continue;
+            }
+            snap.claims.push(ClaimInFlight {
+                name: r.name.clone(),
+                server: r.server.clone(),
+                pool: r.pool.clone(),
+                stage,
+                stage_started_s: r.stage_started_s,
+                pods: r.pods.clone(),
+            });
+        }
+        snap.arrivals = self.arrivals.values().cloned().collect();
+        snap.arrivals.sort_by(|a, b| a.at_s.cmp(&b.at_s).then(a.server.cmp(&b.server)));
+        snap
+    }
+}
+
+impl World for Engine<'_> {
+    fn pending(&self) -> Vec<String> {
+        self.pending.iter().map(|k| self.prep.pods[k.2].key()).collect()
+    }
+
+    fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {
+        Engine::snapshot(self, scale_up)
+    }
+
+    fn claims(&self) -> Vec<ClaimView> {
+        self.claims
+            .values()
+            .map(|r| {
+                let s = self.index(&r.server);
+                let server = s.map(|s| ServerFacts {
+                    holder: self.srv[s].holder.clone(),
+                    durations: self.w.servers[s].server.durations,
+                    failures: self.srv[s].in_row,
+                });
+                let node = s.and_then(|s| {
+                    let n = self.srv[s].node.as_ref()?;
+                    let unmet = match (n.ready_since.is_some(), n.gates_passed) {
+                        (false, _) => vec!["node Ready".to_string()],
+                        (true, false) => vec!["readiness gates".to_string()],
+                        (true, true) => Vec::new(),
+                    };
+                    Some(NodeFacts {
+                        name: self.w.servers[s].server.name.clone(),
+                        ready: n.ready_since.is_some(),
+                        ready_since_s: n.ready_since,
+                        unmet,
+                    })
+                });
+                let mut pods_pending = Vec::new();
+                let mut pods_bound = 0;
+                for k in &r.pods {
+                    let Some(&p) = self.prep.pod_index.get(k) else { continue };
+                    match self.pods[p].state {
+                        PodState::Pending => pods_pending.push(k.clone()),
+                        PodState::Bound { server } if Some(server) == s => pods_bound += 1,
+                        _ => {}
+                    }
+                }
+                ClaimView { record: r.clone(), server, node, pods_pending, pods_bound }
+            })
+            .collect()
+    }
+
+    fn last_failure_s(&self, server: &str) -> Option<Seconds> {
+        self.index(server).and_then(|s| self.srv[s].last_failure_s)
+    }
+
+    fn abandoned_drains(&self) -> Vec<(String, Seconds)> {
+        self.abandoned.iter().map(|(n, t)| (n.clone(), *t)).collect()
+    }
+
+    fn recorded_idle(&self, server: &str) -> (Option<Seconds>, Option<Seconds>) {
+        self.index(server).map_or((None, None), |s| (self.srv[s].recorded_idle, self.srv[s].business_s))
+    }
+
+    fn pods_on(&self, node: &str) -> Vec<Pod> {
+        let mut out = Vec::new();
+        if let Some(s) = self.index(node)
+            && self.srv[s].node.is_some()
+        {
+            self.pods_of(s, &mut out);
+        }
+        out
+    }
 }
 
 /// Runs one policy over a prepared workload.
 pub fn run_policy(w: &Workload, prep: &Prepared, cfg: &SimConfig, kind: PolicyKind, progress: &mut dyn FnMut(f64)) -> RunStats {
-    let policy = kind.build(&cfg.policy);
-    Engine::new(w, prep, cfg, policy).run(progress)
+    Engine::new(w, prep, cfg, kind).run(progress)
 }

@@ -1,10 +1,11 @@
 //! A deterministic discrete-event simulator for ironclaim.
 //!
-//! It runs the same decision core as the controller
-//! ([`ironclaim_core::provision`]) against a simulated rack on a virtual
-//! clock: servers boot through stages with drawn durations and injected
-//! faults, a model of kube-scheduler binds pods, and power policies decide
-//! what stays on. One `u64` seed drives a whole run; the same seed gives the
+//! It runs the autoscaler that ships, [`ironclaim_driver::Autoscaler`]
+//! (batching, the core's decisions, each claim's walk, drains, scale-down),
+//! against a simulated rack on a virtual clock: servers boot through stages
+//! with drawn durations and injected faults, and a model of kube-scheduler
+//! binds pods. The power policies compared are NodePool settings of that
+//! one autoscaler. One `u64` seed drives a whole run; the same seed gives the
 //! same report, byte for byte.
 //!
 //! Entry points: [`compare::compare`] runs every policy on one workload and
@@ -26,7 +27,7 @@ pub mod sample;
 pub mod trace;
 pub mod workload;
 
-pub use config::{Faults, PolicySettings, Scoring, SimConfig};
+pub use config::{Broken, Faults, PolicySettings, Scoring, SimConfig};
 pub use engine::{FailureReason, Prepared, RunStats, run_policy};
-pub use policy::{PolicyKind, PowerPolicy};
+pub use policy::PolicyKind;
 pub use workload::{SimServer, TracePod, Workload};

@@ -123,8 +123,11 @@ pub struct PolicyReport {
     pub power_on_cycles: u64,
     pub power_on_cycles_per_server: MeanPeak,
     pub claims: Claims,
-    pub stale_accounting: u64,
+    /// Power-offs the rack's fresh checks refused.
+    pub power_offs_refused: u64,
+    pub drains_done: u64,
     pub provision_calls: u64,
+    pub scale_down_passes: u64,
     pub quarantined_servers: u64,
     pub waiting_at_end: Vec<Waiting>,
     pub violations: Vec<crate::check::Violation>,
@@ -213,7 +216,9 @@ impl PolicyReport {
                 failed_claims: s.failed_claims.clone(),
                 to_ready_s: percentiles(&s.cold_to_ready_s),
             },
-            stale_accounting: s.stale_accounting,
+            power_offs_refused: s.power_offs_refused,
+            drains_done: s.drains_done,
+            scale_down_passes: s.scale_down_passes,
             provision_calls: s.provision_calls,
             quarantined_servers: s.quarantined,
             waiting_at_end: s.waiting_reasons.iter().map(|(r, n)| Waiting { reason: r.clone(), pods: *n }).collect(),
@@ -245,8 +250,8 @@ impl Report {
     pub fn settings_line(&self) -> String {
         let s = &self.settings;
         format!(
-            "seed={} reconcile_interval_s={} batch_idle_s={} batch_max_s={} scoring={} {} quarantine_after_failures={}",
-            s.seed, s.reconcile_interval_s, s.batch_idle_s, s.batch_max_s, s.scoring, s.faults, s.quarantine_after_failures
+            "seed={} quiet_max_s={} batch_idle_s={} batch_max_s={} scoring={} {} quarantine_after_failures={}",
+            s.seed, s.quiet_max_s, s.batch_idle_s, s.batch_max_s, s.scoring, s.faults, s.quarantine_after_failures
         )
     }
 

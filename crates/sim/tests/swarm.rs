@@ -4,9 +4,9 @@
 
 mod common;
 
-use ironclaim_sim::engine::{Engine, Prepared};
-use ironclaim_sim::policy::{FleetView, PolicyKind, PowerPlan, PowerPolicy, ServerStatus};
-use ironclaim_sim::{Faults, Scoring, SimConfig, rng};
+use ironclaim_sim::engine::Prepared;
+use ironclaim_sim::policy::PolicyKind;
+use ironclaim_sim::{Broken, Faults, Scoring, SimConfig, rng};
 use rand::RngExt;
 
 fn random_faults(seed: u64, until_s: u64) -> Faults {
@@ -54,56 +54,14 @@ fn checkers_hold_under_random_faults_across_many_seeds() {
     assert!(failures.is_empty(), "checker violations:\n{}", failures.join("\n"));
 }
 
-/// Powers off every Ready server, busy or not, and ignores its own floor.
-struct Reckless;
-
-impl PowerPolicy for Reckless {
-    fn kind(&self) -> PolicyKind {
-        PolicyKind::Reactive
-    }
-    fn initially_on(&self, view: &FleetView<'_>) -> Vec<usize> {
-        (0..view.servers.len()).collect()
-    }
-    fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
-        let busy: Vec<usize> = view.powered.iter().copied().filter(|&s| matches!(view.status[s], ServerStatus::Ready { idle_since: None })).collect();
-        PowerPlan { power_off: busy, floors: vec![ironclaim_sim::policy::Floor { class: None, count: 2 }], ..Default::default() }
-    }
-}
-
 #[test]
-fn the_checkers_catch_a_policy_that_powers_off_busy_servers() {
+fn the_checkers_catch_a_rack_that_shows_nodes_empty_and_powers_off_unchecked() {
     let w = common::small_rack(7, 2);
-    let cfg = SimConfig { seed: 7, faults: Faults::none(), ..Default::default() };
     let prep = Prepared::new(&w, None);
-    let stats = Engine::new(&w, &prep, &cfg, Box::new(Reckless)).run(&mut |_| {});
+    let honest = SimConfig { seed: 7, faults: Faults::none(), ..Default::default() };
+    let stats = ironclaim_sim::run_policy(&w, &prep, &honest, PolicyKind::Reactive, &mut |_| {});
+    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+    let broken = SimConfig { broken: Some(Broken::StaleEmptyNodes), ..honest };
+    let stats = ironclaim_sim::run_policy(&w, &prep, &broken, PolicyKind::Reactive, &mut |_| {});
     assert!(stats.violations.iter().any(|v| v.checker == "powered-off-busy"), "expected a powered-off-busy violation, got {:?}", stats.violations);
-}
-
-/// Keeps every server off and never lets the core's claims through: pods
-/// starve while servers sit free, which the liveness checker must see.
-struct Starver;
-
-impl PowerPolicy for Starver {
-    fn kind(&self) -> PolicyKind {
-        PolicyKind::Reactive
-    }
-    fn initially_on(&self, _view: &FleetView<'_>) -> Vec<usize> {
-        Vec::new()
-    }
-    fn decide(&mut self, view: &FleetView<'_>) -> PowerPlan {
-        // Power off whatever the core managed to bring up, as soon as it is Ready.
-        PowerPlan {
-            power_off: view.powered.iter().copied().filter(|&s| matches!(view.status[s], ServerStatus::Ready { .. })).collect(),
-            ..Default::default()
-        }
-    }
-}
-
-#[test]
-fn the_liveness_checker_flags_pods_starved_after_faults_stop() {
-    let w = common::small_rack(9, 4);
-    let cfg = SimConfig { seed: 9, faults: Faults { faults_until_s: Some(600), ..Faults::none() }, ..Default::default() };
-    let prep = Prepared::new(&w, None);
-    let stats = Engine::new(&w, &prep, &cfg, Box::new(Starver)).run(&mut |_| {});
-    assert!(stats.violations.iter().any(|v| v.checker == "liveness"), "{:?}", stats.violations);
 }
