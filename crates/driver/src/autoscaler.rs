@@ -769,4 +769,29 @@ mod tests {
         assert!(!a.busy("s1"));
         assert_eq!(a.counters.spares_powered_off, 1);
     }
+
+    #[test]
+    fn stepped_on_change_a_quiet_scale_down_wakes_at_the_break_even_and_a_change_brings_it_forward() {
+        let mut world = toy();
+        world.snap.servers[0].power_state = PowerState::On;
+        let quiet = ScaleDownSettings { quiet_max: Some(s(3_600)), ..ScaleDownSettings::default() };
+        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: Some(quiet), ..Settings::default() };
+        let mut a = Autoscaler::new(settings.clone());
+        a.step(&world, s(10_000));
+        // Idle since 10000 with a 758 s break-even: nothing can change before 10758.
+        assert_eq!(a.next_wake(), s(10_758));
+        assert_eq!(a.counters.scale_down_passes, 1);
+        assert!(a.step(&world, s(10_500)).is_empty(), "not due: no pass");
+        assert_eq!(a.counters.scale_down_passes, 1);
+        let offs = a.step(&world, s(10_758));
+        assert!(offs.iter().any(|e| matches!(e, Effect::PowerOff { server, .. } if server == "s1")), "{offs:?}");
+
+        // A change is looked at by the next step, `every` after the last pass.
+        let mut b = Autoscaler::new(settings);
+        b.step(&world, s(10_000));
+        b.changed(s(10_001));
+        assert_eq!(b.next_wake(), s(10_002));
+        b.step(&world, s(10_002));
+        assert_eq!(b.counters.scale_down_passes, 2);
+    }
 }
