@@ -882,6 +882,17 @@ impl<'a> Engine<'a> {
         }
         let Some(holder) = self.srv[s].holder.clone() else { return };
         let Some(pool) = self.claims.get(&holder).and_then(|r| self.setup.pools.iter().position(|p| p.name == r.pool)) else { return };
+        self.label_node(s, pool);
+        let srv = &mut self.srv[s];
+        srv.node = Some(NodeRun { ready_since: None, gates_passed: false, cordoned: false, disrupting: false });
+        srv.business_s = Some(self.now);
+        let epoch = srv.epoch;
+        self.push(self.now + a.join_s, Event::NodeReady { server: s, epoch });
+    }
+
+    /// The node's labels and taints: the server's labels, its pool's, and
+    /// the pool, server and hostname labels a claimed node gets.
+    fn label_node(&mut self, s: usize, pool: usize) {
         let sim = &self.w.servers[s];
         let p = &self.setup.pools[pool];
         let mut labels = sim.server.labels.clone();
@@ -889,14 +900,8 @@ impl<'a> Engine<'a> {
         labels.insert(NODEPOOL_LABEL.to_string(), p.name.clone());
         labels.insert(SERVER_LABEL.to_string(), sim.server.name.clone());
         labels.insert(HOSTNAME.to_string(), sim.server.name.clone());
-        let taints = p.taints.clone();
-        let srv = &mut self.srv[s];
-        srv.labels = labels;
-        srv.taints = taints;
-        srv.node = Some(NodeRun { ready_since: None, gates_passed: false, cordoned: false, disrupting: false });
-        srv.business_s = Some(self.now);
-        let epoch = srv.epoch;
-        self.push(self.now + a.join_s, Event::NodeReady { server: s, epoch });
+        self.srv[s].labels = labels;
+        self.srv[s].taints = p.taints.clone();
     }
 
     fn node_ready(&mut self, s: usize) {
@@ -925,20 +930,11 @@ impl<'a> Engine<'a> {
     /// A server that was a Ready node before the run began.
     fn start_as_node(&mut self, s: usize, pool: usize) {
         let a = self.draw_attempt(s);
-        let sim = &self.w.servers[s];
-        let p = &self.setup.pools[pool];
-        let mut labels = sim.server.labels.clone();
-        labels.extend(p.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        labels.insert(NODEPOOL_LABEL.to_string(), p.name.clone());
-        labels.insert(SERVER_LABEL.to_string(), sim.server.name.clone());
-        labels.insert(HOSTNAME.to_string(), sim.server.name.clone());
-        let taints = p.taints.clone();
+        self.label_node(s, pool);
         let srv = &mut self.srv[s];
         srv.attempt = Some(a);
         srv.power = Power::On;
         srv.booted = true;
-        srv.labels = labels;
-        srv.taints = taints;
         srv.node = Some(NodeRun { ready_since: Some(0), gates_passed: true, cordoned: false, disrupting: false });
         self.powered.insert(s);
         self.peak_powered = self.peak_powered.max(self.powered.len());
