@@ -545,15 +545,16 @@ impl Autoscaler {
         }
 
         let cooling = pacing::cooling(world.abandoned_drains().iter().map(|(n, at)| (n.as_str(), *at)), now_s, sd.cool_down.as_secs());
-        let mut decided = snap.clone();
-        pacing::hold_cooling(&mut decided, &cooling);
-        let mut plan = disrupt(&decided, now_s);
+        // Pods of cooling nodes are held as must-not-disrupt; the snapshot
+        // serves only for pool settings after this.
+        pacing::hold_cooling(&mut snap, &cooling);
+        let mut plan = disrupt(&snap, now_s);
         pacing::drop_cooling(&mut plan.actions, &mut plan.held, &cooling, now_s);
         let (go, waiting) = self.settling.settle(plan.actions, now_s, sd.revalidate_after.as_secs());
         let quiet = go.is_empty() && waiting.is_empty() && self.drains.is_empty() && self.spares.is_empty() && self.taking.is_empty();
         if let (Some(cap), true) = (sd.quiet_max, quiet) {
             let cool_ends = cooling.values().copied();
-            let next_s = ironclaim_core::disruption::next_candidate_s(&decided, now_s).into_iter().chain(cool_ends).min();
+            let next_s = ironclaim_core::disruption::next_candidate_s(&snap, now_s).into_iter().chain(cool_ends).min();
             let next = next_s.map_or(now + cap, |t| Duration::from_secs(t).min(now + cap));
             self.next_scale_down = next.max(now + sd.every);
         }

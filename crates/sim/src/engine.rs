@@ -380,7 +380,7 @@ pub struct Engine<'a> {
 }
 
 /// Free powered-off servers of one group a scale-down pass sees.
-pub const COLD_PER_GROUP_FOR_SCALE_DOWN: usize = 8;
+pub const COLD_PER_GROUP_FOR_SCALE_DOWN: usize = 4;
 
 fn secs(d: Duration) -> Seconds {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))

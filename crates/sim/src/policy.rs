@@ -5,7 +5,7 @@
 
 use crate::config::PolicySettings;
 use crate::engine::Prepared;
-use crate::workload::Workload;
+use crate::workload::{HARDWARE_LABEL, Workload};
 use ironclaim_core::AdaptiveFloor;
 use ironclaim_core::model::{NodePool, WarmPolicy};
 use ironclaim_core::warm::class_of;
@@ -67,12 +67,24 @@ pub struct Setup {
 /// - `ironclaim`: the workload's pools as written; where a pool sets no
 ///   adaptive floor, the default one (`rate_window_s`, `floor_z`).
 pub fn setup(kind: PolicyKind, w: &Workload, prep: &Prepared, s: &PolicySettings) -> Setup {
+    // Classes are named by the simulator's hardware label where a pool
+    // names none: the same grouping as the hardware itself, and no
+    // capacity written out on every look.
+    let mut base = w.pools.clone();
+    for p in &mut base {
+        if p.warm.class_label.is_none() {
+            p.warm.class_label = Some(HARDWARE_LABEL.to_string());
+        }
+    }
+    pools_for(kind, &base, w, prep, s)
+}
+
+fn pools_for(kind: PolicyKind, base: &[NodePool], w: &Workload, prep: &Prepared, s: &PolicySettings) -> Setup {
     let reactive = || {
-        w.pools
-            .iter()
+        base.iter()
             .map(|p| {
                 let mut p = p.clone();
-                p.warm = WarmPolicy::default();
+                p.warm = WarmPolicy { class_label: p.warm.class_label.take(), ..WarmPolicy::default() };
                 p.disruption.consolidate_after_s = Some(s.idle_timeout_s);
                 p.disruption.never = false;
                 p
@@ -80,7 +92,7 @@ pub fn setup(kind: PolicyKind, w: &Workload, prep: &Prepared, s: &PolicySettings
             .collect::<Vec<_>>()
     };
     match kind {
-        PolicyKind::AlwaysOn => Setup { pools: w.pools.clone(), all_on_at_start: true, scale_down: false, floors: Vec::new() },
+        PolicyKind::AlwaysOn => Setup { pools: base.to_vec(), all_on_at_start: true, scale_down: false, floors: Vec::new() },
         PolicyKind::Reactive => Setup { pools: reactive(), all_on_at_start: false, scale_down: true, floors: Vec::new() },
         PolicyKind::WarmSpares => {
             let mut pools = reactive();
@@ -102,7 +114,7 @@ pub fn setup(kind: PolicyKind, w: &Workload, prep: &Prepared, s: &PolicySettings
             Setup { pools, all_on_at_start: false, scale_down: true, floors }
         }
         PolicyKind::Ironclaim => {
-            let mut pools = w.pools.clone();
+            let mut pools = base.to_vec();
             for p in &mut pools {
                 if p.warm.adaptive.is_none() {
                     p.warm.adaptive = Some(AdaptiveFloor { window_s: s.rate_window_s, z: s.floor_z });
