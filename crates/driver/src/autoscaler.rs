@@ -179,6 +179,9 @@ pub struct Autoscaler {
     last_scale_down: Option<Duration>,
     next_reconcile: Duration,
     names: u64,
+    /// Pods were pending at the last step: they are decided again
+    /// `redecide_every` after the last decision.
+    waiting: bool,
     pub counters: Counters,
 }
 
@@ -211,6 +214,7 @@ impl Autoscaler {
             last_scale_down: None,
             next_reconcile: Duration::ZERO,
             names: 0,
+            waiting: false,
             counters: Counters::default(),
         }
     }
@@ -238,6 +242,11 @@ impl Autoscaler {
         }
         if let Some(due) = self.batcher.due_at() {
             at = at.min(due);
+        }
+        if self.waiting
+            && let Some(last) = self.last_decision
+        {
+            at = at.min(last + self.settings.redecide_every);
         }
         if self.settings.scale_down.is_some() {
             at = at.min(self.next_scale_down);
@@ -437,7 +446,11 @@ impl Autoscaler {
             if !reconcile && io.finished.is_none() {
                 continue;
             }
-            self.server_claims.insert(v.record.server.clone(), name.clone());
+            // Power answers for a server go to the claim that holds it, not
+            // to a failed claim of the same server kept for its record.
+            if v.server.as_ref().is_some_and(|s| s.holder.as_deref() == Some(name.as_str())) {
+                self.server_claims.insert(v.record.server.clone(), name.clone());
+            }
             let effects = claim::step(v, io, &self.settings.claims, now);
             match claim::due_at(v, io, &self.settings.claims) {
                 Some(due) => self.claim_due.insert(name.clone(), due.max(now)),
@@ -474,7 +487,8 @@ impl Autoscaler {
         // The first step counts as a decision: pods already pending wait
         // for the batch window like any others.
         let last = *self.last_decision.get_or_insert(now);
-        let periodic = !pending.is_empty() && now >= last + self.settings.redecide_every;
+        self.waiting = !pending.is_empty();
+        let periodic = self.waiting && now >= last + self.settings.redecide_every;
         if self.batcher.due(now) || periodic {
             let mut snap = world.snapshot(Some(pending.len()));
             self.prepare(&mut snap, world, now_s);
@@ -794,5 +808,76 @@ mod tests {
         assert_eq!(b.next_wake(), s(10_002));
         b.step(&world, s(10_002));
         assert_eq!(b.counters.scale_down_passes, 2);
+    }
+
+    fn record(name: &str, server: &str, stage: Stage, failure: Option<crate::FailureReason>) -> ClaimRecord {
+        ClaimRecord {
+            name: name.into(),
+            server: server.into(),
+            pool: "general".into(),
+            pods: vec!["ns/web".into()],
+            stage,
+            stage_started_s: 2_000,
+            failure,
+            node: None,
+            created_s: 2_000,
+            history: vec![(stage, 2_000)],
+        }
+    }
+
+    fn facts(holder: &str) -> Option<crate::ServerFacts> {
+        Some(crate::ServerFacts { holder: Some(holder.into()), ..Default::default() })
+    }
+
+    #[test]
+    fn a_power_answer_goes_to_the_claim_that_holds_the_server_not_to_a_failed_one_kept_for_its_record() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        a.step(&world, s(2_000));
+        let effects = a.step(&world, s(2_001));
+        let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
+        a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        // The world: the live claim powering on, and an older failed claim
+        // of the same server (released, kept for its TTL) whose name sorts after.
+        let live = ClaimView {
+            record: record(&claim.name, &claim.server, Stage::PoweringOn, None),
+            server: facts(&claim.name),
+            node: None,
+            pods_pending: vec!["ns/web".into()],
+            pods_bound: 0,
+        };
+        let old = ClaimView {
+            record: record("zzz-old", &claim.server, Stage::Booting, Some(crate::FailureReason::RegistrationTimedOut)),
+            server: facts(&claim.name),
+            node: None,
+            pods_pending: Vec::new(),
+            pods_bound: 0,
+        };
+        world.claims = vec![live, old];
+        a.step(&world, s(2_002));
+        a.report(Report::PoweredOn { server: claim.server.clone(), result: Ok(()) }, s(2_060));
+        assert!(a.next_wake() <= s(2_060), "the answer makes the claim due");
+        let next = a.step(&world, s(2_060));
+        assert!(
+            next.iter().any(|e| matches!(e, Effect::EnterStage { claim: c, stage: Stage::Booting, .. } if *c == claim.name)),
+            "the live claim moves on: {next:?}"
+        );
+    }
+
+    #[test]
+    fn stepped_on_change_pods_still_pending_are_decided_again_after_redecide_every() {
+        let mut world = toy();
+        // Both servers wait out a failure's backoff: nothing can be claimed now.
+        world.snap.servers[0].failures = 1;
+        world.snap.servers[1].failures = 1;
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        a.step(&world, s(1_010));
+        let effects = a.step(&world, s(1_011));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::TakeServer { .. })), "{effects:?}");
+        assert_eq!(a.next_wake(), s(1_011 + 30));
     }
 }

@@ -303,18 +303,19 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
 pub fn due_at(view: &ClaimView, io: &ClaimIo, settings: &ClaimSettings) -> Option<Duration> {
     let r = &view.record;
     let secs = Duration::from_secs;
+    let holds = view.server.as_ref().is_some_and(|s| s.holder.as_deref() == Some(r.name.as_str()));
+    if r.failure.is_some() && !holds {
+        // Released: nothing but its record's time to go.
+        return Some(secs(r.created_s.saturating_add(settings.failed_claim_ttl_s)));
+    }
+    let Some(server) = view.server.as_ref() else { return Some(Duration::ZERO) };
     if io.running.is_some() {
         return None;
     }
     if io.finished.is_some() {
         return Some(Duration::ZERO);
     }
-    let server = view.server.as_ref()?;
-    let holds = server.holder.as_deref() == Some(r.name.as_str());
     if r.failure.is_some() {
-        if !holds {
-            return Some(secs(r.created_s.saturating_add(settings.failed_claim_ttl_s)));
-        }
         return Some(io.next_at.unwrap_or(Duration::ZERO));
     }
     if !holds && r.stage != Stage::Selected {
