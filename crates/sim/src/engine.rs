@@ -379,6 +379,12 @@ pub struct Engine<'a> {
     last_liveness_check: Seconds,
 }
 
+/// The name of a DaemonSet's pod on a node, as the rack names it in the
+/// snapshot and finds it again when it is evicted.
+fn daemon_pod_name(ds: &ironclaim_core::DaemonSet, node: &str) -> String {
+    format!("{}-{node}", ds.name)
+}
+
 /// Free powered-off servers of one group a scale-down pass sees.
 pub const COLD_PER_GROUP_FOR_SCALE_DOWN: usize = 4;
 
@@ -1079,7 +1085,7 @@ impl<'a> Engine<'a> {
                 // A DaemonSet pod, `namespace/ds-node`.
                 let before = self.srv[s].daemon_pods.len();
                 let ds = &self.w.daemonsets;
-                self.srv[s].daemon_pods.retain(|&d| format!("{}/{}-{}", ds[d].namespace, ds[d].name, node) != pod);
+                self.srv[s].daemon_pods.retain(|&d| format!("{}/{}", ds[d].namespace, daemon_pod_name(&ds[d], &node)) != pod);
                 if self.srv[s].daemon_pods.len() < before { Eviction::Evicted } else { Eviction::Gone }
             }
             _ => Eviction::Gone,
@@ -1246,7 +1252,7 @@ impl<'a> Engine<'a> {
             let ds = &self.w.daemonsets[d];
             let mut pod = ds.template.clone();
             pod.namespace = ds.namespace.clone();
-            pod.name = format!("{}-{}", ds.name, name);
+            pod.name = daemon_pod_name(ds, name);
             pod.owner = Some(Owner { kind: "DaemonSet".into(), name: ds.name.clone() });
             pod.node_name = Some(name.clone());
             pod.phase = PodPhase::Running;
