@@ -454,7 +454,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     for pool in pools {
         let Some(want) = &pool.warm.headroom else { continue };
         let mut free = crate::Resources::default();
-        for c in candidates.iter().filter(|c| c.pool.name == pool.name) {
+        for c in candidates.iter().filter(|c| c.pool.name == pool.name && c.node.ready) {
             free.add(&c.node.allocatable);
             for p in c.pods.iter().chain(&c.daemonset_pods) {
                 free.sub(&p.requests);
@@ -553,7 +553,8 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 None => empties.push(i),
             }
         }
-        let on = (spares.len() + empties.len()) as u32;
+        // A NotReady node can host nothing: it is no warm capacity.
+        let on = (spares.len() + empties.iter().filter(|&&i| candidates[i].node.ready).count()) as u32;
         if on < floor {
             // Restore the floor from cold spares, most efficient first.
             let mut cold = st.cold.clone();
@@ -604,6 +605,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         for i in empties {
             let c = &candidates[i];
             let Some(s) = c.server else { continue };
+            if !c.node.ready {
+                out.held.push(Held { subject: c.node.name.clone(), why: "not Ready: no warm capacity, and not drained".into() });
+                continue;
+            }
             if excess == 0 {
                 out.held.push(Held { subject: c.node.name.clone(), why: format!("empty, kept as warm capacity: floor {floor} for {class}") });
                 continue;

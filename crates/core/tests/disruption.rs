@@ -102,6 +102,25 @@ fn a_node_whose_claim_waits_for_its_pods_is_not_warm_capacity() {
 }
 
 #[test]
+fn a_not_ready_empty_node_is_not_warm_capacity() {
+    // Floor 2, two idle spares past break-even, and an empty node that
+    // went NotReady: it could host nothing, so both spares stay on.
+    let mut p = pool();
+    p.warm.floor.insert("general-32".into(), 2);
+    let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    spare(&mut snap, "s1", 0);
+    spare(&mut snap, "s2", 0);
+    node_with(&mut snap, "n1", Some(0), &[]);
+    snap.nodes[0].ready = false;
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOff { .. })), "{d:?}");
+    // Ready, it is warm capacity and one spare goes.
+    snap.nodes[0].ready = true;
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(d.actions.iter().any(|a| matches!(a, Action::PowerOff { .. } | Action::Drain { .. })), "{d:?}");
+}
+
+#[test]
 fn empty_nodes_drain_one_at_a_time_under_a_one_node_budget() {
     let mut p = pool();
     p.disruption.budgets = vec![Budget { nodes: BudgetNodes::Count(1), window: None, reasons: vec![] }];
