@@ -204,8 +204,20 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
     let age = now_s.saturating_sub(r.stage_started_s);
     let budget = settings.deadlines.budget(r.stage, &server.durations);
     match r.stage {
-        // Taken (or being taken) by the driver's open; nothing to do here.
-        Stage::Selected => Vec::new(),
+        // A take under way here never reaches this step (the autoscaler
+        // holds it back until answered): this claim's take was cut short
+        // by a restart. Held, it goes on from the power-on, which reads
+        // the BMC first; not held, it never got its server.
+        Stage::Selected if server.holder.as_deref() == Some(name) => {
+            vec![enter(name, Stage::PoweringOn, format!("server {} taken before a restart", r.server))]
+        }
+        Stage::Selected => {
+            let (reason, holder) = match &server.holder {
+                Some(h) => (FailureReason::ClaimConflict, format!("held by {h}")),
+                None => (FailureReason::ServerUnavailable, "not held by it".to_string()),
+            };
+            vec![fail(name, reason, format!("the take of server {} was cut short by a restart and the server is {holder}", r.server), false)]
+        }
         Stage::PoweringOn => power_on(view, io, settings, server, age, now),
         Stage::Booting => {
             if let Some(node) = &view.node {
@@ -324,7 +336,8 @@ pub fn due_at(view: &ClaimView, io: &ClaimIo, settings: &ClaimSettings) -> Optio
     let past =
         |stage: Stage| settings.deadlines.budget(stage, &server.durations).map(|b| secs(r.stage_started_s.saturating_add(b.stuck_after_s) + 1));
     match r.stage {
-        Stage::Selected | Stage::Ready => None,
+        Stage::Selected => Some(Duration::ZERO),
+        Stage::Ready => None,
         Stage::PoweringOn => match io.next_at {
             Some(at) => Some(at),
             None => Some(Duration::ZERO),
@@ -524,8 +537,14 @@ mod tests {
         let mut old_not_held = not_held_failed.clone();
         old_not_held.record.created_s = NOW_S - 3600;
         let running = |io: Io| ClaimIo { running: Some(io), ..ClaimIo::default() };
+        let mut selected_not_held = view(Stage::Selected, 0);
+        selected_not_held.server.as_mut().unwrap().holder = None;
+        let mut selected_elsewhere = view(Stage::Selected, 0);
+        selected_elsewhere.server.as_mut().unwrap().holder = Some("other".into());
         let rows: Vec<(&str, ClaimView, ClaimIo, Vec<&str>)> = vec![
-            ("selected: the open's take is under way", view(Stage::Selected, 0), ClaimIo::default(), vec![]),
+            ("selected and held, its take cut short by a restart", view(Stage::Selected, 0), ClaimIo::default(), vec!["enter powering_on"]),
+            ("selected and not held, its take cut short by a restart", selected_not_held, ClaimIo::default(), vec!["fail server_unavailable"]),
+            ("selected and held by another claim", selected_elsewhere, ClaimIo::default(), vec!["fail claim_conflict"]),
             ("server gone", no_server, ClaimIo::default(), vec!["fail server_unavailable"]),
             ("server held by another claim", taken_elsewhere, ClaimIo::default(), vec!["fail server_unavailable"]),
             ("powering on, nothing known: read the BMC", view(Stage::PoweringOn, 5), ClaimIo::default(), vec!["read power"]),
