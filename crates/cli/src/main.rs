@@ -14,6 +14,7 @@ mod plan;
 mod render;
 mod servers;
 mod simulate;
+mod swarm;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +35,9 @@ enum Command {
     Bmc(bmc::Args),
     /// Replay a day on an embedded rack, or a trace, against every power policy.
     Simulate(simulate::Args),
+    /// Hunt for faults: many seeds of small racks under random faults,
+    /// every policy under the simulator's checkers, in parallel.
+    Swarm(swarm::Args),
     /// Run the controller against a cluster (kubeconfig or in-cluster).
     Controller(controller::Args),
     /// Why a pod waits: its claim, server, stage and ETA, or the exact reason.
@@ -51,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Bmc(args) => bmc::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Swarm(args) => swarm::run(args),
         Command::Controller(args) => controller::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Servers(args) => servers::run(args),

@@ -135,7 +135,7 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
             } else {
                 return Err(anyhow!("--slow-boot-factor must be between 1 and 100"));
             },
-            faults_until_s: None,
+            ..Faults::default()
         }
     };
     if args.quiet_max == 0 {
@@ -154,8 +154,13 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
 }
 
 fn policies(args: &Args) -> anyhow::Result<Vec<PolicyKind>> {
+    parse_policies(&args.policies)
+}
+
+/// Policy names, as `--policies` takes them, without repeats.
+pub fn parse_policies(names: &[String]) -> anyhow::Result<Vec<PolicyKind>> {
     let mut out = Vec::new();
-    for p in &args.policies {
+    for p in names {
         let kind = PolicyKind::parse(p).ok_or_else(|| anyhow!("unknown policy `{p}` (choose from always-on, reactive, warm-spares, ironclaim)"))?;
         if !out.contains(&kind) {
             out.push(kind);

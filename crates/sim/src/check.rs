@@ -82,6 +82,12 @@ impl Checker {
         self.up.remove(&server);
     }
 
+    /// The server's node was lost (NotReady or deleted): it is up, but no
+    /// warm capacity.
+    pub fn node_lost(&mut self, server: usize) {
+        self.up.remove(&server);
+    }
+
     pub fn node_ready(&mut self, server: usize) {
         self.up.insert(server);
     }

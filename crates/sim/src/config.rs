@@ -56,6 +56,33 @@ pub struct Faults {
     /// its drawn duration.
     pub slow_boot_probability: f64,
     pub slow_boot_factor: f64,
+    /// The BMC fails a power-off request: the server stays as it was.
+    #[serde(default)]
+    pub bmc_off_error_probability: f64,
+    /// The BMC is cut off in the middle of a power-off: the answer is lost
+    /// (an unreachable BMC), and the power-off happened or not, evenly.
+    #[serde(default)]
+    pub bmc_partition_probability: f64,
+    /// A BMC's answer comes `slow_bmc_s` late.
+    #[serde(default)]
+    pub slow_bmc_probability: f64,
+    #[serde(default)]
+    pub slow_bmc_s: Seconds,
+    /// A serving node is lost at a random time of its life: its kubelet
+    /// stops (NotReady; its pods are evicted by the taint manager 300 s
+    /// later), or, evenly, the Node is deleted (its pods with it).
+    #[serde(default)]
+    pub node_lost_probability: f64,
+    /// After each effect, the controller crashes: what it held in memory is
+    /// lost, answers under way go nowhere, and it restarts 5 to 60 s later
+    /// from what the rack records.
+    #[serde(default)]
+    pub crash_probability: f64,
+    /// The autoscaler's view of the pods (its watch) lags the rack by this
+    /// long: binds, departures and evictions show up late. The fresh
+    /// checks before a power-off read the rack itself.
+    #[serde(default)]
+    pub watch_lag_s: Seconds,
     /// Faults stop at this time (liveness checks start then); None: never.
     pub faults_until_s: Option<Seconds>,
 }
@@ -69,6 +96,13 @@ impl Default for Faults {
             gpu_gate_failure_probability: 0.02,
             slow_boot_probability: 0.02,
             slow_boot_factor: 3.0,
+            bmc_off_error_probability: 0.0,
+            bmc_partition_probability: 0.0,
+            slow_bmc_probability: 0.0,
+            slow_bmc_s: 0,
+            node_lost_probability: 0.0,
+            crash_probability: 0.0,
+            watch_lag_s: 0,
             faults_until_s: None,
         }
     }
@@ -83,6 +117,13 @@ impl Faults {
             gpu_gate_failure_probability: 0.0,
             slow_boot_probability: 0.0,
             slow_boot_factor: 1.0,
+            bmc_off_error_probability: 0.0,
+            bmc_partition_probability: 0.0,
+            slow_bmc_probability: 0.0,
+            slow_bmc_s: 0,
+            node_lost_probability: 0.0,
+            crash_probability: 0.0,
+            watch_lag_s: 0,
             faults_until_s: None,
         }
     }
@@ -105,6 +146,25 @@ impl fmt::Display for Faults {
             self.slow_boot_probability,
             self.slow_boot_factor
         )?;
+        // The faults the default run does not draw are printed when set.
+        let extra = [
+            ("bmc_off_error_probability", self.bmc_off_error_probability),
+            ("bmc_partition_probability", self.bmc_partition_probability),
+            ("slow_bmc_probability", self.slow_bmc_probability),
+            ("node_lost_probability", self.node_lost_probability),
+            ("crash_probability", self.crash_probability),
+        ];
+        for (name, p) in extra {
+            if p > 0.0 {
+                write!(f, " {name}={p}")?;
+            }
+        }
+        if self.slow_bmc_probability > 0.0 {
+            write!(f, " slow_bmc_s={}", self.slow_bmc_s)?;
+        }
+        if self.watch_lag_s > 0 {
+            write!(f, " watch_lag_s={}", self.watch_lag_s)?;
+        }
         if let Some(until) = self.faults_until_s {
             write!(f, " faults_until_s={until}")?;
         }

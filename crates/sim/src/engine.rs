@@ -42,6 +42,7 @@ use ironclaim_driver::autoscaler::World;
 use ironclaim_driver::{
     Autoscaler, ClaimRecord, ClaimView, Effect, Eviction, NodeFacts, PowerFailure, Report, ScaleDownSettings, ServerFacts, Settings, Stage,
 };
+use rand::RngExt;
 use serde::Serialize;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -217,12 +218,42 @@ struct PodRun {
 enum Event {
     Arrive(usize),
     Depart(usize),
-    PowerOnDone { server: usize, epoch: u64 },
-    BootDone { server: usize, epoch: u64 },
-    Register { server: usize, epoch: u64 },
-    NodeReady { server: usize, epoch: u64 },
-    GatesDone { server: usize, epoch: u64 },
-    StopDone { server: usize, epoch: u64 },
+    PowerOnDone {
+        server: usize,
+        epoch: u64,
+    },
+    BootDone {
+        server: usize,
+        epoch: u64,
+    },
+    Register {
+        server: usize,
+        epoch: u64,
+    },
+    NodeReady {
+        server: usize,
+        epoch: u64,
+    },
+    GatesDone {
+        server: usize,
+        epoch: u64,
+    },
+    StopDone {
+        server: usize,
+        epoch: u64,
+    },
+    /// A serving node is lost (see [`crate::Faults::node_lost_probability`]).
+    NodeLost {
+        server: usize,
+        epoch: u64,
+    },
+    /// The taint manager evicts the pods of a node NotReady for 300 s.
+    TaintEvict {
+        server: usize,
+        epoch: u64,
+    },
+    /// A late answer (a slow or cut-off BMC) reaches the controller.
+    Answer(u64),
     Wake,
 }
 
@@ -308,8 +339,17 @@ pub struct RunStats {
     pub violations: Vec<crate::check::Violation>,
     pub timeline: Timeline,
     pub quarantined: u64,
+    /// Controller crashes and lost nodes the faults caused.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub crashes: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nodes_lost: u64,
     /// The first failed claims, one by one.
     pub failed_claims: Vec<FailedClaim>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Series sampled at regular times, for plots.
@@ -377,7 +417,28 @@ pub struct Engine<'a> {
     power_offs_refused: u64,
     liveness_bound_s: Seconds,
     last_liveness_check: Seconds,
+    /// Draws of the faults that strike the rack rather than one boot:
+    /// drawn only when their probability is set, so a run without them
+    /// draws what it always drew.
+    fault_rng: SimRng,
+    /// Answers on their way, by [`Event::Answer`] id.
+    later: BTreeMap<u64, Report>,
+    /// The controller is down (crashed) until then.
+    down_until: Seconds,
+    crashes: u64,
+    nodes_lost: u64,
+    /// Told every effect, answer and crash, for a replay that shows them.
+    trace: Option<&'a mut Trace<'a>>,
 }
+
+/// What a traced run tells, at each simulated second.
+pub type Trace<'t> = dyn FnMut(Seconds, &str) + 't;
+
+/// How long the taint manager waits before it evicts the pods of a
+/// NotReady node (the default toleration of `node.kubernetes.io/not-ready`).
+const NOT_READY_EVICTION_S: Seconds = 300;
+/// How long an unanswered power-off request takes to time out.
+const BMC_TIMEOUT_S: Seconds = 30;
 
 /// The name of a DaemonSet's pod on a node, as the rack names it in the
 /// snapshot and finds it again when it is evicted.
@@ -500,6 +561,24 @@ impl<'a> Engine<'a> {
             power_offs_refused: 0,
             liveness_bound_s,
             last_liveness_check: 0,
+            fault_rng: stream(cfg.seed, "rack-faults", 0),
+            later: BTreeMap::new(),
+            down_until: 0,
+            crashes: 0,
+            nodes_lost: 0,
+            trace: None,
+        }
+    }
+
+    /// Tells `trace` every effect, answer and crash of the run.
+    pub fn traced(mut self, trace: &'a mut Trace<'a>) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    fn tell(&mut self, what: impl FnOnce() -> String) {
+        if let Some(t) = self.trace.as_mut() {
+            t(self.now, &what());
         }
     }
 
@@ -584,6 +663,13 @@ impl<'a> Engine<'a> {
             Event::NodeReady { server, epoch } if live(self, server, epoch) => self.node_ready(server),
             Event::GatesDone { server, epoch } if live(self, server, epoch) => self.gates_done(server),
             Event::StopDone { server, epoch } if live(self, server, epoch) => self.stop_done(server),
+            Event::NodeLost { server, epoch } if live(self, server, epoch) => self.node_lost(server),
+            Event::TaintEvict { server, epoch } if live(self, server, epoch) => self.taint_evict(server),
+            Event::Answer(id) => {
+                if let Some(r) = self.later.remove(&id) {
+                    self.reports.push(r);
+                }
+            }
             Event::Wake => {
                 self.wakes.remove(&self.now);
                 return;
@@ -599,6 +685,13 @@ impl<'a> Engine<'a> {
     /// step, every effect carried out and its answer handed back; then the
     /// next wake-up is queued.
     fn drive(&mut self) {
+        if self.now < self.down_until {
+            // Down: answers reach no one.
+            self.reports.clear();
+            let at = self.down_until;
+            self.schedule_wake(at);
+            return;
+        }
         let Some(mut auto) = self.auto.take() else { return };
         let now = Duration::from_secs(self.now);
         if std::mem::take(&mut self.changed) {
@@ -606,14 +699,32 @@ impl<'a> Engine<'a> {
         }
         let mut effects: VecDeque<Effect> = VecDeque::new();
         for r in std::mem::take(&mut self.reports) {
+            self.tell(|| format!("answer {r:?}"));
             effects.extend(auto.report(r, now));
         }
         effects.extend(auto.step(&*self, now));
         while let Some(e) = effects.pop_front() {
-            if let Some(r) = self.apply(e) {
+            self.tell(|| format!("effect {e:?}"));
+            let answer = self.apply(e);
+            if self.fault(self.cfg.faults.crash_probability) {
+                // Crashed after the effect, before its answer: the next
+                // process starts from what the rack records.
+                auto.forget();
+                self.reports.clear();
+                self.crashes += 1;
+                self.tell(|| "crash: the autoscaler restarts from the rack's records".to_string());
+                self.down_until = self.now + self.fault_rng.random_range(5..=60);
+                self.auto = Some(auto);
+                let at = self.down_until;
+                self.schedule_wake(at);
+                return;
+            }
+            if let Some(r) = answer {
+                self.tell(|| format!("answer {r:?}"));
                 effects.extend(auto.report(r, now));
             }
             for r in std::mem::take(&mut self.reports) {
+                self.tell(|| format!("answer {r:?}"));
                 effects.extend(auto.report(r, now));
             }
         }
@@ -627,6 +738,29 @@ impl<'a> Engine<'a> {
             self.schedule_wake(next);
         }
         self.check_liveness();
+    }
+
+    /// Whether a rack fault of probability `p` strikes now.
+    fn fault(&mut self, p: f64) -> bool {
+        p > 0.0 && self.cfg.faults.active_at(self.now) && chance(&mut self.fault_rng, p)
+    }
+
+    /// Hands an answer to the controller `after` seconds from now.
+    fn answer_in(&mut self, after: Seconds, report: Report) {
+        self.seq += 1;
+        let id = self.seq;
+        self.later.insert(id, report);
+        self.push(self.now + after, Event::Answer(id));
+    }
+
+    /// Hands a BMC's answer to the controller, late when the BMC is slow.
+    fn bmc_answer(&mut self, report: Report) {
+        if self.fault(self.cfg.faults.slow_bmc_probability) {
+            let late = self.cfg.faults.slow_bmc_s;
+            self.answer_in(late, report);
+        } else {
+            self.reports.push(report);
+        }
     }
 
     fn schedule_wake(&mut self, at: Seconds) {
@@ -868,7 +1002,7 @@ impl<'a> Engine<'a> {
         };
         self.refresh_watts(s);
         for _ in 0..waiting {
-            self.reports.push(Report::PoweredOn { server: name.clone(), result: result.clone() });
+            self.bmc_answer(Report::PoweredOn { server: name.clone(), result: result.clone() });
         }
     }
 
@@ -931,6 +1065,56 @@ impl<'a> Engine<'a> {
         self.checker.node_ready(s);
         self.refresh_watts(s);
         self.bind_pending();
+        if self.srv[s].holder.is_some() && self.fault(self.cfg.faults.node_lost_probability) {
+            let after = self.fault_rng.random_range(60..=4 * 3600);
+            let epoch = self.srv[s].epoch;
+            self.push(self.now + after, Event::NodeLost { server: s, epoch });
+        }
+    }
+
+    /// A serving node is lost: its kubelet stops (NotReady), or the Node
+    /// is deleted and its pods with it. Not once faults have stopped.
+    fn node_lost(&mut self, s: usize) {
+        if !self.cfg.faults.active_at(self.now) || self.srv[s].power != Power::On || self.srv[s].node.is_none() {
+            return;
+        }
+        self.nodes_lost += 1;
+        self.ready.remove(&s);
+        self.checker.node_lost(s);
+        let name = self.w.servers[s].server.name.clone();
+        if chance(&mut self.fault_rng, 0.5) {
+            self.tell(|| format!("rack: node {name} deleted"));
+            self.evict_all(s);
+            self.srv[s].node = None;
+            self.srv[s].daemon_pods.clear();
+        } else {
+            self.tell(|| format!("rack: node {name} NotReady"));
+            if let Some(n) = self.srv[s].node.as_mut() {
+                n.ready_since = None;
+            }
+            let epoch = self.srv[s].epoch;
+            self.push(self.now + NOT_READY_EVICTION_S, Event::TaintEvict { server: s, epoch });
+        }
+        self.refresh_watts(s);
+    }
+
+    /// The taint manager evicts the workload pods of a node still NotReady.
+    fn taint_evict(&mut self, s: usize) {
+        if self.srv[s].node.as_ref().is_some_and(|n| n.ready_since.is_none()) {
+            self.evict_all(s);
+        }
+    }
+
+    /// Every workload pod of the server goes back to pending (their
+    /// controllers, here the trace, want them back).
+    fn evict_all(&mut self, s: usize) {
+        for p in self.srv[s].workload_pods.clone() {
+            self.unbind(p, s);
+            self.pods[p].state = PodState::Pending;
+            self.pods[p].bound_at = None;
+            self.pending.insert(self.pending_key(p));
+        }
+        self.bind_pending();
     }
 
     /// A server that was a Ready node before the run began.
@@ -991,7 +1175,23 @@ impl<'a> Engine<'a> {
                 None
             }
             Power::PoweringOn | Power::On => {
-                self.begin_stop(s);
+                let failed = |reason, message: &str| Report::PoweredOff {
+                    server: server.to_string(),
+                    result: Err(PowerFailure { reason, message: message.to_string() }),
+                    refused: None,
+                };
+                if self.fault(self.cfg.faults.bmc_off_error_probability) {
+                    self.answer_in(5, failed(FailureReason::PowerActionFailed, "the BMC failed the power-off request"));
+                } else if self.fault(self.cfg.faults.bmc_partition_probability) {
+                    // The request may have gone through before the BMC was cut off.
+                    if chance(&mut self.fault_rng, 0.5) {
+                        self.begin_stop(s);
+                        self.srv[s].off_waiting -= 1;
+                    }
+                    self.answer_in(BMC_TIMEOUT_S, failed(FailureReason::BmcUnreachable, "the BMC stopped answering during the power-off"));
+                } else {
+                    self.begin_stop(s);
+                }
                 None
             }
         }
@@ -1032,7 +1232,7 @@ impl<'a> Engine<'a> {
         self.refresh_watts(s);
         let name = self.w.servers[s].server.name.clone();
         for _ in 0..std::mem::take(&mut self.srv[s].off_waiting) {
-            self.reports.push(Report::PoweredOff { server: name.clone(), result: Ok(()), refused: None });
+            self.bmc_answer(Report::PoweredOff { server: name.clone(), result: Ok(()), refused: None });
         }
     }
 
@@ -1416,6 +1616,8 @@ impl<'a> Engine<'a> {
             timeline: self.timeline,
             quarantined: self.srv.iter().filter(|s| s.health == Health::Quarantined).count() as u64,
             failed_claims: self.failed_claims,
+            crashes: self.crashes,
+            nodes_lost: self.nodes_lost,
         }
     }
 
@@ -1556,4 +1758,9 @@ impl World for Engine<'_> {
 /// Runs one policy over a prepared workload.
 pub fn run_policy(w: &Workload, prep: &Prepared, cfg: &SimConfig, kind: PolicyKind, progress: &mut dyn FnMut(f64)) -> RunStats {
     Engine::new(w, prep, cfg, kind).run(progress)
+}
+
+/// [`run_policy`], telling `trace` every effect, answer and crash.
+pub fn run_policy_traced(w: &Workload, prep: &Prepared, cfg: &SimConfig, kind: PolicyKind, trace: &mut Trace<'_>) -> RunStats {
+    Engine::new(w, prep, cfg, kind).traced(trace).run(&mut |_| {})
 }

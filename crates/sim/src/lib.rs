@@ -24,6 +24,7 @@ pub mod policy;
 pub mod report;
 pub mod rng;
 pub mod sample;
+pub mod swarm;
 pub mod trace;
 pub mod workload;
 

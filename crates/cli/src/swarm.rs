@@ -1,0 +1,159 @@
+//! `ironclaim swarm`: many seeds of small racks under random faults, every
+//! policy under the simulator's checkers, in parallel over the cores.
+//! Each failing seed is printed with its settings and the command that
+//! replays it; `--seed S` replays one with every violation, and `--trace`
+//! adds every effect, answer and crash of one policy.
+
+use crate::exit::Failure;
+use anyhow::anyhow;
+use ironclaim_sim::engine::Prepared;
+use ironclaim_sim::swarm::{self, SeedResult};
+use ironclaim_sim::{PolicyKind, run_policy};
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 1000)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    from: u64,
+    /// Replay this one seed and print everything it found.
+    #[arg(long, conflicts_with_all = ["seeds", "from"])]
+    seed: Option<u64>,
+    /// With --seed: print every effect, answer and crash of this policy.
+    #[arg(long, requires = "seed", value_name = "POLICY")]
+    trace: Option<String>,
+    /// Threads; default: one per core.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Policies to run on each seed, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "always-on,reactive,warm-spares,ironclaim")]
+    policies: Vec<String>,
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    let policies = crate::simulate::parse_policies(&args.policies).map_err(Failure::bad_input)?;
+    if let Some(seed) = args.seed {
+        return replay(seed, &policies, args.trace.as_deref());
+    }
+    if args.seeds == 0 {
+        return Err(Failure::bad_input(anyhow!("--seeds must be at least 1")));
+    }
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    if args.jobs == Some(0) {
+        return Err(Failure::bad_input(anyhow!("--jobs must be at least 1")));
+    }
+    let last = args.from.checked_add(args.seeds - 1).ok_or_else(|| Failure::bad_input(anyhow!("--from plus --seeds overflows")))?;
+    eprintln!(
+        "swarm: seeds {}..={last} on {jobs} threads, policies {}; each seed draws its rack, load and faults (faults stop at {} s)",
+        args.from,
+        policies.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
+        swarm::FAULTS_FOR_S
+    );
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(args.seeds);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("[{bar:40}] {pos}/{len} seeds {per_sec} {elapsed} (eta {eta}) {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar
+    });
+    let started = Instant::now();
+    let next = AtomicU64::new(args.from);
+    let (tx, rx) = mpsc::channel::<SeedResult>();
+    let mut failing: Vec<SeedResult> = Vec::new();
+    let mut done = 0u64;
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            let (tx, next, policies) = (tx.clone(), &next, &policies);
+            scope.spawn(move || {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed > last || tx.send(swarm::run_seed(seed, policies)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for result in rx {
+            done += 1;
+            if result.failed() {
+                if let Some(bar) = &bar {
+                    bar.println(format!("seed {} broke a checker; replay: {}", result.seed, swarm::replay_command(result.seed)));
+                } else {
+                    eprintln!("seed {} broke a checker; replay: {}", result.seed, swarm::replay_command(result.seed));
+                }
+                failing.push(result);
+            }
+            if let Some(bar) = &bar {
+                bar.set_position(done);
+                bar.set_message(format!("{} failing", failing.len()));
+            }
+        }
+    });
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!("{done} seeds in {elapsed:.1} s ({:.1} seeds/s on {jobs} threads): {} failing", done as f64 / elapsed.max(1e-9), failing.len());
+    failing.sort_by_key(|r| r.seed);
+    for r in &failing {
+        for run in r.runs.iter().filter(|run| !run.violations.is_empty()) {
+            let first = &run.violations[0];
+            println!(
+                "  seed {} {}: {} violation(s), first at {} s: {}: {}",
+                r.seed,
+                run.policy.name(),
+                run.violations.len(),
+                first.at_s,
+                first.checker,
+                first.message
+            );
+        }
+        println!("    replay: {}", swarm::replay_command(r.seed));
+    }
+    if failing.is_empty() { Ok(()) } else { Err(Failure::world(anyhow!("{} of {done} seeds broke a checker", failing.len()))) }
+}
+
+/// Runs one seed and prints its case, what each policy did and every violation.
+fn replay(seed: u64, policies: &[PolicyKind], trace: Option<&str>) -> Result<(), Failure> {
+    let traced = match trace {
+        Some(name) => Some(PolicyKind::parse(name).ok_or_else(|| Failure::bad_input(anyhow!("--trace: unknown policy `{name}`")))?),
+        None => None,
+    };
+    let c = swarm::case(seed);
+    println!("{}", swarm::describe(&c));
+    let prep = Prepared::new(&c.workload, None);
+    let mut broken = 0;
+    for &policy in policies {
+        let stats = if traced == Some(policy) {
+            ironclaim_sim::engine::run_policy_traced(&c.workload, &prep, &c.config, policy, &mut |at, what| println!("  {at:>6} s  {what}"))
+        } else {
+            run_policy(&c.workload, &prep, &c.config, policy, &mut |_| {})
+        };
+        println!(
+            "{}: {} placed, {} pending at the end, {} crashes, {} nodes lost, {} power-offs refused, {} violation(s)",
+            policy.name(),
+            stats.pods_placed,
+            stats.pods_pending_at_end,
+            stats.crashes,
+            stats.nodes_lost,
+            stats.power_offs_refused,
+            stats.violations.len()
+        );
+        for v in &stats.violations {
+            println!("  {} s {}: {}", v.at_s, v.checker, v.message);
+        }
+        if !stats.violations.is_empty() {
+            broken += 1;
+        }
+    }
+    if broken == 0 { Ok(()) } else { Err(Failure::world(anyhow!("seed {seed}: {broken} policy run(s) broke a checker"))) }
+}
