@@ -104,20 +104,27 @@ impl Checker {
         self.floors = floors.to_vec();
     }
 
-    fn idle(&self, server: usize) -> bool {
-        self.up.contains(&server) && self.workload_pods[server] == 0 && !self.claimed.contains(&server)
+    /// Up, unclaimed and with no workload pod: by the rack's counts, or
+    /// by `shown` (workload pods per server as the autoscaler saw them).
+    fn idle(&self, server: usize, shown: Option<&[u32]>) -> bool {
+        let pods = shown.map_or(self.workload_pods[server], |c| c[server]);
+        self.up.contains(&server) && pods == 0 && !self.claimed.contains(&server)
     }
 
-    fn idle_up(&self, class: Option<usize>) -> usize {
-        self.up.iter().filter(|&&s| self.idle(s) && class.is_none_or(|c| self.class_of[s] == c)).count()
+    fn idle_up(&self, class: Option<usize>, shown: Option<&[u32]>) -> usize {
+        self.up.iter().filter(|&&s| self.idle(s, shown) && class.is_none_or(|c| self.class_of[s] == c)).count()
     }
 
-    pub fn powering_off(&mut self, at_s: Seconds, server: usize, name: &str) {
+    /// The server is being powered off. A workload pod on it is a
+    /// violation, always by the rack's counts; the warm floors are judged
+    /// by `shown` when given (a lagging watch: the floor is kept by what
+    /// the autoscaler could see).
+    pub fn powering_off(&mut self, at_s: Seconds, server: usize, name: &str, shown: Option<&[u32]>) {
         if self.workload_pods[server] > 0 {
             let n = self.workload_pods[server];
             self.flag(at_s, "powered-off-busy", format!("server {name} powered off with {n} running pods"));
         }
-        let was_idle = self.idle(server);
+        let was_idle = self.idle(server, shown);
         self.up.remove(&server);
         if !was_idle {
             return;
@@ -126,7 +133,7 @@ impl Checker {
             if f.class.is_some_and(|c| c != self.class_of[server]) {
                 continue;
             }
-            let left = self.idle_up(f.class);
+            let left = self.idle_up(f.class, shown);
             if left < f.count as usize {
                 self.flag(at_s, "warm-spare-floor", format!("powering off {name} leaves {left} idle servers, below the floor of {}", f.count));
             }
@@ -167,7 +174,7 @@ mod tests {
         let mut c = Checker::new(&[0]);
         c.node_ready(0);
         c.bound(0);
-        c.powering_off(9, 0, "s0");
+        c.powering_off(9, 0, "s0", None);
         assert_eq!(c.violations[0].checker, "powered-off-busy");
     }
 
@@ -178,10 +185,10 @@ mod tests {
             c.node_ready(s);
         }
         c.declare_floors(&[Floor { class: Some(0), count: 1 }]);
-        c.powering_off(1, 2, "other-class");
-        c.powering_off(1, 0, "s0");
+        c.powering_off(1, 2, "other-class", None);
+        c.powering_off(1, 0, "s0", None);
         assert!(c.violations.is_empty());
-        c.powering_off(2, 1, "s1");
+        c.powering_off(2, 1, "s1", None);
         assert_eq!(c.violations.len(), 1);
         assert_eq!(c.violations[0].checker, "warm-spare-floor");
     }

@@ -201,6 +201,9 @@ pub enum Broken {
     /// The rack shows the autoscaler every node as empty (a stale cache)
     /// and powers servers off without its fresh checks.
     StaleEmptyNodes,
+    /// The rack shows the autoscaler no claim (servers unclaimed, no
+    /// claims in flight) and grants every take, held or not.
+    UnfencedTakes,
 }
 
 /// Everything that shapes a run besides the workload and the policy.

@@ -210,6 +210,10 @@ enum PodState {
 
 struct PodRun {
     state: PodState,
+    /// What the autoscaler's watch shows until `seen_until` (see
+    /// [`crate::Faults::watch_lag_s`]); the rack's own checks read `state`.
+    seen: PodState,
+    seen_until: Seconds,
     bound_at: Option<Seconds>,
     withdrawn_at: Option<Seconds>,
 }
@@ -427,6 +431,8 @@ pub struct Engine<'a> {
     down_until: Seconds,
     crashes: u64,
     nodes_lost: u64,
+    /// Pods whose state the autoscaler's watch shows late.
+    lagging: BTreeSet<usize>,
     /// Told every effect, answer and crash, for a replay that shows them.
     trace: Option<&'a mut Trace<'a>>,
 }
@@ -536,7 +542,9 @@ impl<'a> Engine<'a> {
             cycles: vec![0; n],
             powered: BTreeSet::new(),
             ready: BTreeSet::new(),
-            pods: (0..prep.pods.len()).map(|_| PodRun { state: PodState::NotArrived, bound_at: None, withdrawn_at: None }).collect(),
+            pods: (0..prep.pods.len())
+                .map(|_| PodRun { state: PodState::NotArrived, seen: PodState::NotArrived, seen_until: 0, bound_at: None, withdrawn_at: None })
+                .collect(),
             pending: BTreeSet::new(),
             claims: BTreeMap::new(),
             arrivals: BTreeMap::new(),
@@ -566,6 +574,7 @@ impl<'a> Engine<'a> {
             down_until: 0,
             crashes: 0,
             nodes_lost: 0,
+            lagging: BTreeSet::new(),
             trace: None,
         }
     }
@@ -691,6 +700,15 @@ impl<'a> Engine<'a> {
             let at = self.down_until;
             self.schedule_wake(at);
             return;
+        }
+        if !self.lagging.is_empty() {
+            let now = self.now;
+            let pods = &self.pods;
+            self.lagging.retain(|&p| now < pods[p].seen_until);
+            // What the watch shows changes when a lag runs out.
+            if let Some(next) = self.lagging.iter().map(|&p| self.pods[p].seen_until).min() {
+                self.schedule_wake(next);
+            }
         }
         let Some(mut auto) = self.auto.take() else { return };
         let now = Duration::from_secs(self.now);
@@ -878,7 +896,8 @@ impl<'a> Engine<'a> {
         };
         let name = claim.name.clone();
         self.checker.take_asked(self.now, s, &claim.server, self.srv[s].holder.is_some() || self.srv[s].node.is_some());
-        if let Some(h) = &self.srv[s].holder {
+        let unfenced = self.cfg.broken == Some(Broken::UnfencedTakes);
+        if let Some(h) = self.srv[s].holder.as_ref().filter(|_| !unfenced) {
             return if *h == name { Report::Taken { claim: name, newly: false } } else { Report::Held { claim: name, holder: h.clone() } };
         }
         if self.srv[s].health != Health::Healthy && self.srv[s].health != Health::Failed {
@@ -1110,7 +1129,7 @@ impl<'a> Engine<'a> {
     fn evict_all(&mut self, s: usize) {
         for p in self.srv[s].workload_pods.clone() {
             self.unbind(p, s);
-            self.pods[p].state = PodState::Pending;
+            self.set_state(p, PodState::Pending);
             self.pods[p].bound_at = None;
             self.pending.insert(self.pending_key(p));
         }
@@ -1198,13 +1217,25 @@ impl<'a> Engine<'a> {
     }
 
     fn begin_stop(&mut self, s: usize) {
-        self.checker.powering_off(self.now, s, &self.w.servers[s].server.name);
+        // With a lagging watch, the floor is judged by the pods the
+        // autoscaler was shown (it cannot keep a floor by what it cannot
+        // see); the power-off of a busy server is judged by the truth.
+        let shown = (!self.lagging.is_empty()).then(|| {
+            let mut counts = vec![0u32; self.srv.len()];
+            for p in 0..self.pods.len() {
+                if let PodState::Bound { server } = self.shown(p) {
+                    counts[server] += 1;
+                }
+            }
+            counts
+        });
+        self.checker.powering_off(self.now, s, &self.w.servers[s].server.name, shown.as_deref());
         self.ready.remove(&s);
         // Pods on a machine that loses power fail; their controllers (here,
         // the trace) want them back, so they wait again.
         let lost = std::mem::take(&mut self.srv[s].workload_pods);
         for p in lost {
-            self.pods[p].state = PodState::Pending;
+            self.set_state(p, PodState::Pending);
             self.pods[p].bound_at = None;
             self.pending.insert(self.pending_key(p));
         }
@@ -1276,7 +1307,7 @@ impl<'a> Engine<'a> {
         let answer = match (self.index(&node), self.prep.pod_index.get(&pod)) {
             (Some(s), Some(&p)) if self.srv[s].workload_pods.contains(&p) => {
                 self.unbind(p, s);
-                self.pods[p].state = PodState::Pending;
+                self.set_state(p, PodState::Pending);
                 self.pods[p].bound_at = None;
                 self.pending.insert(self.pending_key(p));
                 Eviction::Evicted
@@ -1330,15 +1361,48 @@ impl<'a> Engine<'a> {
 
     fn arrive(&mut self, p: usize) {
         if self.prep.unplaceable[p].is_some() {
-            self.pods[p].state = PodState::Done;
+            self.set_state(p, PodState::Done);
             return;
         }
-        self.pods[p].state = PodState::Pending;
+        self.set_state(p, PodState::Pending);
         if let Some(s) = self.best_node(p) {
             self.bind(p, s);
         } else {
             self.pending.insert(self.pending_key(p));
         }
+    }
+
+    /// A pod's new state; with a lagging watch, the autoscaler goes on
+    /// seeing the old one for a while.
+    fn set_state(&mut self, p: usize, state: PodState) {
+        let lag = if self.cfg.faults.active_at(self.now) { self.cfg.faults.watch_lag_s } else { 0 };
+        let run = &mut self.pods[p];
+        if lag > 0 {
+            if self.now >= run.seen_until {
+                run.seen = run.state;
+            }
+            run.seen_until = self.now + lag;
+            self.lagging.insert(p);
+        }
+        run.state = state;
+    }
+
+    /// The pod's state as the autoscaler's watch shows it.
+    fn shown(&self, p: usize) -> PodState {
+        let run = &self.pods[p];
+        if self.now < run.seen_until { run.seen } else { run.state }
+    }
+
+    /// Pods shown pending, in the scheduler's order.
+    fn shown_pending(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = self.pending.iter().map(|k| k.2).filter(|&p| self.shown(p) == PodState::Pending).collect();
+        let late: Vec<usize> =
+            self.lagging.iter().copied().filter(|&p| self.shown(p) == PodState::Pending && self.pods[p].state != PodState::Pending).collect();
+        if !late.is_empty() {
+            out.extend(late);
+            out.sort_by_key(|&p| self.pending_key(p));
+        }
+        out
     }
 
     fn unbind(&mut self, p: usize, server: usize) {
@@ -1354,16 +1418,16 @@ impl<'a> Engine<'a> {
         match self.pods[p].state {
             PodState::Bound { server } => {
                 self.unbind(p, server);
-                self.pods[p].state = PodState::Done;
+                self.set_state(p, PodState::Done);
                 self.bind_pending();
             }
             PodState::Pending => {
                 let key = self.pending_key(p);
                 self.pending.remove(&key);
-                self.pods[p].state = PodState::Done;
+                self.set_state(p, PodState::Done);
                 self.pods[p].withdrawn_at = Some(self.now);
             }
-            _ => self.pods[p].state = PodState::Done,
+            _ => self.set_state(p, PodState::Done),
         }
     }
 
@@ -1403,9 +1467,8 @@ impl<'a> Engine<'a> {
         srv.allocated.add(&pod.requests);
         srv.workload_pods.push(p);
         self.checker.bound(s);
-        let run = &mut self.pods[p];
-        run.state = PodState::Bound { server: s };
-        run.bound_at = Some(self.now);
+        self.set_state(p, PodState::Bound { server: s });
+        self.pods[p].bound_at = Some(self.now);
         self.refresh_watts(s);
     }
 
@@ -1441,7 +1504,9 @@ impl<'a> Engine<'a> {
     fn pods_of(&self, s: usize, out: &mut Vec<Pod>) {
         let name = &self.w.servers[s].server.name;
         if self.cfg.broken != Some(Broken::StaleEmptyNodes) {
-            for &p in &self.srv[s].workload_pods {
+            let here = PodState::Bound { server: s };
+            let late = self.lagging.iter().copied().filter(|&p| self.pods[p].state != here && self.shown(p) == here);
+            for p in self.srv[s].workload_pods.iter().copied().filter(|&p| self.shown(p) == here).chain(late) {
                 let mut pod = self.prep.pods[p].clone();
                 pod.node_name = Some(name.clone());
                 pod.phase = PodPhase::Running;
@@ -1465,7 +1530,7 @@ impl<'a> Engine<'a> {
         let srv = &self.srv[s];
         server.failures = srv.in_row;
         server.health = srv.health;
-        server.claim = srv.holder.clone();
+        server.claim = srv.holder.clone().filter(|_| self.cfg.broken != Some(Broken::UnfencedTakes));
         server.node = srv.node.as_ref().map(|_| server.name.clone());
         // A server on its way down reads as off: nothing is asked of it.
         server.power_state = match srv.power {
@@ -1636,8 +1701,8 @@ impl<'a> Engine<'a> {
                 self.pods_of(s, &mut snap.pods);
             }
         }
-        for k in &self.pending {
-            snap.pods.push(self.prep.pods[k.2].clone());
+        for p in self.shown_pending() {
+            snap.pods.push(self.prep.pods[p].clone());
         }
         let per_group = scale_up.map_or(COLD_PER_GROUP_FOR_SCALE_DOWN, |n| n.max(1));
         for class in &self.prep.classes {
@@ -1666,7 +1731,7 @@ impl<'a> Engine<'a> {
         }
         for r in self.claims.values() {
             let Some(stage) = r.stage.in_flight() else { continue };
-            if r.failure.is_some() {
+            if r.failure.is_some() || self.cfg.broken == Some(Broken::UnfencedTakes) {
                 continue;
             }
             snap.claims.push(ClaimInFlight {
@@ -1686,7 +1751,7 @@ impl<'a> Engine<'a> {
 
 impl World for Engine<'_> {
     fn pending(&self) -> Vec<String> {
-        self.pending.iter().map(|k| self.prep.pods[k.2].key()).collect()
+        self.shown_pending().into_iter().map(|p| self.prep.pods[p].key()).collect()
     }
 
     fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {
@@ -1721,7 +1786,7 @@ impl World for Engine<'_> {
                 let mut pods_bound = 0;
                 for k in &r.pods {
                     let Some(&p) = self.prep.pod_index.get(k) else { continue };
-                    match self.pods[p].state {
+                    match self.shown(p) {
                         PodState::Pending => pods_pending.push(k.clone()),
                         PodState::Bound { server } if Some(server) == s => pods_bound += 1,
                         _ => {}

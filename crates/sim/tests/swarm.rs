@@ -41,3 +41,15 @@ fn the_checkers_catch_a_rack_that_shows_nodes_empty_and_powers_off_unchecked() {
     let stats = ironclaim_sim::run_policy(&w, &prep, &broken, PolicyKind::Reactive, &mut |_| {});
     assert!(stats.violations.iter().any(|v| v.checker == "powered-off-busy"), "expected a powered-off-busy violation, got {:?}", stats.violations);
 }
+
+#[test]
+fn the_checkers_catch_a_rack_that_hides_claims_and_grants_every_take() {
+    let w = common::rack_with_load(3, 3, 120);
+    let prep = Prepared::new(&w, None);
+    let honest = SimConfig { seed: 3, faults: Faults::none(), ..Default::default() };
+    let stats = ironclaim_sim::run_policy(&w, &prep, &honest, PolicyKind::Ironclaim, &mut |_| {});
+    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+    let broken = SimConfig { broken: Some(Broken::UnfencedTakes), ..honest };
+    let stats = ironclaim_sim::run_policy(&w, &prep, &broken, PolicyKind::Ironclaim, &mut |_| {});
+    assert!(stats.violations.iter().any(|v| v.checker == "claimed-twice"), "expected a claimed-twice violation, got {:?}", stats.violations);
+}
