@@ -275,9 +275,50 @@ pub fn hardware_key(s: &Server) -> String {
     )
 }
 
+/// Whether two servers are the same hardware in the sense of
+/// [`hardware_key`], compared field by field rather than by building keys.
+pub fn same_hardware(a: &Server, b: &Server) -> bool {
+    let watts = |p: &crate::model::PowerProfile| [p.idle_watts.to_bits(), p.peak_watts.to_bits(), p.boot_watts.to_bits(), p.off_watts.to_bits()];
+    let not_host = |(k, _): &(&String, &String)| k.as_str() != HOSTNAME;
+    a.capacity == b.capacity
+        && watts(&a.power) == watts(&b.power)
+        && a.durations == b.durations
+        && a.labels.iter().filter(not_host).eq(b.labels.iter().filter(not_host))
+}
+
 /// Interchangeable for a decision: the same hardware in the same state.
-fn class_key(s: &Server) -> String {
-    format!("{}|{:?}|{}|{}", hardware_key(s), s.power_state, s.failures, s.unlimited)
+fn same_class(a: &Server, b: &Server) -> bool {
+    a.power_state == b.power_state && a.failures == b.failures && a.unlimited == b.unlimited && same_hardware(a, b)
+}
+
+/// A cheap hash of what [`same_class`] compares (but the labels): servers
+/// of one class share it; servers that share it are compared in full.
+fn class_hash(s: &Server) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut mix = |x: u64| {
+        h ^= x;
+        h = h.wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+    };
+    let c = &s.capacity;
+    for x in [c.cpu_milli, c.memory_bytes, c.ephemeral_bytes, c.pods] {
+        mix(x as u64);
+    }
+    for (name, x) in &c.extended {
+        mix(name.len() as u64);
+        mix(*x as u64);
+    }
+    for w in [s.power.idle_watts, s.power.peak_watts, s.power.boot_watts, s.power.off_watts] {
+        mix(w.to_bits());
+    }
+    let d = &s.durations;
+    for x in [d.power_on_s, d.boot_s, d.join_s, d.ready_s, u64::from(d.tail_percent)] {
+        mix(x);
+    }
+    mix(s.power_state as u64);
+    mix(u64::from(s.failures));
+    mix(u64::from(s.unlimited));
+    mix(s.labels.len() as u64);
+    h
 }
 
 fn daemonset_overhead(snap: &Snapshot, labels: &Labels, taints: &[Taint], name: &str) -> Resources {
@@ -357,17 +398,21 @@ impl<'s> Scheduler<'s> {
 
     fn build_inventory(&mut self) {
         let snap = self.snap;
-        let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+        let mut by_hash: HashMap<u64, Vec<usize>> = HashMap::new();
         let mut order: Vec<usize> = (0..snap.servers.len()).collect();
         order.sort_by(|&a, &b| snap.servers[a].name.cmp(&snap.servers[b].name));
         for &i in &order {
             let server = &snap.servers[i];
-            let key = class_key(server);
-            let next = self.classes.len();
-            let c = *by_key.entry(key).or_insert(next);
-            if c == next {
-                self.classes.push(Class { members: Vec::new(), free: Vec::new(), unlimited: server.unlimited, minted: 0, sample: i });
-            }
+            let bucket = by_hash.entry(class_hash(server)).or_default();
+            let c = match bucket.iter().copied().find(|&c| same_class(&snap.servers[self.classes[c].sample], server)) {
+                Some(c) => c,
+                None => {
+                    let c = self.classes.len();
+                    bucket.push(c);
+                    self.classes.push(Class { members: Vec::new(), free: Vec::new(), unlimited: server.unlimited, minted: 0, sample: i });
+                    c
+                }
+            };
             self.classes[c].members.push(i);
             if server.is_available() {
                 self.classes[c].free.push(i);
@@ -1278,5 +1323,43 @@ impl<'p> GroupKey<'p> {
             host_ports: &pod.host_ports,
             deadline_s: pod.deadline_s,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Resources;
+
+    /// `same_hardware` is the equality of `hardware_key`, field by field.
+    #[test]
+    fn same_hardware_agrees_with_the_hardware_key() {
+        let base = Server::new("a", Resources::new(32_000, 128 << 30)).with_labels(&[("zone", "z1"), (HOSTNAME, "a")]);
+        let mut variants = vec![base.clone()];
+        let mut other_host = base.clone().with_labels(&[(HOSTNAME, "b")]);
+        other_host.name = "b".into();
+        variants.push(other_host);
+        variants.push(base.clone().with_labels(&[("zone", "z2")]));
+        variants.push(base.clone().with_labels(&[("rack", "r1")]));
+        variants.push(Server::new("a", Resources::new(32_000, 64 << 30)).with_labels(&[("zone", "z1")]));
+        let mut hot = base.clone();
+        hot.power.idle_watts += 1.0;
+        variants.push(hot);
+        let mut slow = base.clone();
+        slow.durations.boot_s += 1;
+        variants.push(slow);
+        let mut failed = base.clone();
+        failed.failures = 2;
+        variants.push(failed);
+        for a in &variants {
+            for b in &variants {
+                assert_eq!(same_hardware(a, b), hardware_key(a) == hardware_key(b), "{a:?} vs {b:?}");
+                if same_class(a, b) {
+                    assert_eq!(class_hash(a), class_hash(b));
+                }
+            }
+        }
+        assert!(same_hardware(&variants[0], &variants[1]), "the hostname does not count");
+        assert!(!same_class(&variants[0], &variants[7]), "failures in a row make another class");
     }
 }
