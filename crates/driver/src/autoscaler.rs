@@ -361,7 +361,14 @@ impl Autoscaler {
                     d.evicted(&pod, &answer, &drain_settings);
                 }
             }
-            Report::WriteFailed { .. } => {}
+            Report::WriteFailed { claim: Some(claim), .. } => {
+                // The write will never show in the world: step the claim
+                // again from what the world does show.
+                if self.written.remove(&claim).is_some() {
+                    self.claim_due.insert(claim, now);
+                }
+            }
+            Report::WriteFailed { claim: None, .. } => {}
         }
         out
     }
@@ -863,6 +870,43 @@ mod tests {
         assert!(
             next.iter().any(|e| matches!(e, Effect::EnterStage { claim: c, stage: Stage::Booting, .. } if *c == claim.name)),
             "the live claim moves on: {next:?}"
+        );
+    }
+
+    #[test]
+    fn a_stage_write_that_failed_has_its_claim_stepped_again_from_what_the_world_shows() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        a.step(&world, s(2_000));
+        let effects = a.step(&world, s(2_001));
+        let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
+        a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        world.claims = vec![ClaimView {
+            record: record(&claim.name, &claim.server, Stage::PoweringOn, None),
+            server: facts(&claim.name),
+            node: None,
+            pods_pending: vec!["ns/web".into()],
+            pods_bound: 0,
+        }];
+        a.step(&world, s(2_002));
+        a.report(Report::PoweredOn { server: claim.server.clone(), result: Ok(()) }, s(2_060));
+        let booting = a.step(&world, s(2_060));
+        assert!(booting.iter().any(|e| matches!(e, Effect::EnterStage { stage: Stage::Booting, .. })), "{booting:?}");
+        // The write of Booting fails: the world keeps showing PoweringOn.
+        a.report(
+            Report::WriteFailed { claim: Some(claim.name.clone()), effect: "EnterStage".into(), message: "the API server is unavailable".into() },
+            s(2_060),
+        );
+        assert!(a.next_wake() <= s(2_061), "the claim is due again");
+        let again = a.step(&world, s(2_061));
+        assert_eq!(again, [Effect::ReadPower { server: claim.server.clone() }], "the power is read again, then the stage written again");
+        a.report(Report::PowerRead { server: claim.server.clone(), result: Ok(true) }, s(2_062));
+        let rewritten = a.step(&world, s(2_062));
+        assert!(
+            rewritten.iter().any(|e| matches!(e, Effect::EnterStage { claim: c, stage: Stage::Booting, .. } if *c == claim.name)),
+            "{rewritten:?}"
         );
     }
 
