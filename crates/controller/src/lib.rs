@@ -3,6 +3,7 @@
 //!
 //! - [`index`]: the in-memory index of the cluster, fed by watches, that
 //!   builds the core's snapshot. No IO.
+//! - [`world`]: the driver's `World` read from the index.
 //! - [`batch`]: pending pods batched by an idle and a maximum window.
 //! - [`claims`]: opening claims, claiming servers atomically, powering on,
 //!   and walking each claim through its stages.
@@ -35,6 +36,7 @@ pub mod pools;
 pub mod provider;
 pub mod scaledown;
 pub mod timeline;
+pub mod world;
 
 pub use controller::{Controller, Decision, Settings};
 pub use error::{Error, Result};
