@@ -911,6 +911,33 @@ mod tests {
     }
 
     #[test]
+    fn a_taken_claim_whose_first_stage_write_failed_writes_it_again_and_sends_no_second_power_on() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        a.step(&world, s(2_000));
+        let effects = a.step(&world, s(2_001));
+        let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
+        a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        // The world: the claim recorded at Selected, its server held by it.
+        world.claims = vec![ClaimView {
+            record: record(&claim.name, &claim.server, Stage::Selected, None),
+            server: facts(&claim.name),
+            node: None,
+            pods_pending: vec!["ns/web".into()],
+            pods_bound: 0,
+        }];
+        assert!(a.step(&world, s(2_002)).is_empty(), "the PoweringOn write is awaited");
+        a.report(Report::WriteFailed { claim: Some(claim.name.clone()), effect: "EnterStage".into(), message: "timeout".into() }, s(2_002));
+        let again = a.step(&world, s(2_003));
+        assert_eq!(
+            again,
+            [Effect::EnterStage { claim: claim.name.clone(), stage: Stage::PoweringOn, message: format!("server {} taken", claim.server) }]
+        );
+    }
+
+    #[test]
     fn stepped_on_change_pods_still_pending_are_decided_again_after_redecide_every() {
         let mut world = toy();
         // Both servers wait out a failure's backoff: nothing can be claimed now.

@@ -197,15 +197,18 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
     let Some(server) = &view.server else {
         return vec![fail(name, FailureReason::ServerUnavailable, format!("server {} is not in the inventory", r.server), false)];
     };
-    if server.holder.as_deref() != Some(name) && r.stage != Stage::Selected {
+    if server.holder.as_deref() != Some(name) {
         let holder = server.holder.clone().unwrap_or_else(|| "nothing".into());
         return vec![fail(name, FailureReason::ServerUnavailable, format!("server {} is held by {holder}, not by this claim", r.server), false)];
     }
     let age = now_s.saturating_sub(r.stage_started_s);
     let budget = settings.deadlines.budget(r.stage, &server.durations);
     match r.stage {
-        // Taken (or being taken) by the driver's open; nothing to do here.
-        Stage::Selected => Vec::new(),
+        // Stepped only once no take of this process is under way (see
+        // [`crate::Autoscaler`]): the server is the claim's, but the stage
+        // that says so was not written (the write failed, or the process
+        // that took it stopped). Powering on waits for the BMC's word.
+        Stage::Selected => vec![enter(name, Stage::PoweringOn, format!("server {} taken", r.server))],
         Stage::PoweringOn => power_on(view, io, settings, server, age, now),
         Stage::Booting => {
             if let Some(node) = &view.node {
@@ -318,7 +321,7 @@ pub fn due_at(view: &ClaimView, io: &ClaimIo, settings: &ClaimSettings) -> Optio
     if r.failure.is_some() {
         return Some(io.next_at.unwrap_or(Duration::ZERO));
     }
-    if !holds && r.stage != Stage::Selected {
+    if !holds || r.stage == Stage::Selected {
         return Some(Duration::ZERO);
     }
     let past =
@@ -515,6 +518,8 @@ mod tests {
         };
         let mut no_server = view(Stage::Booting, 10);
         no_server.server = None;
+        let mut selected_not_held = view(Stage::Selected, 0);
+        selected_not_held.server.as_mut().unwrap().holder = None;
         let mut taken_elsewhere = view(Stage::Booting, 10);
         taken_elsewhere.server.as_mut().unwrap().holder = Some("other".into());
         let mut not_held_failed = failed(FailureReason::RegistrationTimedOut);
@@ -525,7 +530,8 @@ mod tests {
         old_not_held.record.created_s = NOW_S - 3600;
         let running = |io: Io| ClaimIo { running: Some(io), ..ClaimIo::default() };
         let rows: Vec<(&str, ClaimView, ClaimIo, Vec<&str>)> = vec![
-            ("selected: the open's take is under way", view(Stage::Selected, 0), ClaimIo::default(), vec![]),
+            ("selected and held: the take's stage was not written", view(Stage::Selected, 0), ClaimIo::default(), vec!["enter powering_on"]),
+            ("selected, not held: the take did not land", selected_not_held, ClaimIo::default(), vec!["fail server_unavailable"]),
             ("server gone", no_server, ClaimIo::default(), vec!["fail server_unavailable"]),
             ("server held by another claim", taken_elsewhere, ClaimIo::default(), vec!["fail server_unavailable"]),
             ("powering on, nothing known: read the BMC", view(Stage::PoweringOn, 5), ClaimIo::default(), vec!["read power"]),
