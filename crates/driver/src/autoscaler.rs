@@ -113,6 +113,10 @@ pub struct Settings {
     pub name_seed: u64,
     /// Whether [`Effect::Note`]s are emitted for held scale-down.
     pub held_notes: bool,
+    /// Whether each decision tells every pending pod what was decided for
+    /// it (a server claimed, one already on its way, none that fits), as
+    /// [`Effect::Note`]s on the pod.
+    pub decision_notes: bool,
 }
 
 impl Default for Settings {
@@ -126,6 +130,7 @@ impl Default for Settings {
             scale_down: Some(ScaleDownSettings::default()),
             name_seed: 0,
             held_notes: true,
+            decision_notes: false,
         }
     }
 }
@@ -183,6 +188,22 @@ pub struct Autoscaler {
     /// `redecide_every` after the last decision.
     waiting: bool,
     pub counters: Counters,
+}
+
+/// What a pending pod is told of the decision about it.
+fn decision_note(d: &ironclaim_core::outcome::PodDecision) -> Option<Effect> {
+    use ironclaim_core::outcome::Outcome;
+    let (reason, message, warning) = match &d.outcome {
+        Outcome::Existing { .. } => return None,
+        Outcome::Unschedulable { reason } => ("NotProvisionable", reason.to_string(), true),
+        Outcome::NewClaim { server, path, eta_s, .. } => {
+            ("ServerClaimed", format!("claimed server {server} ({path}); usually ready in {}", claim::human(*eta_s)), false)
+        }
+        Outcome::InFlight { server, eta_s, .. } => {
+            ("WaitingForServer", format!("waiting for server {server}, already on its way; ready in about {}", claim::human(*eta_s)), false)
+        }
+    };
+    Some(Effect::Note { subject: d.pod.clone(), reason, message, warning })
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -523,6 +544,9 @@ impl Autoscaler {
                 self.counters.claims_opened += 1;
                 out.push(Effect::TakeServer { claim: record });
             }
+            if self.settings.decision_notes {
+                out.extend(plan.pods.iter().filter_map(decision_note));
+            }
             self.batcher.decided(pending.iter());
             self.last_decision = Some(now);
         }
@@ -756,6 +780,27 @@ mod tests {
         let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
         let answer = b.report(Report::Held { claim: claim.name.clone(), holder: "other".into() }, s(2_001));
         assert!(matches!(&answer[..], [Effect::FailClaim { reason: crate::FailureReason::ClaimConflict, .. }]), "{answer:?}");
+    }
+
+    #[test]
+    fn with_decision_notes_each_pending_pod_is_told_what_was_decided_for_it() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        world.snap.pods.push(Pod::new("ns", "huge", Resources::new(1_000_000, 1 << 30)));
+        let notes = |a: &mut Autoscaler| {
+            a.step(&world, s(2_000));
+            let effects = a.step(&world, s(2_001));
+            let mut notes: Vec<(String, &'static str, bool)> = effects
+                .into_iter()
+                .filter_map(|e| if let Effect::Note { subject, reason, warning, .. } = e { Some((subject, reason, warning)) } else { None })
+                .collect();
+            notes.sort();
+            notes
+        };
+        let mut told = Autoscaler::new(Settings { scale_down: None, decision_notes: true, ..Settings::default() });
+        assert_eq!(notes(&mut told), [("ns/huge".to_string(), "NotProvisionable", true), ("ns/web".to_string(), "ServerClaimed", false)]);
+        let mut quiet = Autoscaler::new(Settings { scale_down: None, ..Settings::default() });
+        assert!(notes(&mut quiet).is_empty(), "off by default");
     }
 
     #[test]
