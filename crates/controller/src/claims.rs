@@ -289,10 +289,11 @@ impl Claims {
     }
 
     /// Carries out [`ironclaim_driver::Effect::PowerOff`], after checking,
-    /// fresh from the API, that the server's claim is still `claim` and
-    /// that `node` (when given) holds no pod but DaemonSet and finished
-    /// ones; refused otherwise. A server the BMC already reads Off is not
-    /// sent another power-off.
+    /// fresh from the API, that the server's claim is still `claim`, that
+    /// `node` (when given) holds no pod but DaemonSet and finished ones,
+    /// and that a claim's server with no `node` named became no node;
+    /// refused otherwise. A server the BMC already reads Off is not sent
+    /// another power-off.
     pub async fn power_off(&self, server: &str, claim: Option<&str>, node: Option<&str>) -> Report {
         let answer = |result, refused| Report::PoweredOff { server: server.to_string(), result, refused };
         let current = match self.servers_api().get(server).await {
@@ -303,6 +304,18 @@ impl Claims {
         if holder != claim {
             let holder = holder.unwrap_or("nothing");
             return answer(Ok(()), Some(format!("server {server} is held by {holder}, not by {}", claim.unwrap_or("nothing"))));
+        }
+        if node.is_none() && claim.is_some() {
+            // A claim's server is powered off only while it is no node:
+            // the index may be behind the API.
+            match Api::<Node>::all(self.client.clone()).list(&ListParams::default()).await {
+                Ok(nodes) => {
+                    if let Some(n) = nodes.items.iter().find(|n| crate::index::node_server(n).as_deref() == Some(server)) {
+                        return answer(Ok(()), Some(format!("server {server} is node {}", n.name_any())));
+                    }
+                }
+                Err(err) => return answer(Ok(()), Some(format!("the nodes could not be listed: {err}"))),
+            }
         }
         if let Some(node) = node {
             match self.workload_on(node).await {
