@@ -336,6 +336,7 @@ impl Controller {
                 if was_leading {
                     tracing::warn!("lost the lease; standing by");
                     tasks.abort_all();
+                    executor.forget();
                     autoscaler.forget();
                     openings.clear();
                 }

@@ -204,6 +204,12 @@ impl Executor {
         }
     }
 
+    /// Drops what was kept for takes under way (their tasks were aborted:
+    /// the lease was lost).
+    pub fn forget(&self) {
+        self.opening.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
     fn answer(&self, report: Report) {
         // The loop is gone only when the controller stops.
         let _ = self.reports.send(report);
