@@ -1,9 +1,11 @@
-//! The controller's main loop: watches feed the index; pending pods are
-//! batched; each batch becomes a plan from the core; the plan's claims are
-//! opened; every claim is reconciled each pass; servers whose claim is gone
-//! are released; and the fleet's power is swept for status and metrics.
+//! The controller's main loop: watches feed the index; the driver's
+//! [`Autoscaler`] is stepped over it (batching, the core's decisions, each
+//! claim's walk) on every change and whenever it asks to wake; its effects
+//! are carried out by the [`Executor`] and answered back; servers whose
+//! claim is gone are released; and the fleet's power is swept for status
+//! and metrics.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,8 +14,9 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use ironclaim_core::model::Seconds;
-use ironclaim_core::outcome::Outcome;
 use ironclaim_core::provision;
+use ironclaim_driver::autoscaler::Autoscaler;
+use ironclaim_driver::{Effect, Report, Settings as DriverSettings};
 use ironclaim_k8s::api::server::{PowerState, ServerStatus};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::server_to_core;
@@ -28,17 +31,19 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::batch::{Batcher, Windows};
-use crate::claims::{ClaimSettings, ClaimView, Claims, Opened};
+use crate::batch::Windows;
+use crate::claims::{ClaimSettings, Claims};
 use crate::error::Result;
 use crate::events::Events;
+use crate::executor::Executor;
 use crate::index::{FailureBackoff, Index, Indexed};
 use crate::leader::{self, Gate, LeaseSettings};
 use crate::locks::{LEDGER_NAME, Lock};
 use crate::metrics::Metrics;
 use crate::pools;
 use crate::provider::Power;
-use crate::timeline;
+use crate::scaledown::notes::Notes;
+use crate::world::IndexWorld;
 
 /// Everything configurable about a controller.
 #[derive(Clone, Debug)]
@@ -93,24 +98,21 @@ pub struct Decision {
     pub pending_pods: usize,
     pub claims_opened: usize,
     pub claims_failed: usize,
-    /// From the start of the decision to the last power-on request sent.
+    /// From the start of the decision to the last power-on request handed
+    /// to the provider (once its take was answered).
     pub latency: Duration,
     /// From the start of the decision to the first power-on request sent.
     pub first_power_on: Option<Duration>,
     /// By when half of the pods that got a new claim had its power-on sent.
     pub median_pod: Option<Duration>,
-    /// The core's share of it.
+    /// The driver's step that decided, the core's decision included.
     pub provision_time: Duration,
 }
 
-/// The time from `started` by which half of the opened claims' pods had
-/// their server's power-on sent.
-fn median_by_pods(results: &[Result<Opened>], started: Instant) -> Option<Duration> {
-    let mut by_time: Vec<(Duration, usize)> = results
-        .iter()
-        .filter_map(|r| r.as_ref().ok())
-        .filter_map(|o| Some((o.power_on_sent?.saturating_duration_since(started), o.pods().max(1))))
-        .collect();
+/// By when half of the pods that got a new claim had its power-on sent:
+/// `sent` holds, per claim, when (from the decision) and for how many pods.
+fn median_by_pods(sent: &[(Duration, usize)]) -> Option<Duration> {
+    let mut by_time: Vec<(Duration, usize)> = sent.iter().map(|&(at, pods)| (at, pods.max(1))).collect();
     by_time.sort();
     let total: usize = by_time.iter().map(|(_, n)| n).sum();
     let mut seen = 0;
@@ -118,6 +120,48 @@ fn median_by_pods(results: &[Result<Opened>], started: Instant) -> Option<Durati
         seen += n;
         (2 * seen >= total).then_some(at)
     })
+}
+
+/// A decision whose takes are still being answered.
+struct Opening {
+    started: Instant,
+    pending_pods: usize,
+    provision_time: Duration,
+    /// Claims not answered yet, with their pods.
+    waiting: HashMap<String, usize>,
+    /// Power-ons sent: when, from the start, and for how many pods.
+    sent: Vec<(Duration, usize)>,
+    failed: usize,
+}
+
+impl Opening {
+    fn finish(self) -> Decision {
+        let times: Vec<Duration> = self.sent.iter().map(|(at, _)| *at).collect();
+        Decision {
+            pending_pods: self.pending_pods,
+            claims_opened: self.sent.len(),
+            claims_failed: self.failed,
+            latency: times.iter().max().copied().unwrap_or(self.provision_time),
+            first_power_on: times.iter().min().copied(),
+            median_pod: median_by_pods(&self.sent),
+            provision_time: self.provision_time,
+        }
+    }
+}
+
+/// The driver's clock: wall time since the epoch, the clock the API's
+/// timestamps are on.
+fn clock() -> Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
+}
+
+/// A seed for claim names that differs between processes.
+fn name_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(clock().as_nanos());
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 pub struct Controller {
@@ -250,17 +294,6 @@ impl Controller {
         tracing::info!("caches synced");
         let gate = self.claims.gate().clone();
         let renewal = self.settings.lease.clone().map(|lease| leader::spawn_renewal(self.client.clone(), lease, gate.clone(), self.metrics.clone()));
-        // Power tasks stop the moment the lease is lost, not at the next pass.
-        let stand_down = {
-            let (gate, claims) = (gate.clone(), self.claims.clone());
-            tokio::spawn(async move {
-                loop {
-                    gate.gained().await;
-                    gate.lost().await;
-                    claims.abort_all();
-                }
-            })
-        };
         let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(
             self.client.clone(),
             self.index.clone(),
@@ -272,28 +305,40 @@ impl Controller {
         ))
         .spawn();
 
-        let mut batcher = Batcher::new(self.settings.windows);
-        // The batcher's clock: time since the loop started.
-        let started = Instant::now();
+        let mut autoscaler = Autoscaler::new(self.driver_settings());
+        let (report_tx, mut report_rx) = tokio::sync::mpsc::unbounded_channel();
+        let notes =
+            if self.settings.publish_events { Notes::new(self.client.clone(), "ironclaim", &self.settings.instance) } else { Notes::disabled() };
+        let executor = Executor::new(self.claims.clone(), self.index.clone(), notes, report_tx, self.settings.open_concurrency);
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut openings: Vec<Opening> = Vec::new();
         let mut was_leading = false;
-        let mut last_decision = Instant::now();
         let mut next_sweep = Instant::now();
-        let mut in_flight: BTreeSet<String> = BTreeSet::new();
         let sweeping = Arc::new(AtomicBool::new(false));
         loop {
+            let until_wake = autoscaler.next_wake().saturating_sub(clock()).min(self.settings.tick);
+            let mut reports = Vec::new();
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
                 _ = notify.notified() => {}
-                _ = tokio::time::sleep(self.settings.tick) => {}
+                Some(report) = report_rx.recv() => reports.push(report),
+                _ = gate.lost(), if was_leading => {}
+                _ = tokio::time::sleep(until_wake) => {}
             }
+            while let Ok(report) = report_rx.try_recv() {
+                reports.push(report);
+            }
+            while tasks.try_join_next().is_some() {}
             heartbeat.beat();
-            let now = Instant::now();
             let leading = gate.acting();
             self.metrics.leader.set(i64::from(leading));
             if !leading {
                 if was_leading {
                     tracing::warn!("lost the lease; standing by");
-                    self.claims.abort_all();
+                    tasks.abort_all();
+                    executor.forget();
+                    autoscaler.forget();
+                    openings.clear();
                 }
                 was_leading = false;
                 continue;
@@ -307,37 +352,39 @@ impl Controller {
                     tracing::warn!(error = %err, "reading the claim lock ledger failed");
                     self.metrics.error(err.metric_label());
                 }
-                batcher.forget();
-                next_sweep = now;
+                // Answers to what an earlier lease started are stale.
+                reports.clear();
+                next_sweep = Instant::now();
                 was_leading = true;
             }
 
-            // Claims that failed or vanished hand their pods back: decide again.
-            let still: BTreeSet<String> = {
-                let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-                index.claims.values().filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none())).map(ResourceExt::name_any).collect()
-            };
-            if in_flight.iter().any(|c| !still.contains(c)) {
-                batcher.forget();
+            let now = clock();
+            let mut effects = Vec::new();
+            for report in reports {
+                self.answered(&mut openings, &report);
+                effects.extend(autoscaler.report(report, now));
             }
-            in_flight = still;
-
-            let pending: Vec<String> = {
+            let started = Instant::now();
+            let pending = {
                 let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-                index.pending_pod_keys().cloned().collect()
+                let world = IndexWorld { index: &index, now_s: now.as_secs(), backoff: self.settings.failure_backoff };
+                let stepped = autoscaler.step(&world, now);
+                let pending = index.pending_pod_keys().count();
+                effects.extend(stepped);
+                pending
             };
-            batcher.observe(pending.iter(), now.duration_since(started));
-            let periodic = !pending.is_empty() && now >= last_decision + self.settings.redecide_every;
-            if batcher.due(now.duration_since(started)) || periodic {
-                self.decide().await;
-                batcher.decided(pending.iter());
-                last_decision = Instant::now();
+            let waiting: HashMap<String, usize> = effects
+                .iter()
+                .filter_map(|e| if let Effect::TakeServer { claim } = e { Some((claim.name.clone(), claim.pods.len())) } else { None })
+                .collect();
+            if !waiting.is_empty() {
+                tracing::info!(pending, opening = waiting.len(), "decided");
+                openings.push(Opening { started, pending_pods: pending, provision_time: started.elapsed(), waiting, sent: Vec::new(), failed: 0 });
             }
+            executor.execute(effects, &mut tasks);
 
-            self.reconcile_claims().await;
-
-            if now >= next_sweep && !sweeping.swap(true, Ordering::SeqCst) {
-                next_sweep = now + self.settings.power_sweep_every;
+            if Instant::now() >= next_sweep && !sweeping.swap(true, Ordering::SeqCst) {
+                next_sweep = Instant::now() + self.settings.power_sweep_every;
                 let this = self.sweeper();
                 let flag = sweeping.clone();
                 tokio::spawn(async move {
@@ -349,9 +396,8 @@ impl Controller {
         if let Some(renewal) = renewal {
             renewal.abort();
         }
-        stand_down.abort();
         gate.revoke();
-        self.claims.abort_all();
+        tasks.abort_all();
         watches.abort_all();
         if let Some(lease) = &self.settings.lease
             && was_leading
@@ -362,162 +408,62 @@ impl Controller {
         Ok(())
     }
 
-    /// One decision: snapshot, plan, open the plan's claims, tell pods.
-    pub async fn decide(&self) -> Option<Decision> {
-        let started = Instant::now();
-        let now = now_s();
-        let (snapshot, problems, uids) = {
-            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-            let (snapshot, problems) = index.snapshot(now, self.settings.failure_backoff);
-            let uids: HashMap<String, String> = index.pods.iter().filter_map(|(k, e)| e.uid.clone().map(|u| (k.clone(), u))).collect();
-            (snapshot, problems, uids)
-        };
-        for p in &problems {
-            tracing::warn!(object = %p.object, error = %p.error, "left out of the snapshot");
+    /// The driver's settings of these.
+    fn driver_settings(&self) -> DriverSettings {
+        let s = &self.settings;
+        DriverSettings {
+            windows: s.windows,
+            redecide_every: s.redecide_every,
+            // Stepped on every change: every step reconciles every claim.
+            reconcile_every: Duration::ZERO,
+            claims: s.claims.driver(),
+            backoff: s.failure_backoff,
+            // Scale-down is carried out by `crate::scaledown`, its own way.
+            scale_down: None,
+            name_seed: name_seed(),
+            held_notes: false,
+            decision_notes: s.publish_events,
         }
-        let plan = provision(&snapshot, now);
-        let provision_time = started.elapsed();
-        // Each claimed server is written from the index's copy, not read again.
-        let mut known: HashMap<String, Server> = {
-            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-            plan.claims.iter().filter_map(|c| index.servers.get(&c.server).map(|s| (c.server.clone(), s.clone()))).collect()
+    }
+
+    /// Counts a take's answer into the decision it belongs to; a decision
+    /// all of whose takes are answered is recorded.
+    fn answered(&self, openings: &mut Vec<Opening>, report: &Report) {
+        let (claim, sent) = match report {
+            Report::Taken { claim, newly } => (claim, *newly),
+            Report::Held { claim, .. } | Report::TakeFailed { claim, .. } => (claim, false),
+            _ => return,
         };
-        let pending_pods = plan.pods.len();
-
-        self.metrics.pending_pods.clear();
-        for decision in &plan.pods {
-            let label = match &decision.outcome {
-                Outcome::Unschedulable { reason } => reason.metric_label(),
-                other => other.label(),
-            };
-            self.metrics.pending_pods.get_or_create(&vec![("decision".into(), label.into())]).inc();
-        }
-
-        // Two phases: every server claimed and powering on first, then the
-        // NodeClaims written, so no power-on queues behind another claim's
-        // bookkeeping on a busy API server.
-        let opening: Vec<_> = plan.claims.iter().map(|new| self.claims.open(new, &uids, known.remove(&new.server), now)).collect();
-        let results: Vec<Result<Opened>> = futures::stream::iter(opening).buffer_unordered(self.settings.open_concurrency.max(1)).collect().await;
-        let sent: Vec<Duration> =
-            results.iter().filter_map(|r| r.as_ref().ok()?.power_on_sent).map(|at| at.saturating_duration_since(started)).collect();
-        let latency = sent.iter().max().copied().unwrap_or_else(|| started.elapsed());
-        let first_power_on = sent.iter().min().copied();
-        let median_pod = median_by_pods(&results, started);
-        let mut failed = 0;
-        for r in &results {
-            if let Err(err) = r {
-                failed += 1;
-                tracing::warn!(error = %err, "opening a claim failed");
-                self.metrics.error(err.metric_label());
+        let Some(at) = openings.iter().position(|o| o.waiting.contains_key(claim)) else { return };
+        let opening = &mut openings[at];
+        let pods = opening.waiting.remove(claim).unwrap_or(0);
+        if sent {
+            opening.sent.push((opening.started.elapsed(), pods));
+        } else if !matches!(report, Report::Taken { .. }) {
+            opening.failed += 1;
+            if let Report::TakeFailed { message, .. } = report {
+                tracing::warn!(%claim, error = %message, "opening a claim failed");
             }
         }
-        let recording: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).map(|o| self.claims.record_opened(o)).collect();
-        let recorded: Vec<Result<()>> = futures::stream::iter(recording).buffer_unordered(self.settings.open_concurrency.max(1)).collect().await;
-        for err in recorded.iter().filter_map(|r| r.as_ref().err()) {
-            // The server stays claimed; the orphan sweep releases it once
-            // the opening grace has passed.
-            tracing::warn!(error = %err, "writing an opened claim failed");
-            self.metrics.error(err.metric_label());
+        if !opening.waiting.is_empty() {
+            return;
         }
-        if !plan.claims.is_empty() {
-            self.metrics.decision_latency.observe(latency.as_secs_f64());
+        let decision = openings.remove(at).finish();
+        if decision.claims_opened > 0 {
+            self.metrics.decision_latency.observe(decision.latency.as_secs_f64());
         }
-        self.tell_decisions(&plan, &snapshot, &uids, now).await;
-        let decision = Decision {
-            pending_pods,
-            claims_opened: results.len() - failed,
-            claims_failed: failed,
-            latency,
-            first_power_on,
-            median_pod,
-            provision_time,
-        };
-        tracing::info!(pending = pending_pods, opened = decision.claims_opened, failed, latency_ms = latency.as_millis() as u64, "decided");
+        tracing::info!(
+            pending = decision.pending_pods,
+            opened = decision.claims_opened,
+            failed = decision.claims_failed,
+            latency_ms = decision.latency.as_millis() as u64,
+            "claims opened"
+        );
         let mut decisions = self.decisions.lock().unwrap_or_else(PoisonError::into_inner);
         if decisions.len() >= 100 {
             decisions.remove(0);
         }
-        decisions.push(decision.clone());
-        Some(decision)
-    }
-
-    async fn tell_decisions(
-        &self,
-        plan: &ironclaim_core::Provisioning,
-        snapshot: &ironclaim_core::Snapshot,
-        uids: &HashMap<String, String>,
-        now: Seconds,
-    ) {
-        let events = self.claims.events();
-        for d in &plan.pods {
-            let (namespace, name) = d.pod.split_once('/').unwrap_or(("default", &d.pod));
-            let uid = uids.get(&d.pod).map(String::as_str);
-            match &d.outcome {
-                Outcome::Unschedulable { reason } => {
-                    events.warn(namespace, name, uid, "NotProvisionable", &reason.to_string()).await;
-                }
-                Outcome::NewClaim { server, path, eta_s, .. } => {
-                    let note = format!("claimed server {server} ({path}); usually ready in {}", timeline::human(*eta_s));
-                    events.pod(namespace, name, uid, "ServerClaimed", &note).await;
-                }
-                Outcome::InFlight { claim: _, server, eta_s } => {
-                    let note = format!("waiting for server {server}, already on its way; ready in about {}", timeline::human(*eta_s));
-                    events.pod(namespace, name, uid, "WaitingForServer", &note).await;
-                }
-                Outcome::Existing { .. } => {}
-            }
-        }
-        let _ = (snapshot, now);
-    }
-
-    fn views(&self) -> Vec<ClaimView> {
-        let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-        index
-            .claims
-            .values()
-            .filter(|c| {
-                let s = c.status.as_ref();
-                s.is_some_and(|s| s.failure_reason.is_some())
-                    || !matches!(s.and_then(|s| s.stage), Some(ironclaim_k8s::api::nodeclaim::Stage::Serving))
-            })
-            .map(|claim| {
-                let server = index.servers.get(&claim.spec.server).cloned();
-                let node = index.node_of_server(&claim.spec.server).cloned();
-                let node_name = node.as_ref().map(ResourceExt::name_any);
-                let mut pods_pending = Vec::new();
-                let mut pods_bound = 0;
-                for p in &claim.spec.pods {
-                    let Some(entry) = index.pods.get(&format!("{}/{}", p.namespace, p.name)) else {
-                        continue;
-                    };
-                    if p.uid.is_some() && entry.uid.is_some() && p.uid != entry.uid {
-                        continue;
-                    }
-                    if entry.pod.node_name.is_some() && entry.pod.node_name == node_name {
-                        pods_bound += 1;
-                    } else if entry.pod.is_pending_demand() {
-                        pods_pending.push((p.namespace.clone(), p.name.clone(), entry.uid.clone()));
-                    }
-                }
-                ClaimView { pool: index.pools.get(&claim.spec.pool).cloned(), claim: claim.clone(), server, node, pods_pending, pods_bound }
-            })
-            .collect()
-    }
-
-    async fn reconcile_claims(&self) {
-        let views = self.views();
-        let claims = &self.claims;
-        let metrics = &self.metrics;
-        let passes: Vec<_> = views
-            .into_iter()
-            .map(|view| async move {
-                if let Err(err) = claims.reconcile(&view).await {
-                    tracing::warn!(claim = %view.claim.name_any(), error = %err, "reconcile failed; retrying");
-                    metrics.error(err.metric_label());
-                }
-            })
-            .collect();
-        futures::stream::iter(passes).buffer_unordered(self.settings.open_concurrency.max(1)).collect::<Vec<()>>().await;
+        decisions.push(decision);
     }
 
     fn sweeper(&self) -> Sweeper {
@@ -700,7 +646,6 @@ impl Sweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
@@ -783,17 +728,10 @@ mod tests {
 
     #[test]
     fn the_median_pod_is_weighted_by_the_pods_of_each_claim() {
-        let started = Instant::now();
-        let at = |ms: u64| started + Duration::from_millis(ms);
-        let results = vec![
-            Ok(Opened::for_test("a", 1, Some(at(10)))),
-            Ok(Opened::for_test("b", 1, Some(at(20)))),
-            Ok(Opened::for_test("c", 6, Some(at(90)))),
-            Err(Error::NotLeading),
-            Ok(Opened::for_test("d", 3, None)),
-        ];
-        assert_eq!(median_by_pods(&results, started), Some(Duration::from_millis(90)));
-        assert_eq!(median_by_pods(&results[..2], started), Some(Duration::from_millis(10)));
-        assert_eq!(median_by_pods(&[], started), None);
+        let ms = Duration::from_millis;
+        let sent = [(ms(10), 1), (ms(20), 1), (ms(90), 6)];
+        assert_eq!(median_by_pods(&sent), Some(ms(90)));
+        assert_eq!(median_by_pods(&sent[..2]), Some(ms(10)));
+        assert_eq!(median_by_pods(&[]), None);
     }
 }

@@ -69,6 +69,9 @@ pub enum Error {
     #[error("this replica does not hold a valid lease; it does not act")]
     NotLeading,
 
+    #[error("writing {what} lost to other writers five times in a row")]
+    WriteContended { what: String },
+
     #[error("serving metrics on {address} failed")]
     ServeFailed {
         address: String,
@@ -92,6 +95,7 @@ impl Error {
             Error::ReadFailed { .. } => "read_failed",
             Error::LeaseFailed { .. } => "lease_failed",
             Error::NotLeading => "not_leading",
+            Error::WriteContended { .. } => "write_contended",
             Error::ServeFailed { .. } => "serve_failed",
         }
     }

@@ -3,9 +3,12 @@
 //!
 //! - [`index`]: the in-memory index of the cluster, fed by watches, that
 //!   builds the core's snapshot. No IO.
+//! - [`world`]: the driver's `World` read from the index.
 //! - [`batch`]: pending pods batched by an idle and a maximum window.
-//! - [`claims`]: opening claims, claiming servers atomically, powering on,
-//!   and walking each claim through its stages.
+//! - [`claims`]: the claim effects of the driver carried out: claiming
+//!   servers atomically, powering on, recording each stage.
+//! - [`executor`]: every effect of the driver handed to the API or the
+//!   power provider, and answered.
 //! - [`locks`]: the claim lock ledger, one ConfigMap whose writes take a
 //!   decision's locks together: the atomic token a power-on waits for.
 //! - [`timeline`]: the stage records, per-server deadlines (slow versus
@@ -25,6 +28,7 @@ pub mod cluster;
 pub mod controller;
 pub mod error;
 pub mod events;
+pub mod executor;
 pub mod gates;
 pub mod http;
 pub mod index;
@@ -35,6 +39,7 @@ pub mod pools;
 pub mod provider;
 pub mod scaledown;
 pub mod timeline;
+pub mod world;
 
 pub use controller::{Controller, Decision, Settings};
 pub use error::{Error, Result};

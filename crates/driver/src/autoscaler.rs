@@ -113,6 +113,10 @@ pub struct Settings {
     pub name_seed: u64,
     /// Whether [`Effect::Note`]s are emitted for held scale-down.
     pub held_notes: bool,
+    /// Whether each decision tells every pending pod what was decided for
+    /// it (a server claimed, one already on its way, none that fits), as
+    /// [`Effect::Note`]s on the pod.
+    pub decision_notes: bool,
 }
 
 impl Default for Settings {
@@ -126,6 +130,7 @@ impl Default for Settings {
             scale_down: Some(ScaleDownSettings::default()),
             name_seed: 0,
             held_notes: true,
+            decision_notes: false,
         }
     }
 }
@@ -183,6 +188,22 @@ pub struct Autoscaler {
     /// `redecide_every` after the last decision.
     waiting: bool,
     pub counters: Counters,
+}
+
+/// What a pending pod is told of the decision about it.
+fn decision_note(d: &ironclaim_core::outcome::PodDecision) -> Option<Effect> {
+    use ironclaim_core::outcome::Outcome;
+    let (reason, message, warning) = match &d.outcome {
+        Outcome::Existing { .. } => return None,
+        Outcome::Unschedulable { reason } => ("NotProvisionable", reason.to_string(), true),
+        Outcome::NewClaim { server, path, eta_s, .. } => {
+            ("ServerClaimed", format!("claimed server {server} ({path}); usually ready in {}", claim::human(*eta_s)), false)
+        }
+        Outcome::InFlight { server, eta_s, .. } => {
+            ("WaitingForServer", format!("waiting for server {server}, already on its way; ready in about {}", claim::human(*eta_s)), false)
+        }
+    };
+    Some(Effect::Note { subject: d.pod.clone(), reason, message, warning })
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -361,7 +382,14 @@ impl Autoscaler {
                     d.evicted(&pod, &answer, &drain_settings);
                 }
             }
-            Report::WriteFailed { .. } => {}
+            Report::WriteFailed { claim: Some(claim), .. } => {
+                // The write will never show in the world: step the claim
+                // again from what the world does show.
+                if self.written.remove(&claim).is_some() {
+                    self.claim_due.insert(claim, now);
+                }
+            }
+            Report::WriteFailed { claim: None, .. } => {}
         }
         out
     }
@@ -515,6 +543,9 @@ impl Autoscaler {
                 self.server_claims.insert(c.server.clone(), name);
                 self.counters.claims_opened += 1;
                 out.push(Effect::TakeServer { claim: record });
+            }
+            if self.settings.decision_notes {
+                out.extend(plan.pods.iter().filter_map(decision_note));
             }
             self.batcher.decided(pending.iter());
             self.last_decision = Some(now);
@@ -752,6 +783,27 @@ mod tests {
     }
 
     #[test]
+    fn with_decision_notes_each_pending_pod_is_told_what_was_decided_for_it() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        world.snap.pods.push(Pod::new("ns", "huge", Resources::new(1_000_000, 1 << 30)));
+        let notes = |a: &mut Autoscaler| {
+            a.step(&world, s(2_000));
+            let effects = a.step(&world, s(2_001));
+            let mut notes: Vec<(String, &'static str, bool)> = effects
+                .into_iter()
+                .filter_map(|e| if let Effect::Note { subject, reason, warning, .. } = e { Some((subject, reason, warning)) } else { None })
+                .collect();
+            notes.sort();
+            notes
+        };
+        let mut told = Autoscaler::new(Settings { scale_down: None, decision_notes: true, ..Settings::default() });
+        assert_eq!(notes(&mut told), [("ns/huge".to_string(), "NotProvisionable", true), ("ns/web".to_string(), "ServerClaimed", false)]);
+        let mut quiet = Autoscaler::new(Settings { scale_down: None, ..Settings::default() });
+        assert!(notes(&mut quiet).is_empty(), "off by default");
+    }
+
+    #[test]
     fn a_server_in_its_failure_backoff_is_not_chosen() {
         let mut world = toy();
         world.snap.servers[0].failures = 1;
@@ -863,6 +915,70 @@ mod tests {
         assert!(
             next.iter().any(|e| matches!(e, Effect::EnterStage { claim: c, stage: Stage::Booting, .. } if *c == claim.name)),
             "the live claim moves on: {next:?}"
+        );
+    }
+
+    #[test]
+    fn a_stage_write_that_failed_has_its_claim_stepped_again_from_what_the_world_shows() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        a.step(&world, s(2_000));
+        let effects = a.step(&world, s(2_001));
+        let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
+        a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        world.claims = vec![ClaimView {
+            record: record(&claim.name, &claim.server, Stage::PoweringOn, None),
+            server: facts(&claim.name),
+            node: None,
+            pods_pending: vec!["ns/web".into()],
+            pods_bound: 0,
+        }];
+        a.step(&world, s(2_002));
+        a.report(Report::PoweredOn { server: claim.server.clone(), result: Ok(()) }, s(2_060));
+        let booting = a.step(&world, s(2_060));
+        assert!(booting.iter().any(|e| matches!(e, Effect::EnterStage { stage: Stage::Booting, .. })), "{booting:?}");
+        // The write of Booting fails: the world keeps showing PoweringOn.
+        a.report(
+            Report::WriteFailed { claim: Some(claim.name.clone()), effect: "EnterStage".into(), message: "the API server is unavailable".into() },
+            s(2_060),
+        );
+        assert!(a.next_wake() <= s(2_061), "the claim is due again");
+        let again = a.step(&world, s(2_061));
+        assert_eq!(again, [Effect::ReadPower { server: claim.server.clone() }], "the power is read again, then the stage written again");
+        a.report(Report::PowerRead { server: claim.server.clone(), result: Ok(true) }, s(2_062));
+        let rewritten = a.step(&world, s(2_062));
+        assert!(
+            rewritten.iter().any(|e| matches!(e, Effect::EnterStage { claim: c, stage: Stage::Booting, .. } if *c == claim.name)),
+            "{rewritten:?}"
+        );
+    }
+
+    #[test]
+    fn a_taken_claim_whose_first_stage_write_failed_writes_it_again_and_sends_no_second_power_on() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        a.step(&world, s(2_000));
+        let effects = a.step(&world, s(2_001));
+        let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
+        a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        // The world: the claim recorded at Selected, its server held by it.
+        world.claims = vec![ClaimView {
+            record: record(&claim.name, &claim.server, Stage::Selected, None),
+            server: facts(&claim.name),
+            node: None,
+            pods_pending: vec!["ns/web".into()],
+            pods_bound: 0,
+        }];
+        assert!(a.step(&world, s(2_002)).is_empty(), "the PoweringOn write is awaited");
+        a.report(Report::WriteFailed { claim: Some(claim.name.clone()), effect: "EnterStage".into(), message: "timeout".into() }, s(2_002));
+        let again = a.step(&world, s(2_003));
+        assert_eq!(
+            again,
+            [Effect::EnterStage { claim: claim.name.clone(), stage: Stage::PoweringOn, message: format!("server {} taken", claim.server) }]
         );
     }
 

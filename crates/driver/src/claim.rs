@@ -197,27 +197,18 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
     let Some(server) = &view.server else {
         return vec![fail(name, FailureReason::ServerUnavailable, format!("server {} is not in the inventory", r.server), false)];
     };
-    if server.holder.as_deref() != Some(name) && r.stage != Stage::Selected {
+    if server.holder.as_deref() != Some(name) {
         let holder = server.holder.clone().unwrap_or_else(|| "nothing".into());
         return vec![fail(name, FailureReason::ServerUnavailable, format!("server {} is held by {holder}, not by this claim", r.server), false)];
     }
     let age = now_s.saturating_sub(r.stage_started_s);
     let budget = settings.deadlines.budget(r.stage, &server.durations);
     match r.stage {
-        // A take under way here never reaches this step (the autoscaler
-        // holds it back until answered): this claim's take was cut short
-        // by a restart. Held, it goes on from the power-on, which reads
-        // the BMC first; not held, it never got its server.
-        Stage::Selected if server.holder.as_deref() == Some(name) => {
-            vec![enter(name, Stage::PoweringOn, format!("server {} taken before a restart", r.server))]
-        }
-        Stage::Selected => {
-            let (reason, holder) = match &server.holder {
-                Some(h) => (FailureReason::ClaimConflict, format!("held by {h}")),
-                None => (FailureReason::ServerUnavailable, "not held by it".to_string()),
-            };
-            vec![fail(name, reason, format!("the take of server {} was cut short by a restart and the server is {holder}", r.server), false)]
-        }
+        // Stepped only once no take of this process is under way (see
+        // [`crate::Autoscaler`]): the server is the claim's, but the stage
+        // that says so was not written (the write failed, or the process
+        // that took it stopped). Powering on waits for the BMC's word.
+        Stage::Selected => vec![enter(name, Stage::PoweringOn, format!("server {} taken", r.server))],
         Stage::PoweringOn => power_on(view, io, settings, server, age, now),
         Stage::Booting => {
             if let Some(node) = &view.node {
@@ -330,7 +321,7 @@ pub fn due_at(view: &ClaimView, io: &ClaimIo, settings: &ClaimSettings) -> Optio
     if r.failure.is_some() {
         return Some(io.next_at.unwrap_or(Duration::ZERO));
     }
-    if !holds && r.stage != Stage::Selected {
+    if !holds || r.stage == Stage::Selected {
         return Some(Duration::ZERO);
     }
     let past =
@@ -528,6 +519,8 @@ mod tests {
         };
         let mut no_server = view(Stage::Booting, 10);
         no_server.server = None;
+        let mut selected_not_held = view(Stage::Selected, 0);
+        selected_not_held.server.as_mut().unwrap().holder = None;
         let mut taken_elsewhere = view(Stage::Booting, 10);
         taken_elsewhere.server.as_mut().unwrap().holder = Some("other".into());
         let mut not_held_failed = failed(FailureReason::RegistrationTimedOut);
@@ -537,14 +530,12 @@ mod tests {
         let mut old_not_held = not_held_failed.clone();
         old_not_held.record.created_s = NOW_S - 3600;
         let running = |io: Io| ClaimIo { running: Some(io), ..ClaimIo::default() };
-        let mut selected_not_held = view(Stage::Selected, 0);
-        selected_not_held.server.as_mut().unwrap().holder = None;
         let mut selected_elsewhere = view(Stage::Selected, 0);
         selected_elsewhere.server.as_mut().unwrap().holder = Some("other".into());
         let rows: Vec<(&str, ClaimView, ClaimIo, Vec<&str>)> = vec![
-            ("selected and held, its take cut short by a restart", view(Stage::Selected, 0), ClaimIo::default(), vec!["enter powering_on"]),
-            ("selected and not held, its take cut short by a restart", selected_not_held, ClaimIo::default(), vec!["fail server_unavailable"]),
-            ("selected and held by another claim", selected_elsewhere, ClaimIo::default(), vec!["fail claim_conflict"]),
+            ("selected and held: the take's stage was not written", view(Stage::Selected, 0), ClaimIo::default(), vec!["enter powering_on"]),
+            ("selected, not held: the take did not land", selected_not_held, ClaimIo::default(), vec!["fail server_unavailable"]),
+            ("selected, held by another claim", selected_elsewhere, ClaimIo::default(), vec!["fail server_unavailable"]),
             ("server gone", no_server, ClaimIo::default(), vec!["fail server_unavailable"]),
             ("server held by another claim", taken_elsewhere, ClaimIo::default(), vec!["fail server_unavailable"]),
             ("powering on, nothing known: read the BMC", view(Stage::PoweringOn, 5), ClaimIo::default(), vec!["read power"]),

@@ -243,8 +243,12 @@ pub enum Report {
         answer: Eviction,
     },
     /// A record could not be written; the driver's next step sees the
-    /// world as it is and does what is still due.
+    /// world as it is and does what is still due. `claim` names the claim
+    /// whose record it was (a stage, a failure, a node link), so that claim
+    /// is stepped again from what the world shows rather than waiting for a
+    /// write that will never land.
     WriteFailed {
+        claim: Option<String>,
         effect: String,
         message: String,
     },

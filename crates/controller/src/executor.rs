@@ -1,0 +1,307 @@
+//! The driver's effects carried out against the Kubernetes API and the
+//! power provider, each answered (when the driver asks for an answer) with
+//! a [`Report`] on a channel the control loop reads.
+//!
+//! What an effect needs from the cluster (the server's BMC, the claim's
+//! waiting pods, the node) is copied out of the index when the effect is
+//! handed over; what must be fresh is read from the API by the step that
+//! acts on it ([`Claims::power_off`] reads the server and lists the node's
+//! pods again).
+//!
+//! # Guarantees
+//! - Power actions, reads and takes run each as their own task, so a slow
+//!   BMC holds up nothing else, and concurrent takes share one write of
+//!   the lock ledger; at most `open_concurrency` takes run at once.
+//! - The other effects of one batch (stage and status writes, events) run
+//!   in order in one task: a node is linked before its claim records it
+//!   joined, a stage is written before the measurements it ended.
+//! - Every task stops when the loop aborts them (the lease was lost); the
+//!   provider refuses any action that reaches it after that anyway
+//!   ([`crate::leader::FencedPower`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ironclaim_driver::{ClaimRecord, Effect, PowerFailure, Report};
+use ironclaim_k8s::api::{NodePool, Server};
+use k8s_openapi::api::core::v1::Node;
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinSet;
+
+use crate::claims::{Claims, PodKey};
+use crate::index::Index;
+use crate::scaledown::notes::{Kind, Notes};
+
+/// A write with what it needs copied out of the index.
+struct WriteJob {
+    effect: Effect,
+    pods: Vec<PodKey>,
+    server: Option<Server>,
+    node: Option<Node>,
+    pool: Option<NodePool>,
+    subject: Option<Kind>,
+}
+
+/// An effect with what it needs copied out of the index.
+enum Prepared {
+    Take { claim: Box<ClaimRecord>, uids: HashMap<String, String>, server: Option<Box<Server>> },
+    PowerOn { server: Option<Server>, name: String, claim: Option<String>, pods: Vec<PodKey> },
+    ReadPower { server: Option<Server>, name: String },
+    PowerOff { server: String, claim: Option<String>, node: Option<String> },
+    Write(Box<WriteJob>),
+}
+
+/// Carries out effects. Cheap to share.
+#[derive(Clone)]
+pub struct Executor {
+    claims: Arc<Claims>,
+    index: Arc<Mutex<Index>>,
+    notes: Notes,
+    reports: UnboundedSender<Report>,
+    /// The pods of each claim being taken, until its power-on is handed
+    /// over: the index may not hold the new NodeClaim by then.
+    opening: Arc<Mutex<HashMap<String, Vec<PodKey>>>>,
+    /// Takes under way at once are bounded by its permits.
+    takes: Arc<Semaphore>,
+}
+
+/// The pods of a claim still waiting for a node, as events address them.
+fn waiting_pods(index: &Index, claim: &str) -> Vec<PodKey> {
+    let Some(c) = index.claims.get(claim) else { return Vec::new() };
+    c.spec
+        .pods
+        .iter()
+        .filter(|p| {
+            index
+                .pods
+                .get(&format!("{}/{}", p.namespace, p.name))
+                .is_some_and(|e| e.pod.is_pending_demand() && (p.uid.is_none() || e.uid.is_none() || p.uid == e.uid))
+        })
+        .map(|p| (p.namespace.clone(), p.name.clone(), p.uid.clone()))
+        .collect()
+}
+
+fn claim_server<'a>(index: &'a Index, claim: &str) -> Option<&'a Server> {
+    index.servers.get(&index.claims.get(claim)?.spec.server)
+}
+
+impl Executor {
+    /// At most `open_concurrency` takes run at once.
+    pub fn new(claims: Arc<Claims>, index: Arc<Mutex<Index>>, notes: Notes, reports: UnboundedSender<Report>, open_concurrency: usize) -> Self {
+        let takes = Arc::new(Semaphore::new(open_concurrency.max(1)));
+        Executor { claims, index, notes, reports, opening: Arc::default(), takes }
+    }
+
+    fn prepare(&self, index: &Index, effect: Effect) -> Prepared {
+        let write = |effect: Effect, pods: Vec<PodKey>, server: Option<Server>| {
+            Prepared::Write(Box::new(WriteJob { effect, pods, server, node: None, pool: None, subject: None }))
+        };
+        match effect {
+            Effect::TakeServer { claim } => {
+                let uids: HashMap<String, String> = claim.pods.iter().filter_map(|k| Some((k.clone(), index.pods.get(k)?.uid.clone()?))).collect();
+                let pods = claim
+                    .pods
+                    .iter()
+                    .map(|k| {
+                        let (namespace, name) = k.split_once('/').unwrap_or(("default", k));
+                        (namespace.to_string(), name.to_string(), uids.get(k).cloned())
+                    })
+                    .collect();
+                self.opening.lock().unwrap_or_else(PoisonError::into_inner).insert(claim.name.clone(), pods);
+                let server = index.servers.get(&claim.server).cloned().map(Box::new);
+                Prepared::Take { claim: Box::new(claim), uids, server }
+            }
+            Effect::PowerOn { server, claim } => {
+                let opened = claim.as_deref().and_then(|c| self.opening.lock().unwrap_or_else(PoisonError::into_inner).remove(c));
+                let pods = match (&claim, opened) {
+                    (Some(c), _) if index.claims.contains_key(c) => waiting_pods(index, c),
+                    (_, opened) => opened.unwrap_or_default(),
+                };
+                Prepared::PowerOn { server: index.servers.get(&server).cloned(), name: server, claim, pods }
+            }
+            Effect::ReadPower { server } => Prepared::ReadPower { server: index.servers.get(&server).cloned(), name: server },
+            Effect::PowerOff { server, claim, node } => Prepared::PowerOff { server, claim, node },
+            Effect::EnterStage { ref claim, .. } | Effect::FailClaim { ref claim, .. } => {
+                let (pods, server) = (waiting_pods(index, claim), claim_server(index, claim).cloned());
+                write(effect, pods, server)
+            }
+            Effect::LinkNode { ref server, ref node, ref pool, .. } => Prepared::Write(Box::new(WriteJob {
+                server: index.servers.get(server).cloned(),
+                node: index.nodes.get(node).cloned(),
+                pool: index.pools.get(pool).cloned(),
+                effect,
+                pods: Vec::new(),
+                subject: None,
+            })),
+            Effect::Note { ref subject, .. } => {
+                let kind = if index.nodes.contains_key(subject) { Kind::Node } else { Kind::Server };
+                Prepared::Write(Box::new(WriteJob { effect, pods: Vec::new(), server: None, node: None, pool: None, subject: Some(kind) }))
+            }
+            other => write(other, Vec::new(), None),
+        }
+    }
+
+    /// Hands the effects over: each power action, read and take to a task
+    /// of its own, the rest to one task that carries them out in order.
+    pub fn execute(&self, effects: Vec<Effect>, tasks: &mut JoinSet<()>) {
+        if effects.is_empty() {
+            return;
+        }
+        let prepared: Vec<Prepared> = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            effects.into_iter().map(|e| self.prepare(&index, e)).collect()
+        };
+        let mut writes = Vec::new();
+        for p in prepared {
+            let this = self.clone();
+            match p {
+                Prepared::Take { claim, uids, server } => {
+                    tasks.spawn(async move {
+                        // Never closed: a permit is always granted in turn.
+                        let _permit = this.takes.acquire().await;
+                        let report = this.claims.take(&claim, &uids, server.map(|s| *s)).await;
+                        if !matches!(report, Report::Taken { newly: true, .. }) {
+                            this.opening.lock().unwrap_or_else(PoisonError::into_inner).remove(&claim.name);
+                        }
+                        this.answer(report);
+                    });
+                }
+                Prepared::PowerOn { server, name, claim, pods } => {
+                    tasks.spawn(async move {
+                        let report = match this.power_target(server, &name, claim.is_none()).await {
+                            Ok(server) => this.claims.power_on(server, &pods).await,
+                            Err(failure) => Report::PoweredOn { server: name, result: Err(failure) },
+                        };
+                        this.answer(report);
+                    });
+                }
+                Prepared::ReadPower { server, name } => {
+                    tasks.spawn(async move {
+                        let report = match this.power_target(server, &name, false).await {
+                            Ok(server) => this.claims.read_power(server).await,
+                            Err(failure) => Report::PowerRead { server: name, result: Err(failure) },
+                        };
+                        this.answer(report);
+                    });
+                }
+                Prepared::PowerOff { server, claim, node } => {
+                    tasks.spawn(async move {
+                        let report = this.claims.power_off(&server, claim.as_deref(), node.as_deref()).await;
+                        this.answer(report);
+                    });
+                }
+                Prepared::Write(job) => writes.push(job),
+            }
+        }
+        if !writes.is_empty() {
+            let this = self.clone();
+            tasks.spawn(async move {
+                for w in writes {
+                    this.write(w).await;
+                }
+            });
+        }
+    }
+
+    /// Drops what was kept for takes under way (their tasks were aborted:
+    /// the lease was lost).
+    pub fn forget(&self) {
+        self.opening.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
+    fn answer(&self, report: Report) {
+        // The loop is gone only when the controller stops.
+        let _ = self.reports.send(report);
+    }
+
+    /// The server a power action is for: the index's copy, or read. A
+    /// warm spare's (`spare`) is read fresh and must still be unclaimed.
+    async fn power_target(&self, known: Option<Server>, name: &str, spare: bool) -> Result<Server, PowerFailure> {
+        let unavailable = |message: String| PowerFailure { reason: ironclaim_driver::FailureReason::ServerUnavailable, message };
+        let server = match known.filter(|_| !spare) {
+            Some(s) => s,
+            None => kube::Api::<Server>::all(self.claims_client())
+                .get(name)
+                .await
+                .map_err(|err| unavailable(format!("server {name} could not be read: {err}")))?,
+        };
+        if spare && let Some(holder) = server.status.as_ref().and_then(|s| s.claim.as_deref()).filter(|c| !c.is_empty()) {
+            return Err(unavailable(format!("server {name} is held by {holder}; a spare is powered on only while unclaimed")));
+        }
+        Ok(server)
+    }
+
+    fn claims_client(&self) -> kube::Client {
+        self.claims.client()
+    }
+
+    /// Carries out one write; a failed one is logged, counted and, when
+    /// it was a claim's record, reported so the driver steps the claim
+    /// again.
+    async fn write(&self, job: Box<WriteJob>) {
+        let WriteJob { effect, pods, server, node, pool, subject } = *job;
+        let claims = &self.claims;
+        let (result, claim): (crate::Result<()>, Option<String>) = match &effect {
+            Effect::EnterStage { claim, stage, message } => {
+                (claims.enter_stage(claim, *stage, message, &pods, server.as_ref()).await, Some(claim.clone()))
+            }
+            Effect::FailClaim { claim, reason, message, timed_out } => {
+                (claims.fail(claim, *reason, message, *timed_out, &pods).await, Some(claim.clone()))
+            }
+            Effect::LinkNode { claim, server: name, node: node_name, .. } => {
+                (claims.link(claim, name, node_name, node, pool.as_ref(), server).await, Some(claim.clone()))
+            }
+            Effect::Measure { server, sample } => (claims.measure(server, *sample).await, None),
+            Effect::Release { server, claim, count_failure, quarantine } => (claims.release(server, claim, *count_failure, *quarantine).await, None),
+            Effect::DeleteClaim { claim } => (claims.delete_claim(claim).await, None),
+            Effect::Note { subject: s, reason, message, warning } => {
+                self.note(s, reason, message, *warning, subject).await;
+                (Ok(()), None)
+            }
+            // Scale-down effects: the driver runs here without scale-down
+            // (see `crate::scaledown`, which carries it out its own way), so
+            // none is emitted; one that were would be a bug worth seeing.
+            other => {
+                tracing::error!(effect = ?other, "an effect this controller does not carry out");
+                (Ok(()), None)
+            }
+        };
+        if let Err(err) = result {
+            tracing::warn!(effect = ?effect, error = %err, "carrying out an effect failed; the driver will see the world as it is");
+            self.claims.metrics().error(err.metric_label());
+            if claim.is_some() {
+                let label = format!("{effect:?}").split([' ', '{']).next().unwrap_or_default().to_string();
+                self.answer(Report::WriteFailed { claim, effect: label, message: format!("{err:#}") });
+            }
+        }
+    }
+
+    /// An Event on a pod (`namespace/name`), node or server; a note about a
+    /// claim (`claim NAME`) goes onto its conditions.
+    async fn note(&self, subject: &str, reason: &str, message: &str, warning: bool, kind: Option<Kind>) {
+        if let Some(claim) = subject.strip_prefix("claim ") {
+            if let Err(err) = self.claims.note_on_claim(claim, reason, message).await {
+                tracing::warn!(%claim, error = %err, "writing a claim's condition failed");
+                self.claims.metrics().error(err.metric_label());
+            }
+            return;
+        }
+        if let Some((namespace, name)) = subject.split_once('/') {
+            let uid = self.index.lock().unwrap_or_else(PoisonError::into_inner).pods.get(subject).and_then(|e| e.uid.clone());
+            let events = self.claims.events();
+            if warning {
+                events.warn(namespace, name, uid.as_deref(), reason, message).await;
+            } else {
+                events.pod(namespace, name, uid.as_deref(), reason, message).await;
+            }
+            return;
+        }
+        let kind = kind.unwrap_or(Kind::Server);
+        if warning {
+            self.notes.warn(kind, subject, reason, message).await;
+        } else {
+            self.notes.normal(kind, subject, reason, message).await;
+        }
+    }
+}

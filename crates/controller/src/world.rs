@@ -1,0 +1,307 @@
+//! The driver's [`World`] read from the controller's [`Index`]: the
+//! autoscaler sees the cluster exactly as the watches last delivered it.
+//!
+//! No IO: every read is a copy out of the index at one `now`. What must be
+//! fresh (the pods on a node about to be powered off) the executor reads
+//! again from the API before it acts.
+
+use ironclaim_core::model::{Pod, Seconds, Snapshot};
+use ironclaim_driver::autoscaler::World;
+use ironclaim_driver::{ClaimRecord, ClaimView, FailureReason, NodeFacts, ServerFacts, Stage};
+use ironclaim_k8s::api::NodeClaim;
+use ironclaim_k8s::api::nodeclaim::{self, NodeClaimStatus};
+use ironclaim_k8s::server_to_core;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use crate::gates;
+use crate::index::{self, FailureBackoff, Index};
+use crate::scaledown::drain::DRAIN_ABANDONED_ANNOTATION;
+use crate::timeline;
+
+/// The index at one moment, as the autoscaler reads it.
+pub struct IndexWorld<'a> {
+    pub index: &'a Index,
+    pub now_s: Seconds,
+    pub backoff: FailureBackoff,
+}
+
+/// The driver's failure of a NodeClaim failure.
+pub fn driver_reason(reason: nodeclaim::FailureReason) -> FailureReason {
+    use nodeclaim::FailureReason as K;
+    match reason {
+        K::ServerUnavailable => FailureReason::ServerUnavailable,
+        K::ClaimConflict => FailureReason::ClaimConflict,
+        K::BmcUnreachable => FailureReason::BmcUnreachable,
+        K::BmcAuthenticationFailed => FailureReason::BmcAuthenticationFailed,
+        K::PowerActionFailed => FailureReason::PowerActionFailed,
+        K::PowerOnTimedOut => FailureReason::PowerOnTimedOut,
+        K::RegistrationTimedOut => FailureReason::RegistrationTimedOut,
+        K::NodeNotReady => FailureReason::NodeNotReady,
+        K::ReadinessGateFailed => FailureReason::ReadinessGateFailed,
+        K::NodeLost => FailureReason::NodeLost,
+        K::Cancelled => FailureReason::Cancelled,
+    }
+}
+
+/// The NodeClaim failure of a driver failure.
+pub fn api_reason(reason: FailureReason) -> nodeclaim::FailureReason {
+    use nodeclaim::FailureReason as K;
+    match reason {
+        FailureReason::ServerUnavailable => K::ServerUnavailable,
+        FailureReason::ClaimConflict => K::ClaimConflict,
+        FailureReason::BmcUnreachable => K::BmcUnreachable,
+        FailureReason::BmcAuthenticationFailed => K::BmcAuthenticationFailed,
+        FailureReason::PowerActionFailed => K::PowerActionFailed,
+        FailureReason::PowerOnTimedOut => K::PowerOnTimedOut,
+        FailureReason::RegistrationTimedOut => K::RegistrationTimedOut,
+        FailureReason::NodeNotReady => K::NodeNotReady,
+        FailureReason::ReadinessGateFailed => K::ReadinessGateFailed,
+        FailureReason::NodeLost => K::NodeLost,
+        FailureReason::Cancelled => K::Cancelled,
+    }
+}
+
+/// The NodeClaim stage of a driver stage.
+pub fn api_stage(stage: Stage) -> nodeclaim::Stage {
+    use nodeclaim::Stage as K;
+    match stage {
+        Stage::Selected => K::Selected,
+        Stage::PoweringOn => K::PoweringOn,
+        Stage::Booting => K::Booting,
+        Stage::Joined => K::Joined,
+        Stage::Ready => K::Ready,
+        Stage::Serving => K::Serving,
+    }
+}
+
+/// A NodeClaim as the driver records a claim. A claim with no stage yet
+/// (its first status write was lost) is at [`Stage::Selected`]; stages
+/// past serving (draining, powering off, off) count as serving.
+pub fn record_of(claim: &NodeClaim) -> ClaimRecord {
+    let empty = NodeClaimStatus::default();
+    let status = claim.status.as_ref().unwrap_or(&empty);
+    let as_driver = |s: nodeclaim::Stage| timeline::driver_stage(s).unwrap_or(Stage::Serving);
+    let history: Vec<(Stage, Seconds)> = status.stages.iter().map(|r| (as_driver(r.stage), timeline::seconds(&r.start_time))).collect();
+    let created_s = claim.metadata.creation_timestamp.as_ref().map(timeline::seconds).or_else(|| history.first().map(|h| h.1)).unwrap_or(0);
+    ClaimRecord {
+        name: claim.name_any(),
+        server: claim.spec.server.clone(),
+        pool: claim.spec.pool.clone(),
+        pods: claim.spec.pods.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect(),
+        stage: status.stage.map_or(Stage::Selected, as_driver),
+        stage_started_s: timeline::stage_started_s(status).unwrap_or(created_s),
+        failure: status.failure_reason.map(driver_reason),
+        node: status.node_name.clone(),
+        created_s,
+        history,
+    }
+}
+
+/// Since when the node's Ready condition has been True.
+fn ready_since_s(node: &Node) -> Option<Seconds> {
+    let conditions = node.status.as_ref()?.conditions.as_ref()?;
+    let ready = conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
+    Some(ready.last_transition_time.as_ref().map_or(0, timeline::seconds))
+}
+
+impl IndexWorld<'_> {
+    fn view(&self, claim: &NodeClaim) -> ClaimView {
+        let index = self.index;
+        let record = record_of(claim);
+        let server = index.servers.get(&claim.spec.server).map(|s| {
+            let status = s.status.as_ref();
+            ServerFacts {
+                holder: status.and_then(|st| st.claim.clone()).filter(|c| !c.is_empty()),
+                durations: server_to_core(s).map(|c| c.durations).unwrap_or_default(),
+                failures: status.map_or(0, |st| u32::try_from(st.failures.max(0)).unwrap_or(u32::MAX)),
+            }
+        });
+        let node = index.node_of_server(&claim.spec.server);
+        let node_name = node.map(ResourceExt::name_any);
+        let facts = node.map(|n| {
+            let since = ready_since_s(n);
+            NodeFacts { name: n.name_any(), ready: since.is_some(), ready_since_s: since, unmet: gates::unmet(n, index.pools.get(&claim.spec.pool)) }
+        });
+        let mut pods_pending = Vec::new();
+        let mut pods_bound = 0;
+        for p in &claim.spec.pods {
+            let key = format!("{}/{}", p.namespace, p.name);
+            let Some(entry) = index.pods.get(&key) else { continue };
+            // A pod of the same name recreated since is not the claim's.
+            if p.uid.is_some() && entry.uid.is_some() && p.uid != entry.uid {
+                continue;
+            }
+            if entry.pod.node_name.is_some() && entry.pod.node_name == node_name {
+                pods_bound += 1;
+            } else if entry.pod.is_pending_demand() {
+                pods_pending.push(key);
+            }
+        }
+        ClaimView { record, server, node: facts, pods_pending, pods_bound }
+    }
+}
+
+impl World for IndexWorld<'_> {
+    fn pending(&self) -> Vec<String> {
+        self.index.pending_pod_keys().cloned().collect()
+    }
+
+    fn snapshot(&self, _scale_up: Option<usize>) -> Snapshot {
+        self.index.snapshot(self.now_s, self.backoff).0
+    }
+
+    fn claims(&self) -> Vec<ClaimView> {
+        self.index.claims.values().map(|c| self.view(c)).collect()
+    }
+
+    fn last_failure_s(&self, server: &str) -> Option<Seconds> {
+        self.index.servers.get(server).and_then(index::last_failure_s)
+    }
+
+    fn abandoned_drains(&self) -> Vec<(String, Seconds)> {
+        self.index
+            .nodes
+            .values()
+            .filter_map(|n| {
+                let at = n.annotations().get(DRAIN_ABANDONED_ANNOTATION)?.parse::<jiff::Timestamp>().ok()?;
+                Some((n.name_any(), at.as_second().max(0) as Seconds))
+            })
+            .collect()
+    }
+
+    fn recorded_idle(&self, server: &str) -> (Option<Seconds>, Option<Seconds>) {
+        let Some(s) = self.index.servers.get(server) else { return (None, None) };
+        let status = s.status.as_ref();
+        let recorded = status.and_then(|st| st.idle_since.as_ref()).map(timeline::seconds);
+        let claimed = status.and_then(|st| st.claimed_at.as_ref()).map(timeline::seconds);
+        let registered = self.index.node_of_server(server).and_then(|n| n.metadata.creation_timestamp.as_ref()).map(timeline::seconds);
+        (recorded, claimed.max(registered))
+    }
+
+    fn pods_on(&self, node: &str) -> Vec<Pod> {
+        self.index.pods.values().filter(|e| e.pod.node_name.as_deref() == Some(node)).map(|e| e.pod.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ironclaim_k8s::api::Server;
+    use serde_json::json;
+
+    const NOW_S: Seconds = 1_767_614_400;
+    const BACKOFF: FailureBackoff = FailureBackoff { base_s: 60, max_s: 600 };
+
+    fn server(name: &str, claim: Option<&str>) -> Server {
+        serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": name},
+            "spec": {"bmc": {"address": "https://10.0.0.1/redfish/v1/Systems/1", "credentialsSecretRef": {"name": "bmc", "namespace": "ns"}},
+                     "hardware": {"cpu": "16", "memory": "64Gi"}},
+            "status": {"claim": claim, "failures": 2, "claimedAt": "2026-01-05T11:50:00Z"}
+        }))
+        .expect("server")
+    }
+
+    fn claim(name: &str, server: &str, status: serde_json::Value) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": name, "creationTimestamp": "2026-01-05T11:50:00Z"},
+            "spec": {"server": server, "pool": "general", "pods": [
+                {"namespace": "app", "name": "web", "uid": "uid-web"},
+                {"namespace": "app", "name": "db", "uid": "uid-db"},
+                {"namespace": "app", "name": "gone", "uid": "uid-gone"}]},
+            "status": status
+        }))
+        .expect("nodeclaim")
+    }
+
+    fn node(name: &str, server: &str, ready_since: Option<&str>, annotations: serde_json::Value) -> Node {
+        let conditions = ready_since.map(|t| json!([{"type": "Ready", "status": "True", "lastTransitionTime": t}])).unwrap_or(json!([]));
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": annotations, "creationTimestamp": "2026-01-05T11:55:00Z"},
+            "spec": {"providerID": format!("ironclaim://{server}")},
+            "status": {"conditions": conditions}
+        }))
+        .expect("node")
+    }
+
+    fn pod(name: &str, node: Option<&str>) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "app", "uid": format!("uid-{name}"), "creationTimestamp": "2026-01-05T11:49:00Z"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": if node.is_some() { "Running" } else { "Pending" }}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_joined_claim_reads_its_server_node_and_pods_from_the_index() {
+        let mut index = Index::default();
+        index.apply(server("s1", Some("c1")));
+        index.apply(node("n1", "s1", Some("2026-01-05T11:58:00Z"), json!({})));
+        index.apply(pod("web", Some("n1")));
+        index.apply(pod("db", None));
+        index.apply(claim(
+            "c1",
+            "s1",
+            json!({"stage": "Joined", "nodeName": "n1", "stages": [
+                {"stage": "Selected", "startTime": "2026-01-05T11:50:00Z", "outcome": "Succeeded"},
+                {"stage": "PoweringOn", "startTime": "2026-01-05T11:50:01Z", "outcome": "Succeeded"},
+                {"stage": "Booting", "startTime": "2026-01-05T11:51:00Z", "outcome": "Succeeded"},
+                {"stage": "Joined", "startTime": "2026-01-05T11:55:00Z", "outcome": "InProgress"}]}),
+        ));
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF };
+        let views = world.claims();
+        assert_eq!(views.len(), 1);
+        let v = &views[0];
+        assert_eq!((v.record.stage, v.record.stage_started_s, v.record.failure), (Stage::Joined, NOW_S - 300, None));
+        assert_eq!(v.record.entered_s(Stage::Booting), Some(NOW_S - 540));
+        assert_eq!(v.record.pods, ["app/web", "app/db", "app/gone"]);
+        let server = v.server.as_ref().expect("server facts");
+        assert_eq!((server.holder.as_deref(), server.failures), (Some("c1"), 2));
+        let node = v.node.as_ref().expect("node facts");
+        assert_eq!((node.name.as_str(), node.ready, node.ready_since_s), ("n1", true, Some(NOW_S - 120)));
+        assert!(node.unmet.is_empty(), "{:?}", node.unmet);
+        assert_eq!((v.pods_pending.as_slice(), v.pods_bound), (&["app/db".to_string()][..], 1));
+        assert_eq!(world.pending(), ["app/db"]);
+        assert_eq!(world.pods_on("n1").len(), 1);
+        assert_eq!(world.recorded_idle("s1"), (None, Some(NOW_S - 300)), "the node registered after the claim was written");
+    }
+
+    #[test]
+    fn a_claim_with_no_status_is_selected_and_a_failed_one_keeps_its_reason() {
+        let mut index = Index::default();
+        index.apply(claim("c1", "s1", json!(null)));
+        index.apply(claim(
+            "c2",
+            "s2",
+            json!({"stage": "Booting", "failureReason": "RegistrationTimedOut", "stages": [
+                {"stage": "Booting", "startTime": "2026-01-05T11:51:00Z", "outcome": "TimedOut"}]}),
+        ));
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF };
+        let views = world.claims();
+        assert_eq!((views[0].record.stage, views[0].record.stage_started_s), (Stage::Selected, NOW_S - 600));
+        assert!(views[0].server.is_none(), "the server is not in the inventory");
+        assert_eq!(views[1].record.failure, Some(FailureReason::RegistrationTimedOut));
+    }
+
+    #[test]
+    fn an_abandoned_drain_is_read_from_its_annotation_and_a_bad_value_is_ignored() {
+        let mut index = Index::default();
+        index.apply(node("n1", "s1", None, json!({DRAIN_ABANDONED_ANNOTATION: "2026-01-05T11:00:00Z"})));
+        index.apply(node("n2", "s2", None, json!({DRAIN_ABANDONED_ANNOTATION: "yesterday"})));
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF };
+        assert_eq!(world.abandoned_drains(), [("n1".to_string(), NOW_S - 3600)]);
+    }
+
+    #[test]
+    fn stages_and_reasons_map_both_ways() {
+        for stage in [Stage::Selected, Stage::PoweringOn, Stage::Booting, Stage::Joined, Stage::Ready, Stage::Serving] {
+            assert_eq!(timeline::driver_stage(api_stage(stage)), Some(stage));
+        }
+        for reason in [FailureReason::ClaimConflict, FailureReason::PowerOnTimedOut, FailureReason::Cancelled, FailureReason::NodeLost] {
+            assert_eq!(driver_reason(api_reason(reason)), reason);
+        }
+    }
+}
