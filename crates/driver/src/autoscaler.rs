@@ -187,6 +187,10 @@ pub struct Autoscaler {
     /// Pods were pending at the last step: they are decided again
     /// `redecide_every` after the last decision.
     waiting: bool,
+    /// At the last decision every pending pod was waiting for a claim in
+    /// flight or had one opened: asking again, with no new pod and no
+    /// claim lost, would decide the same.
+    settled: bool,
     pub counters: Counters,
 }
 
@@ -236,6 +240,7 @@ impl Autoscaler {
             next_reconcile: Duration::ZERO,
             names: 0,
             waiting: false,
+            settled: false,
             counters: Counters::default(),
         }
     }
@@ -515,17 +520,19 @@ impl Autoscaler {
         // The first step counts as a decision: pods already pending wait
         // for the batch window like any others.
         let last = *self.last_decision.get_or_insert(now);
-        self.waiting = !pending.is_empty();
+        self.waiting = !pending.is_empty() && !self.settled;
         let periodic = self.waiting && now >= last + self.settings.redecide_every;
         if self.batcher.due(now) || periodic {
             let mut snap = world.snapshot(Some(pending.len()));
             self.prepare(&mut snap, world, now_s);
             let plan = provision(&snap, now_s);
             self.counters.decisions += 1;
+            let mut opened = BTreeSet::new();
             for c in &plan.claims {
                 if self.busy(&c.server) {
                     continue;
                 }
+                opened.insert(c.server.clone());
                 let name = self.claim_name(&c.pool, &c.server, now);
                 let record = ClaimRecord {
                     name: name.clone(),
@@ -544,6 +551,12 @@ impl Autoscaler {
                 self.counters.claims_opened += 1;
                 out.push(Effect::TakeServer { claim: record });
             }
+            self.settled = plan.pods.iter().all(|d| match &d.outcome {
+                ironclaim_core::Outcome::InFlight { .. } => true,
+                ironclaim_core::Outcome::NewClaim { server, .. } => opened.contains(server),
+                _ => false,
+            });
+            self.waiting = !self.settled;
             if self.settings.decision_notes {
                 out.extend(plan.pods.iter().filter_map(decision_note));
             }
@@ -980,6 +993,36 @@ mod tests {
             again,
             [Effect::EnterStage { claim: claim.name.clone(), stage: Stage::PoweringOn, message: format!("server {} taken", claim.server) }]
         );
+    }
+
+    #[test]
+    fn pods_that_all_wait_for_claims_in_flight_are_not_decided_again_until_something_changes() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        world.snap.servers[0].claim = Some("c1".into());
+        world.snap.claims.push(ClaimInFlight {
+            name: "c1".into(),
+            server: "s1".into(),
+            pool: "general".into(),
+            stage: ironclaim_core::Stage::Booting,
+            stage_started_s: 990,
+            pods: vec!["ns/web".into()],
+        });
+        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        a.step(&world, s(1_000));
+        let effects = a.step(&world, s(1_001));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::TakeServer { .. })), "{effects:?}");
+        assert_eq!(a.counters.decisions, 1);
+        // Its claim is on its way: no wake to ask again, and asking later decides nothing.
+        assert_eq!(a.next_wake(), Duration::MAX, "no wake for a settled decision");
+        a.step(&world, s(1_031));
+        assert_eq!(a.counters.decisions, 1, "nothing new to decide");
+        // A new pod opens a batch and is decided.
+        world.snap.pods.push(Pod::new("ns", "api", Resources::new(1_000, 1 << 30)));
+        a.step(&world, s(1_040));
+        a.step(&world, s(1_041));
+        assert_eq!(a.counters.decisions, 2);
     }
 
     #[test]
