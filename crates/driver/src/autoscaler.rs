@@ -896,14 +896,7 @@ mod tests {
 
     #[test]
     fn a_power_answer_goes_to_the_claim_that_holds_the_server_not_to_a_failed_one_kept_for_its_record() {
-        let mut world = toy();
-        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
-        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
-        let mut a = Autoscaler::new(settings);
-        a.step(&world, s(2_000));
-        let effects = a.step(&world, s(2_001));
-        let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
-        a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        let (mut world, mut a, claim) = one_claim_taken();
         // The world: the live claim powering on, and an older failed claim
         // of the same server (released, kept for its TTL) whose name sorts after.
         let live = ClaimView {
@@ -931,8 +924,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_stage_write_that_failed_has_its_claim_stepped_again_from_what_the_world_shows() {
+    /// A pending pod, stepped on change, whose claim's take was answered.
+    fn one_claim_taken() -> (Toy, Autoscaler, ClaimRecord) {
         let mut world = toy();
         world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
         let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
@@ -941,6 +934,12 @@ mod tests {
         let effects = a.step(&world, s(2_001));
         let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
         a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        (world, a, claim)
+    }
+
+    #[test]
+    fn a_stage_write_that_failed_has_its_claim_stepped_again_from_what_the_world_shows() {
+        let (mut world, mut a, claim) = one_claim_taken();
         world.claims = vec![ClaimView {
             record: record(&claim.name, &claim.server, Stage::PoweringOn, None),
             server: facts(&claim.name),
@@ -970,14 +969,7 @@ mod tests {
 
     #[test]
     fn a_taken_claim_whose_first_stage_write_failed_writes_it_again_and_sends_no_second_power_on() {
-        let mut world = toy();
-        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
-        let settings = Settings { reconcile_every: Duration::ZERO, scale_down: None, ..Settings::default() };
-        let mut a = Autoscaler::new(settings);
-        a.step(&world, s(2_000));
-        let effects = a.step(&world, s(2_001));
-        let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
-        a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
+        let (mut world, mut a, claim) = one_claim_taken();
         // The world: the claim recorded at Selected, its server held by it.
         world.claims = vec![ClaimView {
             record: record(&claim.name, &claim.server, Stage::Selected, None),

@@ -96,14 +96,7 @@ impl Default for Faults {
             gpu_gate_failure_probability: 0.02,
             slow_boot_probability: 0.02,
             slow_boot_factor: 3.0,
-            bmc_off_error_probability: 0.0,
-            bmc_partition_probability: 0.0,
-            slow_bmc_probability: 0.0,
-            slow_bmc_s: 0,
-            node_lost_probability: 0.0,
-            crash_probability: 0.0,
-            watch_lag_s: 0,
-            faults_until_s: None,
+            ..Faults::none()
         }
     }
 }

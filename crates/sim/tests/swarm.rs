@@ -30,26 +30,23 @@ fn checkers_hold_under_random_faults_across_many_seeds() {
     assert!(failures.is_empty(), "checker violations:\n{}", failures.join("\n"));
 }
 
+/// On `w`, an honest rack trips no checker and the `broken` one trips `checker`.
+fn broken_rack_trips(w: &ironclaim_sim::Workload, seed: u64, kind: PolicyKind, broken: Broken, checker: &str) {
+    let prep = Prepared::new(w, None);
+    let honest = SimConfig { seed, faults: Faults::none(), ..Default::default() };
+    let stats = ironclaim_sim::run_policy(w, &prep, &honest, kind, &mut |_| {});
+    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+    let broken = SimConfig { broken: Some(broken), ..honest };
+    let stats = ironclaim_sim::run_policy(w, &prep, &broken, kind, &mut |_| {});
+    assert!(stats.violations.iter().any(|v| v.checker == checker), "expected a {checker} violation, got {:?}", stats.violations);
+}
+
 #[test]
 fn the_checkers_catch_a_rack_that_shows_nodes_empty_and_powers_off_unchecked() {
-    let w = common::small_rack(7, 2);
-    let prep = Prepared::new(&w, None);
-    let honest = SimConfig { seed: 7, faults: Faults::none(), ..Default::default() };
-    let stats = ironclaim_sim::run_policy(&w, &prep, &honest, PolicyKind::Reactive, &mut |_| {});
-    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
-    let broken = SimConfig { broken: Some(Broken::StaleEmptyNodes), ..honest };
-    let stats = ironclaim_sim::run_policy(&w, &prep, &broken, PolicyKind::Reactive, &mut |_| {});
-    assert!(stats.violations.iter().any(|v| v.checker == "powered-off-busy"), "expected a powered-off-busy violation, got {:?}", stats.violations);
+    broken_rack_trips(&common::small_rack(7, 2), 7, PolicyKind::Reactive, Broken::StaleEmptyNodes, "powered-off-busy");
 }
 
 #[test]
 fn the_checkers_catch_a_rack_that_hides_claims_and_grants_every_take() {
-    let w = common::rack_with_load(3, 3, 120);
-    let prep = Prepared::new(&w, None);
-    let honest = SimConfig { seed: 3, faults: Faults::none(), ..Default::default() };
-    let stats = ironclaim_sim::run_policy(&w, &prep, &honest, PolicyKind::Ironclaim, &mut |_| {});
-    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
-    let broken = SimConfig { broken: Some(Broken::UnfencedTakes), ..honest };
-    let stats = ironclaim_sim::run_policy(&w, &prep, &broken, PolicyKind::Ironclaim, &mut |_| {});
-    assert!(stats.violations.iter().any(|v| v.checker == "claimed-twice"), "expected a claimed-twice violation, got {:?}", stats.violations);
+    broken_rack_trips(&common::rack_with_load(3, 3, 120), 3, PolicyKind::Ironclaim, Broken::UnfencedTakes, "claimed-twice");
 }
