@@ -50,7 +50,7 @@ enum Prepared {
     PowerOn { server: Option<Server>, name: String, claim: Option<String>, pods: Vec<PodKey> },
     ReadPower { server: Option<Server>, name: String },
     PowerOff { server: String, claim: Option<String>, node: Option<String> },
-    Evict { node: String, pod: String, cordon: Option<tokio::sync::watch::Receiver<bool>> },
+    Evict { node: String, pod: String, cordon: Option<tokio::sync::watch::Receiver<Option<bool>>> },
     Write(Box<WriteJob>),
 }
 
@@ -66,9 +66,11 @@ pub struct Executor {
     opening: Arc<Mutex<HashMap<String, Vec<PodKey>>>>,
     /// Takes under way at once are bounded by its permits.
     takes: Arc<Semaphore>,
-    /// Cordons handed over and not yet written, by node: an eviction
-    /// waits for its node's, so nothing new lands where pods leave.
-    cordons: Arc<Mutex<HashMap<String, tokio::sync::watch::Sender<bool>>>>,
+    /// Cordons handed over and not yet written (None), or failed
+    /// (Some(false)), by node: an eviction waits for its node's, and none
+    /// is sent from a node that could not be cordoned, so nothing new
+    /// lands where pods leave. Written ones are dropped.
+    cordons: Arc<Mutex<HashMap<String, tokio::sync::watch::Sender<Option<bool>>>>>,
     /// One eviction request, at most.
     eviction_timeout: std::time::Duration,
 }
@@ -141,7 +143,7 @@ impl Executor {
                 Prepared::Evict { node, pod, cordon }
             }
             Effect::Cordon { ref node, .. } => {
-                let (tx, _) = tokio::sync::watch::channel(false);
+                let (tx, _) = tokio::sync::watch::channel(None);
                 self.cordons.lock().unwrap_or_else(PoisonError::into_inner).insert(node.clone(), tx);
                 write(effect, Vec::new(), None)
             }
@@ -223,11 +225,13 @@ impl Executor {
                 }
                 Prepared::Evict { node, pod, cordon } => {
                     tasks.spawn(async move {
-                        if let Some(mut written) = cordon {
-                            // Closed when the cordon was dropped (it failed).
-                            let _ = written.wait_for(|done| *done).await;
-                        }
-                        let answer = this.evict(&pod).await;
+                        // Nothing is evicted from a node whose cordon failed:
+                        // the drain asks again, and is abandoned past its timeout.
+                        let cordoned = match cordon {
+                            Some(mut written) => written.wait_for(Option::is_some).await.is_ok_and(|done| *done == Some(true)),
+                            None => true,
+                        };
+                        let answer = if cordoned { this.evict(&pod).await } else { Eviction::Failed(format!("node {node} could not be cordoned")) };
                         this.answer(Report::Evicted { node, pod, answer });
                     });
                 }
@@ -336,15 +340,20 @@ impl Executor {
         let result = match effect {
             Effect::Cordon { node, reason } => {
                 let result = drain::cordon(&client, node, reason).await;
-                let tx = self.cordons.lock().unwrap_or_else(PoisonError::into_inner).remove(node);
-                if result.is_ok()
-                    && let Some(tx) = tx
-                {
-                    let _ = tx.send(true);
+                let mut cordons = self.cordons.lock().unwrap_or_else(PoisonError::into_inner);
+                if result.is_ok() {
+                    if let Some(tx) = cordons.remove(node) {
+                        tx.send_replace(Some(true));
+                    }
+                } else if let Some(tx) = cordons.get(node) {
+                    tx.send_replace(Some(false));
                 }
                 result
             }
-            Effect::Uncordon { node, abandoned } => drain::uncordon_noting(&client, node, abandoned.then(jiff::Timestamp::now)).await,
+            Effect::Uncordon { node, abandoned } => {
+                self.cordons.lock().unwrap_or_else(PoisonError::into_inner).remove(node);
+                drain::uncordon_noting(&client, node, abandoned.then(jiff::Timestamp::now)).await
+            }
             Effect::KeepCordoned { node } => drain::leave_cordoned(&client, node).await,
             Effect::DeleteNode { node } => match kube::Api::<Node>::all(client).delete(node, &kube::api::DeleteParams::default()).await {
                 Ok(_) => Ok(()),
