@@ -294,6 +294,7 @@ impl Controller {
         tracing::info!("caches synced");
         let gate = self.claims.gate().clone();
         let renewal = self.settings.lease.clone().map(|lease| leader::spawn_renewal(self.client.clone(), lease, gate.clone(), self.metrics.clone()));
+        let (maintenance_tx, mut maintenance_rx) = tokio::sync::mpsc::unbounded_channel();
         let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(
             self.client.clone(),
             self.index.clone(),
@@ -302,6 +303,7 @@ impl Controller {
             self.settings.failure_backoff,
             &self.settings.instance,
             self.settings.scaledown.clone(),
+            maintenance_tx,
         ))
         .spawn();
 
@@ -309,7 +311,8 @@ impl Controller {
         let (report_tx, mut report_rx) = tokio::sync::mpsc::unbounded_channel();
         let notes =
             if self.settings.publish_events { Notes::new(self.client.clone(), "ironclaim", &self.settings.instance) } else { Notes::disabled() };
-        let executor = Executor::new(self.claims.clone(), self.index.clone(), notes, report_tx, self.settings.open_concurrency);
+        let executor = Executor::new(self.claims.clone(), self.index.clone(), notes, report_tx, self.settings.open_concurrency)
+            .with_eviction_timeout(self.settings.scaledown.drain.attempt_timeout);
         let mut tasks = tokio::task::JoinSet::new();
         let mut openings: Vec<Opening> = Vec::new();
         let mut was_leading = false;
@@ -318,15 +321,20 @@ impl Controller {
         loop {
             let until_wake = autoscaler.next_wake().saturating_sub(clock()).min(self.settings.tick);
             let mut reports = Vec::new();
+            let mut maintenance = Vec::new();
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
                 _ = notify.notified() => {}
                 Some(report) = report_rx.recv() => reports.push(report),
+                Some(drain) = maintenance_rx.recv() => maintenance.push(drain),
                 _ = gate.lost(), if was_leading => {}
                 _ = tokio::time::sleep(until_wake) => {}
             }
             while let Ok(report) = report_rx.try_recv() {
                 reports.push(report);
+            }
+            while let Ok(drain) = maintenance_rx.try_recv() {
+                maintenance.push(drain);
             }
             while tasks.try_join_next().is_some() {}
             heartbeat.beat();
@@ -368,11 +376,21 @@ impl Controller {
             let pending = {
                 let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
                 let world = IndexWorld { index: &index, now_s: now.as_secs(), backoff: self.settings.failure_backoff };
+                for d in maintenance {
+                    effects.extend(autoscaler.drain_for_maintenance(&world, &d.node, &d.server, d.timeout, now));
+                }
                 let stepped = autoscaler.step(&world, now);
                 let pending = index.pending_pod_keys().count();
                 effects.extend(stepped);
                 pending
             };
+            for end in autoscaler.drain_ends() {
+                let outcome = match end.ended {
+                    ironclaim_driver::drain::Ended::Done { .. } => "done",
+                    ironclaim_driver::drain::Ended::Abandoned { .. } => "abandoned",
+                };
+                self.metrics.scaledown.action("drain", &end.reason, outcome);
+            }
             let waiting: HashMap<String, usize> = effects
                 .iter()
                 .filter_map(|e| if let Effect::TakeServer { claim } = e { Some((claim.name.clone(), claim.pods.len())) } else { None })
@@ -418,10 +436,9 @@ impl Controller {
             reconcile_every: Duration::ZERO,
             claims: s.claims.driver(),
             backoff: s.failure_backoff,
-            // Scale-down is carried out by `crate::scaledown`, its own way.
-            scale_down: None,
+            scale_down: Some(s.scaledown.driver()),
             name_seed: name_seed(),
-            held_notes: false,
+            held_notes: s.scaledown.publish_events,
             decision_notes: s.publish_events,
         }
     }

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ironclaim_driver::{ClaimRecord, Effect, PowerFailure, Report};
+use ironclaim_driver::{ClaimRecord, Effect, Eviction, FailureReason, PowerFailure, Report};
 use ironclaim_k8s::api::{NodePool, Server};
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::Semaphore;
@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 
 use crate::claims::{Claims, PodKey};
 use crate::index::Index;
+use crate::scaledown::drain::{self, Evicted};
 use crate::scaledown::notes::{Kind, Notes};
 
 /// A write with what it needs copied out of the index.
@@ -49,6 +50,7 @@ enum Prepared {
     PowerOn { server: Option<Server>, name: String, claim: Option<String>, pods: Vec<PodKey> },
     ReadPower { server: Option<Server>, name: String },
     PowerOff { server: String, claim: Option<String>, node: Option<String> },
+    Evict { node: String, pod: String, cordon: Option<tokio::sync::watch::Receiver<Option<bool>>> },
     Write(Box<WriteJob>),
 }
 
@@ -64,6 +66,13 @@ pub struct Executor {
     opening: Arc<Mutex<HashMap<String, Vec<PodKey>>>>,
     /// Takes under way at once are bounded by its permits.
     takes: Arc<Semaphore>,
+    /// Cordons handed over and not yet written (None), or failed
+    /// (Some(false)), by node: an eviction waits for its node's, and none
+    /// is sent from a node that could not be cordoned, so nothing new
+    /// lands where pods leave. Written ones are dropped.
+    cordons: Arc<Mutex<HashMap<String, tokio::sync::watch::Sender<Option<bool>>>>>,
+    /// One eviction request, at most.
+    eviction_timeout: std::time::Duration,
 }
 
 /// The pods of a claim still waiting for a node, as events address them.
@@ -90,7 +99,14 @@ impl Executor {
     /// At most `open_concurrency` takes run at once.
     pub fn new(claims: Arc<Claims>, index: Arc<Mutex<Index>>, notes: Notes, reports: UnboundedSender<Report>, open_concurrency: usize) -> Self {
         let takes = Arc::new(Semaphore::new(open_concurrency.max(1)));
-        Executor { claims, index, notes, reports, opening: Arc::default(), takes }
+        let eviction_timeout = drain::DrainSettings::default().attempt_timeout;
+        Executor { claims, index, notes, reports, opening: Arc::default(), takes, cordons: Arc::default(), eviction_timeout }
+    }
+
+    /// Each eviction request waits at most `timeout` for its answer.
+    pub fn with_eviction_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.eviction_timeout = timeout;
+        self
     }
 
     fn prepare(&self, index: &Index, effect: Effect) -> Prepared {
@@ -122,6 +138,15 @@ impl Executor {
             }
             Effect::ReadPower { server } => Prepared::ReadPower { server: index.servers.get(&server).cloned(), name: server },
             Effect::PowerOff { server, claim, node } => Prepared::PowerOff { server, claim, node },
+            Effect::Evict { node, pod } => {
+                let cordon = self.cordons.lock().unwrap_or_else(PoisonError::into_inner).get(&node).map(|tx| tx.subscribe());
+                Prepared::Evict { node, pod, cordon }
+            }
+            Effect::Cordon { ref node, .. } => {
+                let (tx, _) = tokio::sync::watch::channel(None);
+                self.cordons.lock().unwrap_or_else(PoisonError::into_inner).insert(node.clone(), tx);
+                write(effect, Vec::new(), None)
+            }
             Effect::EnterStage { ref claim, .. } | Effect::FailClaim { ref claim, .. } => {
                 let (pods, server) = (waiting_pods(index, claim), claim_server(index, claim).cloned());
                 write(effect, pods, server)
@@ -134,8 +159,11 @@ impl Executor {
                 pods: Vec::new(),
                 subject: None,
             })),
-            Effect::Note { ref subject, .. } => {
-                let kind = if index.nodes.contains_key(subject) { Kind::Node } else { Kind::Server };
+            Effect::Note { ref subject, reason, .. } => {
+                // A drain's notes are about its node, which may be gone by
+                // the last of them (a machine powered off deregisters).
+                let drain = matches!(reason, "Draining" | "DrainWaiting" | "Drained" | "DrainAbandoned" | "ConsolidationProposed");
+                let kind = if drain || index.nodes.contains_key(subject) { Kind::Node } else { Kind::Server };
                 Prepared::Write(Box::new(WriteJob { effect, pods: Vec::new(), server: None, node: None, pool: None, subject: Some(kind) }))
             }
             other => write(other, Vec::new(), None),
@@ -169,10 +197,14 @@ impl Executor {
                 }
                 Prepared::PowerOn { server, name, claim, pods } => {
                     tasks.spawn(async move {
-                        let report = match this.power_target(server, &name, claim.is_none()).await {
+                        let spare = claim.is_none();
+                        let report = match this.power_target(server, &name, spare).await {
                             Ok(server) => this.claims.power_on(server, &pods).await,
                             Err(failure) => Report::PoweredOn { server: name, result: Err(failure) },
                         };
+                        if spare {
+                            this.spare_powered_on(&report).await;
+                        }
                         this.answer(report);
                     });
                 }
@@ -187,8 +219,20 @@ impl Executor {
                 }
                 Prepared::PowerOff { server, claim, node } => {
                     tasks.spawn(async move {
-                        let report = this.claims.power_off(&server, claim.as_deref(), node.as_deref()).await;
+                        let report = this.power_off(&server, claim.as_deref(), node.as_deref()).await;
                         this.answer(report);
+                    });
+                }
+                Prepared::Evict { node, pod, cordon } => {
+                    tasks.spawn(async move {
+                        // Nothing is evicted from a node whose cordon failed:
+                        // the drain asks again, and is abandoned past its timeout.
+                        let cordoned = match cordon {
+                            Some(mut written) => written.wait_for(Option::is_some).await.is_ok_and(|done| *done == Some(true)),
+                            None => true,
+                        };
+                        let answer = if cordoned { this.evict(&pod).await } else { Eviction::Failed(format!("node {node} could not be cordoned")) };
+                        this.answer(Report::Evicted { node, pod, answer });
                     });
                 }
                 Prepared::Write(job) => writes.push(job),
@@ -208,6 +252,136 @@ impl Executor {
     /// the lease was lost).
     pub fn forget(&self) {
         self.opening.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
+    /// A power-off: checked fresh by [`Claims::power_off`]. A spare's or a
+    /// drained node's is then confirmed off by reading the power back, and
+    /// the state recorded on the server; a spare's is counted.
+    async fn power_off(&self, server: &str, claim: Option<&str>, node: Option<&str>) -> Report {
+        let report = self.claims.power_off(server, claim, node).await;
+        let scale_down = claim.is_none() || node.is_some();
+        if !scale_down {
+            return report;
+        }
+        let report = match report {
+            Report::PoweredOff { server, result: Ok(()), refused: None } => {
+                let result = self.confirm(&server, ironclaim_k8s::api::server::PowerState::Off).await;
+                Report::PoweredOff { server, result, refused: None }
+            }
+            other => other,
+        };
+        if node.is_none() {
+            let outcome = match &report {
+                Report::PoweredOff { result: Ok(()), refused: None, .. } => "done",
+                Report::PoweredOff { refused: Some(_), .. } => "refused",
+                _ => "power_off_failed",
+            };
+            self.claims.metrics().scaledown.action("power_off", "idle", outcome);
+        }
+        report
+    }
+
+    /// A spare's power-on: recorded on the server, and counted.
+    async fn spare_powered_on(&self, report: &Report) {
+        let Report::PoweredOn { server, result } = report else { return };
+        let outcome = match result {
+            Ok(()) => {
+                let patch = serde_json::json!({"status": {"powerState": ironclaim_k8s::api::server::PowerState::On}});
+                let api = kube::Api::<Server>::all(self.claims_client());
+                if let Err(err) = api.patch_status(server, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+                    tracing::warn!(%server, error = %err, "writing the power state failed; the sweep will");
+                }
+                "done"
+            }
+            Err(failure) if failure.reason == FailureReason::ServerUnavailable => "claimed",
+            Err(_) => "power_on_failed",
+        };
+        self.claims.metrics().scaledown.action("power_on", "spare", outcome);
+    }
+
+    /// Reads the server's power back and records it on its status; an
+    /// answer other than `want` is a failure.
+    async fn confirm(&self, name: &str, want: ironclaim_k8s::api::server::PowerState) -> Result<(), PowerFailure> {
+        let failed = |message: String| PowerFailure { reason: FailureReason::PowerActionFailed, message };
+        let api = kube::Api::<Server>::all(self.claims_client());
+        let server = api.get(name).await.map_err(|err| failed(format!("server {name} could not be read: {err}")))?;
+        let state = self.claims.power().power_state(&server).await.map_err(|err| failed(format!("reading the power of {name} failed: {err}")))?;
+        if state != want {
+            return Err(failed(format!("server {name} still reports {state:?} after its power action")));
+        }
+        let patch = serde_json::json!({"status": {"powerState": state}});
+        if let Err(err) = api.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+            tracing::warn!(server = %name, error = %err, "writing the power state failed; the sweep will");
+        }
+        Ok(())
+    }
+
+    /// One eviction through the Eviction API, counted by its answer.
+    async fn evict(&self, pod: &str) -> Eviction {
+        let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod));
+        let answer = drain::evict(&self.claims_client(), namespace, name, self.eviction_timeout).await;
+        let (label, answer) = match answer {
+            Evicted::Yes => ("evicted", Eviction::Evicted),
+            Evicted::Gone => ("gone", Eviction::Gone),
+            Evicted::Blocked(why) => ("blocked", Eviction::Blocked(why)),
+            Evicted::Failed(why) => {
+                tracing::warn!(%pod, %why, "eviction failed; it is sent again");
+                ("failed", Eviction::Failed(why))
+            }
+        };
+        self.claims.metrics().scaledown.eviction(label);
+        answer
+    }
+
+    /// The node and server writes of scale-down; a failure is logged and
+    /// counted, and the driver's next step sees the world as it is.
+    async fn scale_down_write(&self, effect: &Effect) {
+        let client = self.claims_client();
+        let result = match effect {
+            Effect::Cordon { node, reason } => {
+                let result = drain::cordon(&client, node, reason).await;
+                let mut cordons = self.cordons.lock().unwrap_or_else(PoisonError::into_inner);
+                if result.is_ok() {
+                    if let Some(tx) = cordons.remove(node) {
+                        tx.send_replace(Some(true));
+                    }
+                } else if let Some(tx) = cordons.get(node) {
+                    tx.send_replace(Some(false));
+                }
+                result
+            }
+            Effect::Uncordon { node, abandoned } => {
+                self.cordons.lock().unwrap_or_else(PoisonError::into_inner).remove(node);
+                drain::uncordon_noting(&client, node, abandoned.then(jiff::Timestamp::now)).await
+            }
+            Effect::KeepCordoned { node } => drain::leave_cordoned(&client, node).await,
+            Effect::DeleteNode { node } => match kube::Api::<Node>::all(client).delete(node, &kube::api::DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(source) => Err(drain::DrainError::DeleteNodeFailed { node: node.clone(), source }),
+            },
+            Effect::RecordIdle { server, since } => {
+                let value =
+                    since.map(|s| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::from_second(s as i64).unwrap_or_default()));
+                let patch = serde_json::json!({"status": {"idleSince": value}});
+                match kube::Api::<Server>::all(client)
+                    .patch_status(server, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    Err(source) => Err(drain::DrainError::ReadServerFailed { server: server.clone(), source }),
+                }
+            }
+            other => {
+                tracing::error!(effect = ?other, "an effect this controller does not carry out");
+                Ok(())
+            }
+        };
+        if let Err(err) = result {
+            tracing::warn!(effect = ?effect, error = %err, "carrying out a scale-down effect failed; the driver will see the world as it is");
+            self.claims.metrics().error(err.metric_label());
+        }
     }
 
     fn answer(&self, report: Report) {
@@ -259,11 +433,8 @@ impl Executor {
                 self.note(s, reason, message, *warning, subject).await;
                 (Ok(()), None)
             }
-            // Scale-down effects: the driver runs here without scale-down
-            // (see `crate::scaledown`, which carries it out its own way), so
-            // none is emitted; one that were would be a bug worth seeing.
             other => {
-                tracing::error!(effect = ?other, "an effect this controller does not carry out");
+                self.scale_down_write(other).await;
                 (Ok(()), None)
             }
         };

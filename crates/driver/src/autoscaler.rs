@@ -156,6 +156,15 @@ pub struct Counters {
     pub spares_powered_off: u64,
 }
 
+/// A drain that ended, for a runner's metrics: the node, why it was
+/// drained (`empty`, `underutilized`, `maintenance`) and how it ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainEnd {
+    pub node: String,
+    pub reason: String,
+    pub ended: Ended,
+}
+
 /// The autoscaler's soft state. See the module docs.
 #[derive(Debug)]
 pub struct Autoscaler {
@@ -172,6 +181,8 @@ pub struct Autoscaler {
     written: BTreeMap<String, (bool, Stage)>,
     spares: BTreeMap<String, SpareOp>,
     drains: BTreeMap<String, Drain>,
+    /// Drains ended since the runner last took them ([`Autoscaler::drain_ends`]).
+    ended: Vec<DrainEnd>,
     /// Servers whose drain's power-off was confirmed.
     confirmed_off: BTreeSet<String>,
     /// The claim each server's claim actions belong to.
@@ -230,6 +241,7 @@ impl Autoscaler {
             written: BTreeMap::new(),
             spares: BTreeMap::new(),
             drains: BTreeMap::new(),
+            ended: Vec::new(),
             confirmed_off: BTreeSet::new(),
             server_claims: BTreeMap::new(),
             claim_due: BTreeMap::new(),
@@ -290,6 +302,37 @@ impl Autoscaler {
         let every = self.settings.scale_down.map_or(Duration::ZERO, |sd| sd.every);
         let due = self.last_scale_down.map_or(now, |at| (at + every).max(now));
         self.next_scale_down = self.next_scale_down.min(due);
+    }
+
+    /// The drains that ended since the last call, oldest first. Kept at
+    /// most 1024 deep: a runner that never asks loses the oldest.
+    pub fn drain_ends(&mut self) -> Vec<DrainEnd> {
+        std::mem::take(&mut self.ended)
+    }
+
+    fn record_end(&mut self, node: &str, reason: &str, ended: Ended) {
+        if self.ended.len() >= 1024 {
+            self.ended.remove(0);
+        }
+        self.ended.push(DrainEnd { node: node.to_string(), reason: reason.to_string(), ended });
+    }
+
+    /// Starts draining `node`, whose server is in maintenance, for the
+    /// runner's repair of a claim stranded on it: cordoned, its pods
+    /// evicted as in any drain, then its server released and the node left
+    /// cordoned, the server on (the operator's). Returns false, doing
+    /// nothing, when scale-down is off, the node is already being drained
+    /// or its server has a power action under way.
+    pub fn drain_for_maintenance(&mut self, world: &dyn World, node: &str, server: &str, timeout: Duration, now: Duration) -> Vec<Effect> {
+        let Some(sd) = self.settings.scale_down else { return Vec::new() };
+        if self.drains.contains_key(node) || self.busy(server) {
+            return Vec::new();
+        }
+        let mut d = Drain::new(node, Some(server), "maintenance", BTreeSet::new(), timeout, &sd.drain, now).without_power_off();
+        let (effects, _) = d.step(&world.pods_on(node), None, false, now);
+        self.drains.insert(node.to_string(), d);
+        self.counters.drains_started += 1;
+        effects
     }
 
     /// Whether the server has a power action under way here.
@@ -577,6 +620,9 @@ impl Autoscaler {
                 holders.entry(s.name.clone()).or_insert_with(|| c.clone());
             }
         }
+        // A drain that ends in this step still shows its node disrupting:
+        // it is not one cut short by a restart.
+        let owned: BTreeSet<String> = self.drains.keys().cloned().collect();
         self.run_drains(world, &holders, now, &mut out);
         if !pass {
             return out;
@@ -589,7 +635,7 @@ impl Autoscaler {
         // Drains cut short by a restart: uncordoned, unless the machine
         // may be shutting down (its recorded power is not On).
         let power: BTreeMap<&str, PowerState> = snap.servers.iter().map(|s| (s.name.as_str(), s.power_state)).collect();
-        for n in snap.nodes.iter().filter(|n| n.disrupting && !self.drains.contains_key(&n.name)) {
+        for n in snap.nodes.iter().filter(|n| n.disrupting && !owned.contains(&n.name)) {
             let on = n.server.as_deref().is_none_or(|s| power.get(s) == Some(&PowerState::On));
             if on && !n.server.as_deref().is_some_and(|s| self.busy(s)) {
                 out.push(Effect::Uncordon { node: n.name.clone(), abandoned: false });
@@ -640,16 +686,13 @@ impl Autoscaler {
             let off = d.server.as_ref().is_some_and(|s| self.confirmed_off.remove(s));
             let (effects, ended) = d.step(&pods, holder, off, now);
             out.extend(effects);
+            let Some(ended) = ended else { continue };
             match ended {
-                Some(Ended::Done { .. }) => {
-                    self.drains.remove(&node);
-                    self.counters.drains_done += 1;
-                }
-                Some(Ended::Abandoned { .. }) => {
-                    self.drains.remove(&node);
-                    self.counters.drains_abandoned += 1;
-                }
-                None => {}
+                Ended::Done { .. } => self.counters.drains_done += 1,
+                Ended::Abandoned { .. } => self.counters.drains_abandoned += 1,
+            }
+            if let Some(d) = self.drains.remove(&node) {
+                self.record_end(&node, &d.reason, ended);
             }
         }
     }
@@ -848,6 +891,37 @@ mod tests {
         a.report(Report::PoweredOff { server: "s1".into(), result: Ok(()), refused: None }, s(10_803));
         assert!(!a.busy("s1"));
         assert_eq!(a.counters.spares_powered_off, 1);
+    }
+
+    #[test]
+    fn a_maintenance_drain_evicts_releases_and_leaves_its_node_cordoned_and_its_end_is_told_once() {
+        let mut world = toy();
+        world.snap.servers[0].power_state = PowerState::On;
+        world.snap.servers[0].claim = Some("c1".into());
+        let mut node = ironclaim_core::model::Node::new("n1", Resources::new(16_000, 64 << 30));
+        node.server = Some("s1".into());
+        world.snap.nodes.push(node);
+        let mut web = Pod::new("ns", "web", Resources::new(1_000, 1 << 30)).bound_to("n1");
+        web.owner = Some(ironclaim_core::model::Owner { kind: "ReplicaSet".into(), name: "web".into() });
+        world.snap.pods.push(web);
+        let mut a = Autoscaler::new(Settings::default());
+        let started = a.drain_for_maintenance(&world, "n1", "s1", s(600), s(1_000));
+        assert!(
+            matches!(&started[..], [Effect::Cordon { node, reason }, Effect::Note { .. }] if node == "n1" && reason == "maintenance"),
+            "{started:?}"
+        );
+        assert!(a.drain_for_maintenance(&world, "n1", "s1", s(600), s(1_000)).is_empty(), "one drain per node");
+        let evicting = a.step(&world, s(1_001));
+        assert!(evicting.contains(&Effect::Evict { node: "n1".into(), pod: "ns/web".into() }), "{evicting:?}");
+        a.report(Report::Evicted { node: "n1".into(), pod: "ns/web".into(), answer: crate::Eviction::Evicted }, s(1_001));
+        assert!(a.drain_ends().is_empty(), "not over yet");
+        world.snap.pods.clear();
+        let done = a.step(&world, s(1_003));
+        assert!(done.contains(&Effect::KeepCordoned { node: "n1".into() }), "{done:?}");
+        assert!(done.iter().any(|e| matches!(e, Effect::Release { server, claim, .. } if server == "s1" && claim == "c1")), "{done:?}");
+        assert!(!done.iter().any(|e| matches!(e, Effect::PowerOff { .. } | Effect::Uncordon { .. } | Effect::DeleteNode { .. })), "{done:?}");
+        assert_eq!(a.drain_ends(), [DrainEnd { node: "n1".into(), reason: "maintenance".into(), ended: Ended::Done { evicted: 1 } }]);
+        assert!(a.drain_ends().is_empty(), "told once");
     }
 
     #[test]

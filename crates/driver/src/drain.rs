@@ -249,7 +249,16 @@ impl Drain {
             if !self.power_off {
                 if let (Some(server), Some(claim)) = (self.server.clone(), holder) {
                     out.push(Effect::Release { server, claim: claim.to_string(), count_failure: false, quarantine: false });
+                    out.push(Effect::DeleteClaim { claim: claim.to_string() });
                 }
+                out.push(Effect::KeepCordoned { node: self.node.clone() });
+                let took = now.saturating_sub(self.started).as_secs();
+                out.push(Effect::Note {
+                    subject: self.node.clone(),
+                    reason: "Drained",
+                    message: format!("drained in {took}s: {} pod(s) evicted ({}); left on and cordoned", self.evicted.len(), self.reason),
+                    warning: false,
+                });
                 return (out, Some(Ended::Done { evicted: self.evicted.len() }));
             }
             self.phase = Phase::PoweringOff { running: false };
@@ -303,6 +312,7 @@ mod tests {
             .map(|e| match e {
                 Effect::Cordon { .. } => "cordon".to_string(),
                 Effect::Uncordon { abandoned, .. } => format!("uncordon (abandoned {abandoned})"),
+                Effect::KeepCordoned { .. } => "keep cordoned".into(),
                 Effect::Evict { pod, .. } => format!("evict {pod}"),
                 Effect::PowerOff { node, .. } => format!("power off (node {})", node.clone().unwrap_or_default()),
                 Effect::DeleteNode { .. } => "delete node".into(),

@@ -34,7 +34,7 @@ pub mod drain;
 pub mod idle;
 pub mod pacing;
 
-pub use autoscaler::{Autoscaler, ScaleDownSettings, Settings};
+pub use autoscaler::{Autoscaler, DrainEnd, ScaleDownSettings, Settings};
 pub use claim::{ClaimRecord, ClaimView, NodeFacts, ServerFacts};
 
 use ironclaim_core::model::Seconds;
@@ -195,6 +195,9 @@ pub enum Effect {
     Evict { node: String, pod: String },
     /// Uncordon the node; `abandoned` stamps when its drain was abandoned.
     Uncordon { node: String, abandoned: bool },
+    /// Drop the disrupting taint but keep the node unschedulable: its drain
+    /// is over and the node is the operator's (a server in maintenance).
+    KeepCordoned { node: String },
     /// Delete the Node of a server confirmed off.
     DeleteNode { node: String },
     /// Record since when the server idles (None clears it).

@@ -871,6 +871,15 @@ impl<'a> Engine<'a> {
                 self.changed = true;
                 None
             }
+            Effect::KeepCordoned { node } => {
+                if let Some(s) = self.index(&node)
+                    && let Some(n) = self.srv[s].node.as_mut()
+                {
+                    n.disrupting = false;
+                }
+                self.changed = true;
+                None
+            }
             Effect::DeleteNode { node } => {
                 if let Some(s) = self.index(&node) {
                     self.ready.remove(&s);

@@ -254,6 +254,98 @@ pub fn eviction_order(pods: &[Pod]) -> (Vec<&Pod>, Vec<&Pod>) {
     movable.into_iter().partition(|p| !is_daemonset_pod(p))
 }
 
+/// Cordons the node with the disrupting taint, remembering whether it
+/// was already unschedulable.
+pub async fn cordon(client: &Client, node: &str, reason: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let fail = |source| DrainError::CordonFailed { node: node.to_string(), source };
+    for _ in 0..5 {
+        let current = nodes.get(node).await.map_err(fail)?;
+        let spec = current.spec.clone().unwrap_or_default();
+        let mut taints = spec.taints.clone().unwrap_or_default();
+        if taints.iter().any(|t| t.key == DISRUPTING_TAINT) && spec.unschedulable == Some(true) {
+            return Ok(());
+        }
+        taints.retain(|t| t.key != DISRUPTING_TAINT);
+        taints.push(k8s_openapi::api::core::v1::Taint {
+            key: DISRUPTING_TAINT.to_string(),
+            value: Some(reason.to_string()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+        let mut patch = serde_json::json!({
+            "metadata": {"resourceVersion": current.resource_version()},
+            "spec": {"unschedulable": true, "taints": taints},
+        });
+        if spec.unschedulable == Some(true) {
+            patch["metadata"]["annotations"] = serde_json::json!({WAS_UNSCHEDULABLE_ANNOTATION: "true"});
+        }
+        match nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(source) => return Err(fail(source)),
+        }
+    }
+    Err(fail(kube::Error::Service("the node kept changing under the cordon".into())))
+}
+
+/// Removes the disrupting taint and restores schedulability as it was
+/// before the drain. A node already gone is fine.
+pub async fn uncordon(client: &Client, node: &str) -> Result<()> {
+    uncordon_noting(client, node, None).await
+}
+
+/// [`uncordon`], recording in the same write, when given, the
+/// time the drain was abandoned ([`DRAIN_ABANDONED_ANNOTATION`]).
+pub async fn uncordon_noting(client: &Client, node: &str, abandoned_at: Option<jiff::Timestamp>) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let fail = |source| DrainError::UncordonFailed { node: node.to_string(), source };
+    for _ in 0..5 {
+        let current = match nodes.get(node).await {
+            Ok(n) => n,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(source) => return Err(fail(source)),
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        let taints: Vec<_> = spec.taints.clone().unwrap_or_default().into_iter().filter(|t| t.key != DISRUPTING_TAINT).collect();
+        let was = current.annotations().get(WAS_UNSCHEDULABLE_ANNOTATION).is_some_and(|v| v == "true");
+        let mut patch = serde_json::json!({
+            "metadata": {"resourceVersion": current.resource_version(), "annotations": {WAS_UNSCHEDULABLE_ANNOTATION: null}},
+            "spec": {"unschedulable": was, "taints": taints},
+        });
+        if let Some(at) = abandoned_at {
+            patch["metadata"]["annotations"][DRAIN_ABANDONED_ANNOTATION] = at.to_string().into();
+        }
+        match nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(source) => return Err(fail(source)),
+        }
+    }
+    Err(fail(kube::Error::Service("the node kept changing under the uncordon".into())))
+}
+
+/// Drops the disrupting taint but keeps the node unschedulable: the
+/// drain is over, the node is the operator's.
+pub async fn leave_cordoned(client: &Client, node: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let fail = |source| DrainError::UncordonFailed { node: node.to_string(), source };
+    let current = match nodes.get(node).await {
+        Ok(n) => n,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(source) => return Err(fail(source)),
+    };
+    let taints: Vec<_> =
+        current.spec.clone().unwrap_or_default().taints.unwrap_or_default().into_iter().filter(|t| t.key != DISRUPTING_TAINT).collect();
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": current.resource_version(), "annotations": {WAS_UNSCHEDULABLE_ANNOTATION: null}},
+        "spec": {"unschedulable": true, "taints": taints},
+    });
+    nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(fail)?;
+    Ok(())
+}
+
 /// Carries out drains. Cheap to share.
 #[derive(Clone)]
 pub struct Drainer {
@@ -270,93 +362,24 @@ impl Drainer {
         Api::all(self.client.clone())
     }
 
-    /// Cordons the node with the disrupting taint, remembering whether it
-    /// was already unschedulable.
+    /// Cordons the node with the disrupting taint ([`cordon`]).
     pub async fn cordon(&self, node: &str, reason: &str) -> Result<()> {
-        let fail = |source| DrainError::CordonFailed { node: node.to_string(), source };
-        for _ in 0..5 {
-            let current = self.nodes().get(node).await.map_err(fail)?;
-            let spec = current.spec.clone().unwrap_or_default();
-            let mut taints = spec.taints.clone().unwrap_or_default();
-            if taints.iter().any(|t| t.key == DISRUPTING_TAINT) && spec.unschedulable == Some(true) {
-                return Ok(());
-            }
-            taints.retain(|t| t.key != DISRUPTING_TAINT);
-            taints.push(k8s_openapi::api::core::v1::Taint {
-                key: DISRUPTING_TAINT.to_string(),
-                value: Some(reason.to_string()),
-                effect: "NoSchedule".into(),
-                time_added: None,
-            });
-            let mut patch = serde_json::json!({
-                "metadata": {"resourceVersion": current.resource_version()},
-                "spec": {"unschedulable": true, "taints": taints},
-            });
-            if spec.unschedulable == Some(true) {
-                patch["metadata"]["annotations"] = serde_json::json!({WAS_UNSCHEDULABLE_ANNOTATION: "true"});
-            }
-            match self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(source) => return Err(fail(source)),
-            }
-        }
-        Err(fail(kube::Error::Service("the node kept changing under the cordon".into())))
+        cordon(&self.client, node, reason).await
     }
 
-    /// Removes the disrupting taint and restores schedulability as it was
-    /// before the drain. A node already gone is fine.
+    /// Uncordons the node as it was before the drain ([`uncordon`]).
     pub async fn uncordon(&self, node: &str) -> Result<()> {
-        self.uncordon_noting(node, None).await
+        uncordon(&self.client, node).await
     }
 
-    /// [`Drainer::uncordon`], recording in the same write, when given, the
-    /// time the drain was abandoned ([`DRAIN_ABANDONED_ANNOTATION`]).
+    /// [`uncordon_noting`].
     pub async fn uncordon_noting(&self, node: &str, abandoned_at: Option<jiff::Timestamp>) -> Result<()> {
-        let fail = |source| DrainError::UncordonFailed { node: node.to_string(), source };
-        for _ in 0..5 {
-            let current = match self.nodes().get(node).await {
-                Ok(n) => n,
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                Err(source) => return Err(fail(source)),
-            };
-            let spec = current.spec.clone().unwrap_or_default();
-            let taints: Vec<_> = spec.taints.clone().unwrap_or_default().into_iter().filter(|t| t.key != DISRUPTING_TAINT).collect();
-            let was = current.annotations().get(WAS_UNSCHEDULABLE_ANNOTATION).is_some_and(|v| v == "true");
-            let mut patch = serde_json::json!({
-                "metadata": {"resourceVersion": current.resource_version(), "annotations": {WAS_UNSCHEDULABLE_ANNOTATION: null}},
-                "spec": {"unschedulable": was, "taints": taints},
-            });
-            if let Some(at) = abandoned_at {
-                patch["metadata"]["annotations"][DRAIN_ABANDONED_ANNOTATION] = at.to_string().into();
-            }
-            match self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                Err(source) => return Err(fail(source)),
-            }
-        }
-        Err(fail(kube::Error::Service("the node kept changing under the uncordon".into())))
+        uncordon_noting(&self.client, node, abandoned_at).await
     }
 
-    /// Drops the disrupting taint but keeps the node unschedulable: the
-    /// drain is over, the node is the operator's.
+    /// [`leave_cordoned`].
     pub async fn leave_cordoned(&self, node: &str) -> Result<()> {
-        let fail = |source| DrainError::UncordonFailed { node: node.to_string(), source };
-        let current = match self.nodes().get(node).await {
-            Ok(n) => n,
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            Err(source) => return Err(fail(source)),
-        };
-        let taints: Vec<_> =
-            current.spec.clone().unwrap_or_default().taints.unwrap_or_default().into_iter().filter(|t| t.key != DISRUPTING_TAINT).collect();
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": current.resource_version(), "annotations": {WAS_UNSCHEDULABLE_ANNOTATION: null}},
-            "spec": {"unschedulable": true, "taints": taints},
-        });
-        self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(fail)?;
-        Ok(())
+        leave_cordoned(&self.client, node).await
     }
 
     async fn pods_on(&self, node: &str) -> Result<Vec<Pod>> {
