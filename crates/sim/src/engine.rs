@@ -1138,9 +1138,7 @@ impl<'a> Engine<'a> {
     fn evict_all(&mut self, s: usize) {
         for p in self.srv[s].workload_pods.clone() {
             self.unbind(p, s);
-            self.set_state(p, PodState::Pending);
-            self.pods[p].bound_at = None;
-            self.pending.insert(self.pending_key(p));
+            self.requeue(p);
         }
         self.bind_pending();
     }
@@ -1244,9 +1242,7 @@ impl<'a> Engine<'a> {
         // the trace) want them back, so they wait again.
         let lost = std::mem::take(&mut self.srv[s].workload_pods);
         for p in lost {
-            self.set_state(p, PodState::Pending);
-            self.pods[p].bound_at = None;
-            self.pending.insert(self.pending_key(p));
+            self.requeue(p);
         }
         let srv = &mut self.srv[s];
         srv.power = Power::Stopping;
@@ -1316,9 +1312,7 @@ impl<'a> Engine<'a> {
         let answer = match (self.index(&node), self.prep.pod_index.get(&pod)) {
             (Some(s), Some(&p)) if self.srv[s].workload_pods.contains(&p) => {
                 self.unbind(p, s);
-                self.set_state(p, PodState::Pending);
-                self.pods[p].bound_at = None;
-                self.pending.insert(self.pending_key(p));
+                self.requeue(p);
                 Eviction::Evicted
             }
             (Some(s), None) => {
@@ -1394,6 +1388,14 @@ impl<'a> Engine<'a> {
             self.lagging.insert(p);
         }
         run.state = state;
+    }
+
+    /// A pod that lost its node waits again: its controller (here, the
+    /// trace) wants it back.
+    fn requeue(&mut self, p: usize) {
+        self.set_state(p, PodState::Pending);
+        self.pods[p].bound_at = None;
+        self.pending.insert(self.pending_key(p));
     }
 
     /// The pod's state as the autoscaler's watch shows it.
