@@ -75,10 +75,11 @@ pub struct ScaleDownSettings {
     pub cool_down: Duration,
     pub drain: DrainSettings,
     /// Some(cap): a runner that calls [`Autoscaler::changed`] on every
-    /// change of the world. After a pass that found nothing to do with
-    /// nothing under way, the next is due when an idle server passes its
-    /// threshold or a cool-down ends, at the latest `cap` later, or at the
-    /// next change. None: a pass every `every`.
+    /// change of the world. After a pass that started nothing, the next is
+    /// due at the next change or answer, when an idle server passes its
+    /// threshold, a cool-down ends, a proposal is due again or an arrival
+    /// leaves its warm floor's window, and at the latest `cap` later.
+    /// None: a pass every `every`.
     pub quiet_max: Option<Duration>,
 }
 
@@ -349,6 +350,14 @@ impl Autoscaler {
     /// Takes the answer to an effect.
     pub fn report(&mut self, report: Report, now: Duration) -> Vec<Effect> {
         let mut out = Vec::new();
+        if matches!(
+            report,
+            Report::Taken { .. } | Report::Held { .. } | Report::TakeFailed { .. } | Report::PoweredOn { .. } | Report::PoweredOff { .. }
+        ) {
+            // A server is free of what was under way here: scale-down may
+            // look at it again.
+            self.changed(now);
+        }
         match report {
             Report::Taken { claim, newly } => {
                 if let Some(record) = self.taking.remove(&claim) {
@@ -655,10 +664,22 @@ impl Autoscaler {
         let mut plan = disrupt(&snap, now_s);
         pacing::drop_cooling(&mut plan.actions, &mut plan.held, &cooling, now_s);
         let (go, waiting) = self.settling.settle(plan.actions, now_s, sd.revalidate_after.as_secs());
-        let quiet = go.is_empty() && waiting.is_empty() && self.drains.is_empty() && self.spares.is_empty() && self.taking.is_empty();
-        if let (Some(cap), true) = (sd.quiet_max, quiet) {
+        if let Some(cap) = sd.quiet_max
+            && go.is_empty()
+        {
+            // Stepped on change: nothing but time can change the answer
+            // before an idle server passes its threshold, a cool-down ends,
+            // a proposal is due again or an arrival leaves its floor's
+            // window. What is under way (spares, takes, drains) ends in an
+            // answer or a change, each of which brings the pass forward.
             let cool_ends = cooling.values().copied();
-            let next_s = ironclaim_core::disruption::next_candidate_s(&snap, now_s).into_iter().chain(cool_ends).min();
+            let proposals = waiting.iter().map(|w| now_s.saturating_add(w.left_s));
+            let next_s = ironclaim_core::disruption::next_candidate_s(&snap, now_s)
+                .into_iter()
+                .chain(ironclaim_core::warm::next_change_s(&snap, now_s))
+                .chain(cool_ends)
+                .chain(proposals)
+                .min();
             let next = next_s.map_or(now + cap, |t| Duration::from_secs(t).min(now + cap));
             self.next_scale_down = next.max(now + sd.every);
         }
@@ -694,6 +715,8 @@ impl Autoscaler {
             if let Some(d) = self.drains.remove(&node) {
                 self.record_end(&node, &d.reason, ended);
             }
+            // Its budget is free again.
+            self.changed(now);
         }
     }
 
@@ -947,6 +970,28 @@ mod tests {
         assert_eq!(b.next_wake(), s(10_002));
         b.step(&world, s(10_002));
         assert_eq!(b.counters.scale_down_passes, 2);
+    }
+
+    #[test]
+    fn stepped_on_change_a_spare_on_its_way_costs_no_pass_until_its_answer() {
+        let mut world = toy();
+        let class = ironclaim_core::warm::class_of(&world.snap.servers[0], Some(&world.snap.pools[0]));
+        world.snap.pools[0].warm.floor.insert(class, 1);
+        let on_change = ScaleDownSettings { quiet_max: Some(s(3_600)), ..ScaleDownSettings::default() };
+        let mut a = Autoscaler::new(Settings { reconcile_every: Duration::ZERO, scale_down: Some(on_change), ..Settings::default() });
+        let first = a.step(&world, s(10_000));
+        assert!(first.iter().any(|e| matches!(e, Effect::PowerOn { claim: None, .. })), "the floor asks for a spare: {first:?}");
+        assert_eq!(a.next_wake(), s(10_002), "a pass that started something looks again soon");
+        let second = a.step(&world, s(10_002));
+        assert!(!second.iter().any(|e| matches!(e, Effect::PowerOn { .. } | Effect::PowerOff { .. })), "{second:?}");
+        // Nothing but the spare's answer, or its idling past break-even,
+        // can change the next answer.
+        let break_even = ironclaim_core::disruption::break_even_s(&world.snap.servers[0]);
+        assert_eq!(a.next_wake(), s(10_002 + break_even));
+        let server = first.iter().find_map(|e| if let Effect::PowerOn { server, .. } = e { Some(server.clone()) } else { None }).unwrap();
+        a.report(Report::PoweredOn { server, result: Ok(()) }, s(10_030));
+        assert_eq!(a.next_wake(), s(10_030), "the answer brings the pass forward");
+        assert_eq!(a.counters.scale_down_passes, 2);
     }
 
     fn record(name: &str, server: &str, stage: Stage, failure: Option<crate::FailureReason>) -> ClaimRecord {

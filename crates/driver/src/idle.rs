@@ -61,6 +61,11 @@ impl IdleClock {
         self.sent.clear();
     }
 
+    /// Whether the clock holds anything of `server`.
+    pub fn knows(&self, server: &str) -> bool {
+        self.since.contains_key(server) || self.sent.contains_key(server)
+    }
+
     /// A write that failed: it is sent again on the next pass.
     pub fn failed(&mut self, server: &str) {
         self.sent.remove(server);
@@ -120,14 +125,19 @@ pub fn stamp(
         .servers
         .iter()
         .filter(|s| !s.unlimited)
-        .map(|s| {
+        // A server off with no node is not idle; one the clock has no
+        // opinion of and nothing recorded for needs nothing.
+        .filter_map(|s| {
+            let (recorded, busy_at_least_until) = recorded(&s.name);
+            if s.power_state != PowerState::On && s.node.is_none() && recorded.is_none() && !clock.knows(&s.name) {
+                return None;
+            }
             let idle = s.health != Health::Maintenance
                 && match &s.node {
                     Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(s.name.as_str()),
                     None => s.power_state == PowerState::On && s.claim.is_none(),
                 };
-            let (recorded, busy_at_least_until) = recorded(&s.name);
-            Seen { server: s.name.clone(), idle, recorded, busy_at_least_until }
+            Some(Seen { server: s.name.clone(), idle, recorded, busy_at_least_until })
         })
         .collect();
     let (idle, writes) = clock.observe(&seen, now);
