@@ -45,7 +45,7 @@
 use crate::model::*;
 use crate::outcome::Outcome;
 use crate::provision::provision;
-use crate::warm::{class_of, pool_of};
+use crate::warm::{Membership, class_name, pool_of};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -423,11 +423,11 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         empty_nodes: Vec<usize>,
         cold: Vec<&'s Server>,
     }
-    let mut classes: BTreeMap<(String, String), ClassState<'_>> = BTreeMap::new();
-    for s in &snapshot.servers {
-        let pool = pool_of(pools, s, None);
-        let key = (pool.map(|p| p.name.clone()).unwrap_or_default(), class_of(s, pool));
+    let m = Membership::of(snapshot);
+    let mut classes: BTreeMap<(&str, std::borrow::Cow<'_, str>), ClassState<'_>> = BTreeMap::new();
+    for (i, s) in snapshot.servers.iter().enumerate() {
         if s.is_available() {
+            let key = (m.pool(i).map_or("", |p| p.name.as_str()), std::borrow::Cow::Borrowed(m.class(i)));
             let st = classes.entry(key).or_default();
             if s.power_state == PowerState::On {
                 st.spares.push(s);
@@ -444,11 +444,11 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             && let Some(s) = c.server
             && !in_flight.contains(&s.name.as_str())
         {
-            let key = (c.pool.name.clone(), class_of(s, Some(c.pool)));
+            let key = (c.pool.name.as_str(), class_name(s, Some(c.pool)));
             classes.entry(key).or_default().empty_nodes.push(i);
         }
     }
-    let floors = crate::warm::floors(snapshot, now_s);
+    let floors = crate::warm::floors_of(snapshot, &m, now_s);
 
     let mut headroom = Headroom { left: BTreeMap::new(), wanted: BTreeMap::new() };
     for pool in pools {
@@ -460,8 +460,8 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 free.sub(&p.requests);
             }
         }
-        for s in snapshot.servers.iter().filter(|s| s.is_available() && s.is_warm()) {
-            if pool_of(pools, s, None).is_some_and(|p| p.name == pool.name) {
+        for (i, s) in snapshot.servers.iter().enumerate().filter(|(_, s)| s.is_available() && s.is_warm()) {
+            if m.in_pool(i, pool) {
                 free.add(&s.capacity);
             }
         }
@@ -523,8 +523,9 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             snapshot
                 .servers
                 .iter()
-                .filter(|s| s.is_available() && s.is_warm() && !s.unlimited && pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
-                .map(|server| Target { server, node: None, daemonset_pods: &[] }),
+                .enumerate()
+                .filter(|&(i, s)| s.is_available() && s.is_warm() && !s.unlimited && m.in_pool(i, pool))
+                .map(|(_, server)| Target { server, node: None, daemonset_pods: &[] }),
         );
         if let Some(r) = best_replacement(snapshot, &candidates, &eligible, on, now_s) {
             let names: Vec<&str> = r.replaces.iter().map(|&i| candidates[i].node.name.as_str()).collect();
@@ -538,7 +539,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     }
 
     for ((pool_name, class), st) in &classes {
-        let floor = floors.get(&(pool_name.clone(), class.clone())).copied().unwrap_or(0);
+        let floor = floors.get(&(*pool_name, class.as_ref())).copied().unwrap_or(0);
         let mut spares: Vec<&Server> = Vec::new();
         for s in &st.spares {
             match kept_for_replacement.get(s.name.as_str()) {
@@ -565,7 +566,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                     break;
                 }
                 fleet_on_peak += s.power.peak_watts;
-                out.actions.push(Action::PowerOn { server: s.name.clone(), class: class.clone(), floor, on });
+                out.actions.push(Action::PowerOn { server: s.name.clone(), class: class.to_string(), floor, on });
             }
             continue;
         }
@@ -592,7 +593,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             excess -= 1;
             out.actions.push(Action::PowerOff {
                 server: s.name.clone(),
-                class: class.clone(),
+                class: class.to_string(),
                 idle_s: idle,
                 break_even_s: threshold,
                 saves_watts: s.power.idle_watts - s.power.off_watts,
@@ -722,10 +723,11 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             .servers
             .iter()
             // A machine template is not one server to power on.
-            .filter(|s| s.is_available() && !s.is_warm() && !s.unlimited && !powering.contains(&s.name))
-            .filter(|s| pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
-            .filter(|s| snapshot.power_budget_watts.is_none_or(|b| fleet_on_peak + s.power.peak_watts <= b))
-            .map(|server| Target { server, node: None, daemonset_pods: &[] })
+            .enumerate()
+            .filter(|(_, s)| s.is_available() && !s.is_warm() && !s.unlimited && !powering.contains(&s.name))
+            .filter(|&(i, _)| m.in_pool(i, pool))
+            .filter(|(_, s)| snapshot.power_budget_watts.is_none_or(|b| fleet_on_peak + s.power.peak_watts <= b))
+            .map(|(_, server)| Target { server, node: None, daemonset_pods: &[] })
             .collect();
         let Some(r) = best_replacement(snapshot, &candidates, &eligible, cold, now_s) else { continue };
         fleet_on_peak += r.target.server.power.peak_watts;
@@ -748,17 +750,18 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         .collect();
     for pool in pools.iter().filter(|p| p.warm.headroom.is_some()) {
         for s in &powering {
-            if let Some(server) = servers.get(s.as_str())
-                && pool_of(pools, server, None).is_some_and(|p| p.name == pool.name)
+            if let Some(i) = m.index(s)
+                && m.in_pool(i, pool)
             {
-                headroom.give(&pool.name, &server.capacity);
+                headroom.give(&pool.name, &snapshot.servers[i].capacity);
             }
         }
         let mut cold: Vec<&Server> = snapshot
             .servers
             .iter()
-            .filter(|s| s.is_available() && !s.is_warm() && !powering.contains(&s.name))
-            .filter(|s| pool_of(pools, s, None).is_some_and(|p| p.name == pool.name))
+            .enumerate()
+            .filter(|&(i, s)| s.is_available() && !s.is_warm() && !powering.contains(&s.name) && m.in_pool(i, pool))
+            .map(|(_, s)| s)
             .collect();
         cold.sort_by(|a, b| {
             b.capacity.cpu_milli.cmp(&a.capacity.cpu_milli).then(a.power.idle_watts.total_cmp(&b.power.idle_watts)).then(a.name.cmp(&b.name))

@@ -78,16 +78,63 @@ pub(crate) fn pool_of<'a>(pools: &'a [NodePool], server: &Server, node: Option<&
     if let Some(name) = node.and_then(|n| n.labels.get(crate::provision::NODEPOOL_LABEL)) {
         return pools.iter().find(|p| &p.name == name);
     }
-    let mut admitting: Vec<&NodePool> = pools.iter().filter(|p| p.admits(server)).collect();
-    admitting.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.name.cmp(&b.name)));
-    admitting.first().copied()
+    // The heaviest, ties to the first name.
+    pools.iter().filter(|p| p.admits(server)).min_by(|a, b| b.weight.cmp(&a.weight).then(a.name.cmp(&b.name)))
 }
 
 /// A server's class under a pool: the value of the pool's class label, else
 /// its capacity written out.
 pub fn class_of(server: &Server, pool: Option<&NodePool>) -> String {
+    class_name(server, pool).into_owned()
+}
+
+/// [`class_of`], borrowed where the class is a label.
+pub(crate) fn class_name<'s>(server: &'s Server, pool: Option<&NodePool>) -> std::borrow::Cow<'s, str> {
     let label = pool.and_then(|p| p.warm.class_label.as_deref()).unwrap_or(CLASS_LABEL);
-    server.labels.get(label).cloned().unwrap_or_else(|| format!("{}", server.capacity))
+    match server.labels.get(label) {
+        Some(v) => std::borrow::Cow::Borrowed(v.as_str()),
+        None => std::borrow::Cow::Owned(format!("{}", server.capacity)),
+    }
+}
+
+/// Which NodePool each server of a snapshot belongs to as a server (the
+/// heaviest pool that admits it, see [`pool_of`]) and its class under that
+/// pool: worked out once per pass, and the one answer the floors and
+/// scale-down share. Indexed like `snapshot.servers`.
+pub struct Membership<'s> {
+    pool: Vec<Option<&'s NodePool>>,
+    class: Vec<std::borrow::Cow<'s, str>>,
+    index: std::collections::HashMap<&'s str, usize>,
+}
+
+impl<'s> Membership<'s> {
+    pub fn of(snapshot: &'s Snapshot) -> Self {
+        let pools = &snapshot.pools;
+        let pool: Vec<Option<&NodePool>> = snapshot.servers.iter().map(|s| pool_of(pools, s, None)).collect();
+        let class = snapshot.servers.iter().zip(&pool).map(|(s, p)| class_name(s, *p)).collect();
+        let index = snapshot.servers.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        Membership { pool, class, index }
+    }
+
+    /// The pool of the `i`th server.
+    pub fn pool(&self, i: usize) -> Option<&'s NodePool> {
+        self.pool[i]
+    }
+
+    /// The class of the `i`th server under its pool.
+    pub fn class(&self, i: usize) -> &str {
+        &self.class[i]
+    }
+
+    /// Whether the `i`th server belongs to `pool`.
+    pub fn in_pool(&self, i: usize, pool: &NodePool) -> bool {
+        self.pool[i].is_some_and(|p| p.name == pool.name)
+    }
+
+    /// The position of the server named `name`.
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
 }
 
 /// The static floor of a class, zero outside the pool's schedule.
@@ -102,33 +149,54 @@ fn static_floor(pool: &NodePool, class: &str, now_s: Seconds) -> u32 {
 /// of the static floor and, where the pool enables it, the adaptive floor
 /// from `snapshot.arrivals`. Servers no pool admits have no floor.
 pub fn floors(snapshot: &Snapshot, now_s: Seconds) -> BTreeMap<(String, String), u32> {
-    let pools = &snapshot.pools;
-    let mut members: BTreeMap<(String, String), Vec<&Server>> = BTreeMap::new();
-    let mut key_of: BTreeMap<&str, (String, String)> = BTreeMap::new();
-    for s in &snapshot.servers {
-        let Some(pool) = pool_of(pools, s, None) else { continue };
-        let key = (pool.name.clone(), class_of(s, Some(pool)));
-        key_of.insert(s.name.as_str(), key.clone());
-        members.entry(key).or_default().push(s);
+    let m = Membership::of(snapshot);
+    floors_of(snapshot, &m, now_s).into_iter().map(|((p, c), f)| ((p.to_string(), c.to_string()), f)).collect()
+}
+
+/// [`floors`] by (pool name, class), with the pass's [`Membership`].
+pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -> BTreeMap<(&'m str, &'m str), u32> {
+    let mut members: BTreeMap<(&str, &str), Vec<&Server>> = BTreeMap::new();
+    for (i, s) in snapshot.servers.iter().enumerate() {
+        let Some(pool) = m.pool(i) else { continue };
+        members.entry((pool.name.as_str(), m.class(i))).or_default().push(s);
     }
-    let mut arrivals: BTreeMap<&(String, String), Vec<&Arrival>> = BTreeMap::new();
+    let mut arrivals: BTreeMap<(&str, &str), Vec<&Arrival>> = BTreeMap::new();
     for a in &snapshot.arrivals {
-        if let Some(key) = key_of.get(a.server.as_str()) {
-            arrivals.entry(key).or_default().push(a);
+        if let Some(i) = m.index(&a.server)
+            && let Some(pool) = m.pool(i)
+        {
+            arrivals.entry((pool.name.as_str(), m.class(i))).or_default().push(a);
         }
     }
     let mut out = BTreeMap::new();
-    for (key, servers) in &members {
-        let Some(pool) = pools.iter().find(|p| p.name == key.0) else { continue };
-        let mut floor = static_floor(pool, &key.1, now_s);
+    for (key, servers) in members {
+        let Some(pool) = snapshot.pools.iter().find(|p| p.name == key.0) else { continue };
+        let mut floor = static_floor(pool, key.1, now_s);
         if let Some(adaptive) = &pool.warm.adaptive {
-            let seen = arrivals.get(key).map(Vec::as_slice).unwrap_or_default();
+            let seen = arrivals.get(&key).map(Vec::as_slice).unwrap_or_default();
             let demand = seen.iter().map(|a| (a.at_s, a.deadline_s.or(pool.deadline_s)));
-            floor = floor.max(adaptive_floor(demand, servers, adaptive, snapshot.arrivals_since_s, now_s));
+            floor = floor.max(adaptive_floor(demand, &servers, adaptive, snapshot.arrivals_since_s, now_s));
         }
-        out.insert(key.clone(), floor);
+        out.insert(key, floor);
     }
     out
+}
+
+/// The next second after `now_s` at which an arrival leaves the look-back
+/// window of its pool's adaptive floor: the first time the floors can fall
+/// with nothing else changing. None when no adaptive floor counts any.
+pub fn next_change_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
+    let pools = &snapshot.pools;
+    snapshot
+        .arrivals
+        .iter()
+        .filter_map(|a| {
+            let server = snapshot.servers.iter().find(|s| s.name == a.server)?;
+            let window_s = pool_of(pools, server, None)?.warm.adaptive.as_ref()?.window_s.max(MIN_WINDOW_S);
+            let leaves = a.at_s.saturating_add(window_s).saturating_add(1);
+            (leaves > now_s).then_some(leaves)
+        })
+        .min()
 }
 
 #[cfg(test)]
@@ -138,6 +206,23 @@ mod tests {
 
     fn class(n: usize) -> Vec<Server> {
         (0..n).map(|i| Server::new(&format!("s{i}"), Resources::new(32_000, 1 << 37))).collect()
+    }
+
+    #[test]
+    fn the_floor_can_fall_first_when_the_oldest_arrival_leaves_its_window() {
+        let mut pool = NodePool::new("general");
+        pool.warm.adaptive = Some(AdaptiveFloor::new(4 * 3600));
+        let servers = class(6);
+        let arrival = |at_s| Arrival { at_s, server: "s0".into(), deadline_s: Some(60) };
+        let mut snap = Snapshot { pools: vec![pool], servers, arrivals: vec![arrival(1_000), arrival(5_000)], ..Default::default() };
+        let leaves = 1_000 + 4 * 3600 + 1;
+        assert_eq!(next_change_s(&snap, 6_000), Some(leaves));
+        assert_eq!(next_change_s(&snap, leaves), Some(5_000 + 4 * 3600 + 1));
+        let one = Snapshot { arrivals: vec![arrival(1_000)], ..snap.clone() };
+        let floor = |t| floors(&one, t).values().copied().max().unwrap_or(0);
+        assert_eq!((floor(leaves - 1), floor(leaves)), (1, 0), "the floor falls at that second, not before");
+        snap.pools[0].warm.adaptive = None;
+        assert_eq!(next_change_s(&snap, 6_000), None, "no adaptive floor: arrivals change nothing");
     }
 
     #[test]
