@@ -18,6 +18,9 @@ mod swarm;
 
 use clap::{Parser, Subcommand};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "ironclaim", version, about = "A node autoscaler for Kubernetes on bare metal")]
 struct Cli {

@@ -218,27 +218,24 @@ pub fn run(args: Args) -> Result<(), Failure> {
         cfg.batch_max_s
     );
     eprintln!("faults: {} quarantine_after_failures={}", cfg.faults, cfg.quarantine_after_failures);
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(1000);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{prefix:>24} [{bar:40}] {percent:>3}% {elapsed}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        bar
+    // One bar per run, as the runs go on side by side.
+    let bars = std::io::stderr().is_terminal().then(indicatif::MultiProgress::new);
+    let style = indicatif::ProgressStyle::with_template("{prefix:>24} [{bar:40}] {percent:>3}% {elapsed}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    let shown: std::sync::Mutex<std::collections::BTreeMap<String, indicatif::ProgressBar>> = Default::default();
+    let report = compare(&w, &cfg, &kinds, &|label, fraction| {
+        let Some(bars) = &bars else { return };
+        let mut shown = shown.lock().unwrap_or_else(|e| e.into_inner());
+        let bar = shown.entry(label.to_string()).or_insert_with(|| {
+            let bar = bars.add(indicatif::ProgressBar::new(1000).with_style(style.clone()));
+            bar.set_prefix(label.to_string());
+            bar
+        });
+        bar.set_position((fraction * 1000.0) as u64);
     });
-    let mut last_label = String::new();
-    let report = compare(&w, &cfg, &kinds, &mut |label, fraction| {
-        if let Some(bar) = &bar {
-            if label != last_label {
-                last_label = label.to_string();
-                bar.set_prefix(last_label.clone());
-            }
-            bar.set_position((fraction * 1000.0) as u64);
-        }
-    });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
+    if let Some(bars) = &bars {
+        let _ = bars.clear();
     }
     if let Some(path) = &args.report {
         std::fs::write(path, ironclaim_sim::html::render(&report))

@@ -8,24 +8,65 @@ use crate::report::*;
 use crate::sample::peak_demand;
 use crate::workload::Workload;
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// How long a policy's run takes, roughly, next to the others: the more
+/// it scales down, the more passes it makes.
+fn cost(kind: PolicyKind) -> u8 {
+    match kind {
+        PolicyKind::AlwaysOn => 0,
+        PolicyKind::Reactive => 1,
+        PolicyKind::WarmSpares => 2,
+        PolicyKind::Ironclaim => 3,
+    }
+}
+
+/// Runs each job on a pool of threads, one per core, and returns the
+/// statistics in the jobs' order.
+fn run_all(w: &Workload, prep: &Prepared, jobs: &[(PolicyKind, SimConfig, String)], progress: &(dyn Fn(&str, f64) + Sync)) -> Vec<RunStats> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len()).max(1);
+    // The longest first, so that no long run starts last.
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(cost(jobs[i].0)));
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<Option<RunStats>>> = Mutex::new(vec![None; jobs.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let (kind, cfg, label) = &jobs[i];
+                    let stats = run_policy(w, prep, cfg, *kind, &mut |f| progress(label, f));
+                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(stats);
+                }
+            });
+        }
+    });
+    done.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect()
+}
 
 /// Runs `policies` (and, when ironclaim is among them, ironclaim again
-/// under the other scheduler scoring) and compares them.
+/// under the other scheduler scoring) and compares them. The runs are
+/// independent, each with its own seeded streams, and go on as many
+/// threads as the machine has cores: the report is the same on any.
 ///
-/// `progress` receives the run's label and its completed fraction.
-pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress: &mut dyn FnMut(&str, f64)) -> Report {
+/// `progress` receives a run's label and its completed fraction, from the
+/// thread that runs it.
+pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress: &(dyn Fn(&str, f64) + Sync)) -> Report {
     let prep = Prepared::new(w, cfg.duration_s);
-    let mut runs: Vec<RunStats> = Vec::new();
-    for &kind in policies {
-        runs.push(run_policy(w, &prep, cfg, kind, &mut |f| progress(kind.name(), f)));
-    }
-    let at_s: Vec<u64> = runs.first().map(|r| r.timeline.at_s.clone()).unwrap_or_default();
-    let oracle = oracle_bound(w, &prep, &at_s);
-    let scoring = policies.contains(&PolicyKind::Ironclaim).then(|| {
+    let mut jobs: Vec<(PolicyKind, SimConfig, String)> = policies.iter().map(|&k| (k, cfg.clone(), k.name().to_string())).collect();
+    let scored = policies.contains(&PolicyKind::Ironclaim);
+    if scored {
         let mut other = cfg.clone();
         other.scoring = cfg.scoring.other();
         let label = format!("ironclaim ({})", other.scoring);
-        let alt = run_policy(w, &prep, &other, PolicyKind::Ironclaim, &mut |f| progress(&label, f));
+        jobs.push((PolicyKind::Ironclaim, other, label));
+    }
+    let mut runs = run_all(w, &prep, &jobs, progress);
+    let alt = if scored { runs.pop() } else { None };
+    let at_s: Vec<u64> = runs.first().map(|r| r.timeline.at_s.clone()).unwrap_or_default();
+    let oracle = oracle_bound(w, &prep, &at_s);
+    let scoring = alt.map(|alt| {
         let base = runs.iter().find(|r| r.policy == PolicyKind::Ironclaim);
         let (mut least, mut most) = (alt.clone(), alt);
         if let Some(b) = base {

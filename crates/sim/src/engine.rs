@@ -1716,28 +1716,37 @@ impl<'a> Engine<'a> {
             snap.pods.push(self.prep.pods[p].clone());
         }
         let per_group = scale_up.map_or(COLD_PER_GROUP_FOR_SCALE_DOWN, |n| n.max(1));
+        // Per class and group (failures in a row), the `per_group` least
+        // cycled free servers: kept as a small sorted list per group while
+        // the class is scanned, so the many free servers cost one look each.
+        let mut groups: Vec<(u32, Vec<(u32, usize)>)> = Vec::new();
         for class in &self.prep.classes {
-            let mut free: Vec<usize> = Vec::new();
+            groups.clear();
             for &s in &class.members {
-                if self.free_off(s) {
-                    free.push(s);
-                } else {
+                if !self.free_off(s) {
                     snap.servers.push(self.server_for_core(s));
+                    continue;
                 }
+                let in_row = self.srv[s].in_row;
+                let at = match groups.iter().position(|g| g.0 == in_row) {
+                    Some(at) => at,
+                    None => {
+                        groups.push((in_row, Vec::with_capacity(per_group.min(64) + 1)));
+                        groups.len() - 1
+                    }
+                };
+                let best = &mut groups[at].1;
+                let key = (self.cycles[s], s);
+                if best.len() == per_group && best.last().is_some_and(|&worst| worst <= key) {
+                    continue;
+                }
+                let i = best.partition_point(|&k| k < key);
+                best.insert(i, key);
+                best.truncate(per_group);
             }
-            free.sort_by_key(|&s| (self.srv[s].in_row, self.cycles[s], s));
-            let mut taken_in_group = 0;
-            let mut group = None;
-            for s in free {
-                let f = self.srv[s].in_row;
-                if group != Some(f) {
-                    group = Some(f);
-                    taken_in_group = 0;
-                }
-                if taken_in_group < per_group {
-                    snap.servers.push(self.server_for_core(s));
-                    taken_in_group += 1;
-                }
+            groups.sort_unstable_by_key(|g| g.0);
+            for (_, best) in &groups {
+                snap.servers.extend(best.iter().map(|&(_, s)| self.server_for_core(s)));
             }
         }
         for r in self.claims.values() {

@@ -8,7 +8,7 @@ use ironclaim_sim::{PolicyKind, SimConfig};
 
 fn json_for(seed: u64) -> String {
     let cfg = SimConfig { seed, ..Default::default() };
-    compare(&default_day(seed), &cfg, &PolicyKind::ALL, &mut |_, _| {}).to_json()
+    compare(&default_day(seed), &cfg, &PolicyKind::ALL, &|_, _| {}).to_json()
 }
 
 #[test]
@@ -26,7 +26,7 @@ fn the_same_seed_gives_byte_identical_json_and_another_seed_does_not() {
 fn the_openb_replay_is_deterministic_too() {
     let w = common::openb_slice(300, 24, 5);
     let cfg = SimConfig { seed: 5, ..Default::default() };
-    let a = compare(&w, &cfg, &[PolicyKind::Reactive, PolicyKind::Ironclaim], &mut |_, _| {}).to_json();
-    let b = compare(&w, &cfg, &[PolicyKind::Reactive, PolicyKind::Ironclaim], &mut |_, _| {}).to_json();
+    let a = compare(&w, &cfg, &[PolicyKind::Reactive, PolicyKind::Ironclaim], &|_, _| {}).to_json();
+    let b = compare(&w, &cfg, &[PolicyKind::Reactive, PolicyKind::Ironclaim], &|_, _| {}).to_json();
     assert_eq!(a, b);
 }

@@ -15,7 +15,7 @@ fn policy<'r>(r: &'r Report, name: &str) -> &'r ironclaim_sim::report::PolicyRep
 #[test]
 fn on_the_embedded_day_every_policy_saves_against_always_on_and_none_beats_the_oracle() {
     let cfg = SimConfig { seed: 3, ..Default::default() };
-    let r = compare(&default_day(3), &cfg, &PolicyKind::ALL, &mut |_, _| {});
+    let r = compare(&default_day(3), &cfg, &PolicyKind::ALL, &|_, _| {});
     let always = policy(&r, "always-on");
     assert_eq!(always.powered_servers.mean, 40.0);
     for p in &r.policies {
@@ -37,7 +37,7 @@ fn on_the_embedded_day_every_policy_saves_against_always_on_and_none_beats_the_o
 #[test]
 fn ironclaim_keeps_spares_and_waits_less_than_reactive_on_the_embedded_day() {
     let cfg = SimConfig { seed: 8, faults: Faults::none(), ..Default::default() };
-    let r = compare(&default_day(8), &cfg, &[PolicyKind::Reactive, PolicyKind::Ironclaim], &mut |_, _| {});
+    let r = compare(&default_day(8), &cfg, &[PolicyKind::Reactive, PolicyKind::Ironclaim], &|_, _| {});
     let (reactive, ironclaim) = (policy(&r, "reactive"), policy(&r, "ironclaim"));
     assert!(ironclaim.claims.spares > 0, "ironclaim powered no spare on");
     assert!(
@@ -52,12 +52,12 @@ fn ironclaim_keeps_spares_and_waits_less_than_reactive_on_the_embedded_day() {
 fn without_faults_no_claim_fails_and_with_certain_bmc_errors_every_claim_fails_at_power_on() {
     let w = common::small_rack(4, 3);
     let clean = SimConfig { seed: 4, faults: Faults::none(), ..Default::default() };
-    let r = compare(&w, &clean, &[PolicyKind::Reactive], &mut |_, _| {});
+    let r = compare(&w, &clean, &[PolicyKind::Reactive], &|_, _| {});
     assert_eq!(r.policies[0].claims.failed, 0);
     assert!(r.policies[0].claims.ready > 0);
 
     let broken = SimConfig { seed: 4, faults: Faults { bmc_error_probability: 1.0, ..Faults::none() }, ..Default::default() };
-    let r = compare(&w, &broken, &[PolicyKind::Reactive], &mut |_, _| {});
+    let r = compare(&w, &broken, &[PolicyKind::Reactive], &|_, _| {});
     let p = &r.policies[0];
     assert_eq!(p.claims.ready, 0);
     assert!(p.claims.failed > 0);
@@ -83,7 +83,7 @@ fn an_openb_slice_replays_with_shares_and_reports_pods_no_server_can_host() {
     huge.pod.requests.set_extended(ironclaim_core::GPU, 64);
     w.pods.push(huge);
     let cfg = SimConfig { seed: 2, ..Default::default() };
-    let r = compare(&w, &cfg, &PolicyKind::ALL, &mut |_, _| {});
+    let r = compare(&w, &cfg, &PolicyKind::ALL, &|_, _| {});
     assert_eq!(r.workload.pods_unplaceable, 1);
     assert_eq!(r.unplaceable[0].examples, vec!["trace/too-big".to_string()]);
     assert!(r.unplaceable[0].reason.contains("nvidia.com/gpu"), "{}", r.unplaceable[0].reason);
@@ -97,7 +97,7 @@ fn an_openb_slice_replays_with_shares_and_reports_pods_no_server_can_host() {
 #[test]
 fn the_html_report_is_one_self_contained_page_with_the_four_plots() {
     let cfg = SimConfig { seed: 6, ..Default::default() };
-    let r = compare(&default_day(6), &cfg, &PolicyKind::ALL, &mut |_, _| {});
+    let r = compare(&default_day(6), &cfg, &PolicyKind::ALL, &|_, _| {});
     let html = ironclaim_sim::html::render(&r);
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert_eq!(html.matches("<svg").count(), 4);
