@@ -305,9 +305,9 @@ impl Claims {
             let holder = holder.unwrap_or("nothing");
             return answer(Ok(()), Some(format!("server {server} is held by {holder}, not by {}", claim.unwrap_or("nothing"))));
         }
-        if node.is_none() && claim.is_some() {
-            // A claim's server is powered off only while it is no node:
-            // the index may be behind the API.
+        if node.is_none() {
+            // A claim's server or a spare is powered off only while it is
+            // no node: the index may be behind the API.
             match Api::<Node>::all(self.client.clone()).list(&ListParams::default()).await {
                 Ok(nodes) => {
                     if let Some(n) = nodes.items.iter().find(|n| crate::index::node_server(n).as_deref() == Some(server)) {
@@ -323,12 +323,28 @@ impl Claims {
                 Ok(Some(pod)) => return answer(Ok(()), Some(format!("node {node} still runs pod {pod}"))),
                 Err(err) => return answer(Ok(()), Some(format!("the pods on node {node} could not be listed: {err}"))),
             }
+            match self.volume_on(node).await {
+                Ok(None) => {}
+                Ok(Some(volume)) => return answer(Ok(()), Some(format!("node {node} still has {volume} attached"))),
+                Err(err) => return answer(Ok(()), Some(format!("the volume attachments could not be listed: {err}"))),
+            }
         }
         let result = match self.power.power_state(&current).await {
             Ok(PowerState::Off) => Ok(()),
             _ => self.power.power_off(&current).await.map_err(|err| self.power_failure(server, err)),
         };
         answer(result, None)
+    }
+
+    /// A volume attached to `node` or being detached from it, listed from
+    /// the API: cutting the power would cut its writes short.
+    async fn volume_on(&self, node: &str) -> std::result::Result<Option<String>, kube::Error> {
+        use k8s_openapi::api::storage::v1::VolumeAttachment;
+        let attachments = Api::<VolumeAttachment>::all(self.client.clone()).list(&ListParams::default()).await?;
+        Ok(attachments.items.iter().find(|a| a.spec.node_name == node).map(|a| {
+            let volume = a.spec.source.persistent_volume_name.as_deref().map_or_else(|| "an inline volume".to_string(), |pv| format!("volume {pv}"));
+            format!("{volume} (VolumeAttachment {})", a.name_any())
+        }))
     }
 
     /// The first pod on `node`, listed from the API, that is neither a

@@ -384,6 +384,7 @@ impl Controller {
                 effects.extend(stepped);
                 pending
             };
+            self.metrics.set_pending_pods(autoscaler.pending_by_decision());
             for end in autoscaler.drain_ends() {
                 let outcome = match end.ended {
                     ironclaim_driver::drain::Ended::Done { .. } => "done",

@@ -35,6 +35,9 @@ pub struct Metrics {
     pub fleet_watts: Gauge<f64, AtomicU64>,
     /// Pending pods by what the core decided for them.
     pub pending_pods: Family<Labels, Gauge>,
+    /// The decisions `pending_pods` has shown, each kept (at 0 once no pod
+    /// has it) so that it never reads stale.
+    pending_decisions: std::sync::Mutex<std::collections::BTreeSet<&'static str>>,
     /// From the start of a decision to the last power-on request it sent.
     pub decision_latency: Histogram,
     /// Failed steps, by error kind.
@@ -75,13 +78,37 @@ impl Metrics {
         registry.register("power_failures", "Failed power actions by provider error", power_failures.clone());
         registry.register("leader", "1 while this replica leads", leader.clone());
         let scaledown = crate::scaledown::energy::ScaleDownMetrics::register(&mut registry);
-        Metrics { registry, stage_duration, claims, servers, fleet_watts, pending_pods, decision_latency, errors, power_failures, leader, scaledown }
+        Metrics {
+            registry,
+            stage_duration,
+            claims,
+            servers,
+            fleet_watts,
+            pending_pods,
+            pending_decisions: Default::default(),
+            decision_latency,
+            errors,
+            power_failures,
+            leader,
+            scaledown,
+        }
     }
 
     pub fn observe_stage(&self, stage: &str, pool: &str, outcome: &str, seconds: f64) {
         self.stage_duration
             .get_or_create(&vec![("stage".into(), stage.into()), ("nodepool".into(), pool.into()), ("outcome".into(), outcome.into())])
             .observe(seconds);
+    }
+
+    /// Pending pods by what the latest decision found for them; a
+    /// decision no pod has any more reads 0.
+    pub fn set_pending_pods(&self, by_decision: &std::collections::BTreeMap<&'static str, usize>) {
+        let mut shown = self.pending_decisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        shown.extend(by_decision.keys().copied());
+        for decision in shown.iter() {
+            let n = by_decision.get(decision).copied().unwrap_or(0);
+            self.pending_pods.get_or_create(&vec![("decision".into(), (*decision).into())]).set(n as i64);
+        }
     }
 
     pub fn claim_ended(&self, outcome: &str, reason: &str) {
@@ -102,5 +129,24 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn pending_pods_show_the_latest_decision_and_a_decision_gone_reads_zero() {
+        let m = Metrics::new();
+        m.set_pending_pods(&BTreeMap::from([("new_claim", 2), ("all_matching_busy", 1)]));
+        let text = m.render();
+        assert!(text.contains("ironclaim_pending_pods{decision=\"new_claim\"} 2"), "{text}");
+        assert!(text.contains("ironclaim_pending_pods{decision=\"all_matching_busy\"} 1"), "{text}");
+        m.set_pending_pods(&BTreeMap::from([("in_flight", 2)]));
+        let text = m.render();
+        assert!(text.contains("ironclaim_pending_pods{decision=\"new_claim\"} 0"), "{text}");
+        assert!(text.contains("ironclaim_pending_pods{decision=\"in_flight\"} 2"), "{text}");
     }
 }

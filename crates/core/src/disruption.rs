@@ -157,6 +157,9 @@ fn budget_left(pool: &NodePool, reason: DisruptionReason, nodes: u32, disrupting
 struct Headroom {
     left: BTreeMap<String, crate::Resources>,
     wanted: BTreeMap<String, crate::Resources>,
+    /// Of `left`, the capacity of spares still powering on: counted when
+    /// powering more on, not when giving confirmed capacity up.
+    coming: BTreeMap<String, crate::Resources>,
 }
 
 impl Headroom {
@@ -178,15 +181,18 @@ impl Headroom {
     /// Takes `capacity` away from the pool's free capacity if the headroom
     /// still holds afterwards.
     fn take(&mut self, pool: &str, capacity: &crate::Resources) -> bool {
+        let coming = self.coming.get(pool).cloned().unwrap_or_default();
         let Some(left) = self.left.get_mut(pool) else { return true };
         left.sub(capacity);
-        if self.short(pool).is_some() {
-            if let Some(l) = self.left.get_mut(pool) {
+        left.sub(&coming);
+        let short = self.short(pool).is_some();
+        if let Some(l) = self.left.get_mut(pool) {
+            l.add(&coming);
+            if short {
                 l.add(capacity);
             }
-            return false;
         }
-        true
+        !short
     }
 
     fn give(&mut self, pool: &str, capacity: &crate::Resources) {
@@ -450,7 +456,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     }
     let floors = crate::warm::floors_of(snapshot, &m, now_s);
 
-    let mut headroom = Headroom { left: BTreeMap::new(), wanted: BTreeMap::new() };
+    let mut headroom = Headroom { left: BTreeMap::new(), wanted: BTreeMap::new(), coming: BTreeMap::new() };
     for pool in pools {
         let Some(want) = &pool.warm.headroom else { continue };
         let mut free = crate::Resources::default();
@@ -460,11 +466,16 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 free.sub(&p.requests);
             }
         }
+        let mut coming = crate::Resources::default();
         for (i, s) in snapshot.servers.iter().enumerate().filter(|(_, s)| s.is_available() && s.is_warm()) {
             if m.in_pool(i, pool) {
                 free.add(&s.capacity);
+                if s.powering_on {
+                    coming.add(&s.capacity);
+                }
             }
         }
+        headroom.coming.insert(pool.name.clone(), coming);
         headroom.left.insert(pool.name.clone(), free.minus(want));
         headroom.wanted.insert(pool.name.clone(), want.clone());
     }
@@ -556,6 +567,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         }
         // A NotReady node can host nothing: it is no warm capacity.
         let on = (spares.len() + empties.iter().filter(|&&i| candidates[i].node.ready).count()) as u32;
+        // A spare still powering on counts toward the floor, so that no
+        // second one is powered on for it, but no confirmed one is given
+        // up for it: its power-on may yet fail.
+        let coming = spares.iter().filter(|s| s.powering_on).count() as u32;
         if on < floor {
             // Restore the floor from cold spares, most efficient first.
             let mut cold = st.cold.clone();
@@ -570,10 +585,14 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             }
             continue;
         }
-        let mut excess = on - floor;
+        let mut excess = (on - coming).saturating_sub(floor);
         // Warm spares go first (no drain needed), longest idle first.
         spares.sort_by(|a, b| idle_for(b).cmp(&idle_for(a)).then(a.name.cmp(&b.name)));
         for s in spares {
+            if s.powering_on {
+                out.held.push(Held { subject: s.name.clone(), why: "still powering on".into() });
+                continue;
+            }
             if excess == 0 {
                 out.held.push(Held { subject: s.name.clone(), why: format!("kept as a warm spare: floor {floor} for {class}") });
                 continue;

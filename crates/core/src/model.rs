@@ -323,6 +323,11 @@ pub struct Server {
     /// node with only DaemonSet pods. Set by the driver.
     #[serde(default)]
     pub idle_since_s: Option<Seconds>,
+    /// A power-on of this unclaimed server is under way: it counts toward
+    /// its class's warm floor (no second one is powered on for it), but not
+    /// as warm capacity a confirmed spare may be given up for.
+    #[serde(default)]
+    pub powering_on: bool,
     /// A machine template rather than one machine: any number of identical
     /// machines can be made from it (a VM pool, a Cluster API
     /// MachineDeployment, a cloud instance type in benchmarks).
@@ -344,6 +349,7 @@ impl Server {
             claim: None,
             node: None,
             idle_since_s: None,
+            powering_on: false,
             unlimited: false,
         }
     }

@@ -121,6 +121,45 @@ fn a_not_ready_empty_node_is_not_warm_capacity() {
 }
 
 #[test]
+fn a_spare_still_powering_on_is_no_reason_to_give_up_a_confirmed_one() {
+    // Floor 2: one spare on, one on its way (its power-on unanswered) and
+    // an empty Ready node. The coming spare holds the floor against a
+    // second power-on, but its power-on may fail: nothing confirmed goes.
+    let mut p = pool();
+    p.warm.floor.insert("general-32".into(), 2);
+    let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    spare(&mut snap, "s1", 0);
+    spare(&mut snap, "s2", 10 * HOUR - 5);
+    snap.servers[1].powering_on = true;
+    node_with(&mut snap, "n1", Some(0), &[]);
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOff { .. } | Action::Drain { .. })), "{d:?}");
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOn { .. })), "the coming spare counts toward the floor: {d:?}");
+    // Confirmed on, it is warm capacity and one of the three goes.
+    snap.servers[1].powering_on = false;
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(d.actions.iter().any(|a| matches!(a, Action::PowerOff { .. } | Action::Drain { .. })), "{d:?}");
+}
+
+#[test]
+fn headroom_is_not_held_by_a_spare_still_powering_on() {
+    // Headroom of 32 cores: a spare on its way holds it against another
+    // power-on, but the confirmed empty node is not drained for it.
+    let mut p = pool();
+    p.warm.headroom = Some(Resources::new(32_000, 0));
+    let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    spare(&mut snap, "s1", 10 * HOUR - 5);
+    snap.servers[0].powering_on = true;
+    node_with(&mut snap, "n1", Some(0), &[]);
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::Drain { .. } | Action::PowerOff { .. })), "{d:?}");
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOnForHeadroom { .. })), "{d:?}");
+    snap.servers[0].powering_on = false;
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(d.actions.iter().any(|a| matches!(a, Action::Drain { .. })), "confirmed, it holds the headroom: {d:?}");
+}
+
+#[test]
 fn empty_nodes_drain_one_at_a_time_under_a_one_node_budget() {
     let mut p = pool();
     p.disruption.budgets = vec![Budget { nodes: BudgetNodes::Count(1), window: None, reasons: vec![] }];

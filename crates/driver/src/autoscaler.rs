@@ -204,6 +204,8 @@ pub struct Autoscaler {
     /// claim lost, would decide the same.
     settled: bool,
     pub counters: Counters,
+    /// Pending pods by what the latest decision found for them.
+    pending_by_decision: BTreeMap<&'static str, usize>,
 }
 
 /// What a pending pod is told of the decision about it.
@@ -255,6 +257,7 @@ impl Autoscaler {
             waiting: false,
             settled: false,
             counters: Counters::default(),
+            pending_by_decision: BTreeMap::new(),
         }
     }
 
@@ -271,6 +274,14 @@ impl Autoscaler {
         *self = Autoscaler::new(settings);
         self.names = names;
         self.counters = counters;
+    }
+
+    /// Pending pods by what the latest decision found for them: an
+    /// outcome's label (`existing`, `in_flight`, `new_claim`) or the reason
+    /// a pod cannot be placed (`all_matching_busy`, ...). Empty while no
+    /// pod is pending.
+    pub fn pending_by_decision(&self) -> &BTreeMap<&'static str, usize> {
+        &self.pending_by_decision
     }
 
     /// The next time a step is due with no change in the world.
@@ -470,7 +481,10 @@ impl Autoscaler {
                 s.claim = Some(record.name.clone());
             }
             match self.spares.get(&s.name) {
-                Some(SpareOp::On) => s.power_state = PowerState::On,
+                Some(SpareOp::On) => {
+                    s.power_state = PowerState::On;
+                    s.powering_on = true;
+                }
                 Some(SpareOp::Off) => s.power_state = PowerState::Off,
                 None => {}
             }
@@ -568,6 +582,9 @@ impl Autoscaler {
 
         // Scale-up: a batch due, or pods pending long enough to ask again.
         let pending = world.pending();
+        if pending.is_empty() {
+            self.pending_by_decision.clear();
+        }
         self.batcher.observe(pending.iter(), now);
         // The first step counts as a decision: pods already pending wait
         // for the batch window like any others.
@@ -579,6 +596,14 @@ impl Autoscaler {
             self.prepare(&mut snap, world, now_s);
             let plan = provision(&snap, now_s);
             self.counters.decisions += 1;
+            self.pending_by_decision.clear();
+            for d in &plan.pods {
+                let label = match &d.outcome {
+                    ironclaim_core::Outcome::Unschedulable { reason } => reason.metric_label(),
+                    other => other.label(),
+                };
+                *self.pending_by_decision.entry(label).or_default() += 1;
+            }
             let mut opened = BTreeSet::new();
             for c in &plan.claims {
                 if self.busy(&c.server) {
@@ -842,6 +867,7 @@ mod tests {
         assert_eq!(takes.len(), 1, "{effects:?}");
         let claim = takes[0].clone();
         assert_eq!(claim.pods, ["ns/web"]);
+        assert_eq!(a.pending_by_decision(), &BTreeMap::from([("new_claim", 1)]));
         // Asked again while the take is under way: no second claim.
         assert!(!a.step(&world, s(2_002)).iter().any(|e| matches!(e, Effect::TakeServer { .. })));
         let answer = a.report(Report::Taken { claim: claim.name.clone(), newly: true }, s(2_001));
@@ -970,6 +996,20 @@ mod tests {
         assert_eq!(b.next_wake(), s(10_002));
         b.step(&world, s(10_002));
         assert_eq!(b.counters.scale_down_passes, 2);
+    }
+
+    #[test]
+    fn pending_pods_are_counted_by_decision_until_none_is_pending() {
+        let mut world = toy();
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        world.snap.pods.push(Pod::new("ns", "huge", Resources::new(64_000, 1 << 30)));
+        let mut a = Autoscaler::new(Settings { scale_down: None, ..Settings::default() });
+        a.step(&world, s(2_000));
+        a.step(&world, s(2_001));
+        assert_eq!(a.pending_by_decision(), &BTreeMap::from([("new_claim", 1), ("no_matching_hardware", 1)]));
+        world.snap.pods.clear();
+        a.step(&world, s(2_002));
+        assert!(a.pending_by_decision().is_empty(), "{:?}", a.pending_by_decision());
     }
 
     #[test]

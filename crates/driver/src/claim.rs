@@ -269,33 +269,38 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
             Vec::new()
         }
         Stage::Ready => {
-            if view.pods_pending.is_empty() {
-                vec![enter(name, Stage::Serving, format!("{} pod(s) bound", view.pods_bound))]
-            } else {
-                Vec::new()
+            // Its node may go while the claim waits for its pods: they can
+            // no longer land there, and the server would stay held.
+            if let Some(failed) = node_gone(view, io, settings, now, "ready") {
+                return vec![failed];
             }
+            if view.pods_pending.is_empty() { vec![enter(name, Stage::Serving, format!("{} pod(s) bound", view.pods_bound))] } else { Vec::new() }
         }
-        Stage::Serving => match &view.node {
-            None => {
-                vec![fail(name, FailureReason::NodeLost, format!("node {} of a serving claim is gone", r.node.clone().unwrap_or_default()), false)]
-            }
-            Some(node) if !node.ready => {
-                // The grace runs from the moment this process first saw
-                // it NotReady: a restart only lengthens it.
-                let since = *io.not_ready_since.get_or_insert(now);
-                let down_s = now.saturating_sub(since).as_secs();
-                if down_s >= settings.not_ready_grace_s {
-                    let message = format!("node {} of a serving claim has been NotReady for {}", node.name, human(down_s));
-                    vec![fail(name, FailureReason::NodeNotReady, message, true)]
-                } else {
-                    Vec::new()
-                }
-            }
-            Some(_) => {
-                io.not_ready_since = None;
-                Vec::new()
-            }
-        },
+        Stage::Serving => node_gone(view, io, settings, now, "serving").into_iter().collect(),
+    }
+}
+
+/// A ready or serving claim's node: gone is a `node_lost` failure, NotReady
+/// for the grace a `node_not_ready` one. The grace runs from the moment
+/// this process first saw it NotReady: a restart only lengthens it.
+fn node_gone(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: Duration, stage: &str) -> Option<Effect> {
+    let r = &view.record;
+    match &view.node {
+        None => {
+            Some(fail(&r.name, FailureReason::NodeLost, format!("node {} of a {stage} claim is gone", r.node.clone().unwrap_or_default()), false))
+        }
+        Some(node) if !node.ready => {
+            let since = *io.not_ready_since.get_or_insert(now);
+            let down_s = now.saturating_sub(since).as_secs();
+            (down_s >= settings.not_ready_grace_s).then(|| {
+                let message = format!("node {} of a {stage} claim has been NotReady for {}", node.name, human(down_s));
+                fail(&r.name, FailureReason::NodeNotReady, message, true)
+            })
+        }
+        Some(_) => {
+            io.not_ready_since = None;
+            None
+        }
     }
 }
 
@@ -328,13 +333,12 @@ pub fn due_at(view: &ClaimView, io: &ClaimIo, settings: &ClaimSettings) -> Optio
         |stage: Stage| settings.deadlines.budget(stage, &server.durations).map(|b| secs(r.stage_started_s.saturating_add(b.stuck_after_s) + 1));
     match r.stage {
         Stage::Selected => Some(Duration::ZERO),
-        Stage::Ready => None,
         Stage::PoweringOn => match io.next_at {
             Some(at) => Some(at),
             None => Some(Duration::ZERO),
         },
         Stage::Booting | Stage::Joined => past(r.stage),
-        Stage::Serving => io.not_ready_since.map(|since| since + secs(settings.not_ready_grace_s)),
+        Stage::Ready | Stage::Serving => io.not_ready_since.map(|since| since + secs(settings.not_ready_grace_s)),
     }
 }
 
@@ -571,6 +575,13 @@ mod tests {
             ),
             ("ready, pods still pending", with_node(view(Stage::Ready, 5), node(true, &[])), ClaimIo::default(), vec![]),
             ("ready, pods bound", bound(with_node(view(Stage::Ready, 5), node(true, &[]))), ClaimIo::default(), vec!["enter serving"]),
+            ("ready, pods still pending, node deleted", view(Stage::Ready, 5), ClaimIo::default(), vec!["fail node_lost"]),
+            (
+                "ready, pods still pending, node NotReady past its grace",
+                with_node(view(Stage::Ready, 5), node(false, &["node Ready"])),
+                ClaimIo { not_ready_since: Some(now() - Duration::from_secs(ClaimSettings::default().not_ready_grace_s)), ..ClaimIo::default() },
+                vec!["fail node_not_ready (timed out)"],
+            ),
             ("serving, node healthy", bound(with_node(view(Stage::Serving, 5), node(true, &[]))), ClaimIo::default(), vec![]),
             ("serving, node deleted", bound(view(Stage::Serving, 5)), ClaimIo::default(), vec!["fail node_lost"]),
             ("failed, no node: power off first", failed(FailureReason::RegistrationTimedOut), ClaimIo::default(), vec!["power off"]),

@@ -14,7 +14,7 @@
 //!   a doubling wait, the reason said on the server; never uncordoned
 //!   while the BMC may still be shutting the machine down.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ironclaim_core::model::Pod;
@@ -71,11 +71,19 @@ pub struct Drain {
     pub deadline: Duration,
     phase: Phase,
     evicted: BTreeSet<String>,
+    /// The DaemonSet pods asked to leave (those present once the workload
+    /// was gone), and their answers: accepted (true) or refused (false).
     daemonset_asked: BTreeSet<String>,
+    daemonset_answers: BTreeMap<String, bool>,
     wait: Duration,
     next_round: Duration,
     blocked: Option<String>,
     power_failures: u32,
+    /// Power-offs refused by the fresh checks in a row, and the earliest
+    /// the next may be asked: a refusal with nothing to evict (a volume
+    /// still attached, say) is not asked again at once.
+    refusals: u32,
+    power_off_not_before: Duration,
 }
 
 fn workload(pods: &[Pod]) -> (Vec<&Pod>, Vec<&Pod>) {
@@ -107,10 +115,13 @@ impl Drain {
             phase: Phase::Cordon,
             evicted: BTreeSet::new(),
             daemonset_asked: BTreeSet::new(),
+            daemonset_answers: BTreeMap::new(),
             wait: settings.retry_initial,
             next_round: now,
             blocked: None,
             power_failures: 0,
+            refusals: 0,
+            power_off_not_before: now,
         }
     }
 
@@ -133,9 +144,16 @@ impl Drain {
 
     /// An eviction answered.
     pub fn evicted(&mut self, pod: &str, answer: &Eviction, settings: &DrainSettings) {
+        let daemonset = self.daemonset_asked.contains(pod);
+        if daemonset {
+            self.daemonset_answers.insert(pod.to_string(), matches!(answer, Eviction::Evicted | Eviction::Gone));
+        }
         match answer {
             Eviction::Evicted | Eviction::Gone => {
-                self.evicted.insert(pod.to_string());
+                // The count is of workload pods.
+                if !daemonset {
+                    self.evicted.insert(pod.to_string());
+                }
             }
             Eviction::Blocked(why) => {
                 if self.blocked.is_none() {
@@ -161,10 +179,16 @@ impl Drain {
                 None
             }
             (_, Some(why)) => {
-                // Something landed or stayed on the node: back to evicting.
+                // Something landed or stayed on the node: back to evicting,
+                // at once; the power-off is asked again after a wait that
+                // doubles with each refusal in a row.
+                self.refusals += 1;
+                let wait =
+                    settings.retry_initial.saturating_mul(1 << (self.refusals - 1).min(12)).min(settings.retry_max.max(settings.retry_initial));
+                self.power_off_not_before = now + wait;
                 self.phase = Phase::Evicting;
                 self.next_round = now;
-                Some(format!("power-off refused: {why}; draining again"))
+                Some(format!("power-off refused: {why}; draining again, the power-off asked again in {}s", wait.as_secs().max(1)))
             }
             (Err(err), None) => {
                 self.power_failures += 1;
@@ -241,9 +265,45 @@ impl Drain {
             return self.abandon(format!("pod {} has no controller to recreate it", p.key()));
         }
         if workload.is_empty() {
-            for p in daemonset.iter().filter(|p| !p.terminating) {
-                if self.daemonset_asked.insert(p.key()) {
+            let present: Vec<&Pod> = daemonset.iter().copied().filter(|p| !p.terminating).collect();
+            if self.daemonset_asked.is_empty() && !present.is_empty() {
+                // Asked once: a DaemonSet that tolerates the cordon puts a
+                // new pod back at once, and that one goes with the power.
+                for p in &present {
+                    self.daemonset_asked.insert(p.key());
                     out.push(Effect::Evict { node: self.node.clone(), pod: p.key() });
+                }
+                if self.power_off {
+                    // The power-off waits for their answers.
+                    self.next_round = now + self.wait;
+                    return (out, None);
+                }
+            }
+            if self.power_off {
+                // A refusal (429: a PodDisruptionBudget over DaemonSet pods)
+                // is honoured: the pod is asked again after the wait, and
+                // the power waits until it is accepted or the drain times out.
+                let asked: Vec<&Pod> = present.iter().copied().filter(|p| self.daemonset_asked.contains(&p.key())).collect();
+                let unanswered = asked.iter().any(|p| !self.daemonset_answers.contains_key(&p.key()));
+                let refused: Vec<&Pod> = asked.iter().copied().filter(|p| self.daemonset_answers.get(&p.key()) == Some(&false)).collect();
+                if unanswered || !refused.is_empty() {
+                    if now >= self.deadline {
+                        let timeout = self.deadline.saturating_sub(self.started).as_secs();
+                        let left: Vec<String> = asked.iter().map(|p| p.key()).collect();
+                        return self.abandon(format!("drain timed out after {timeout}s; DaemonSet pod(s) not let go: {}", left.join(", ")));
+                    }
+                    if now < self.next_round {
+                        return (out, None);
+                    }
+                    if let Some(why) = self.blocked.take() {
+                        out.push(Effect::Note { subject: self.node.clone(), reason: "DrainWaiting", message: why, warning: false });
+                    }
+                    for p in refused {
+                        self.daemonset_answers.remove(&p.key());
+                        out.push(Effect::Evict { node: self.node.clone(), pod: p.key() });
+                    }
+                    self.next_round = now + self.wait;
+                    return (out, None);
                 }
             }
             if !self.power_off {
@@ -262,7 +322,7 @@ impl Drain {
                 return (out, Some(Ended::Done { evicted: self.evicted.len() }));
             }
             self.phase = Phase::PoweringOff { running: false };
-            self.next_round = now;
+            self.next_round = self.power_off_not_before.max(now);
             let (more, ended) = self.step(pods, holder, false, now);
             out.extend(more);
             return (out, ended);
@@ -343,7 +403,10 @@ mod tests {
         assert_eq!(names(&e), ["evict ns/web"]);
         d.evicted("ns/web", &Eviction::Evicted, &settings);
         let (e, _) = d.step(&pods[1..], Some("c"), false, s(1));
-        assert_eq!(names(&e), ["evict ns/agent", "power off (node n)"]);
+        assert_eq!(names(&e), ["evict ns/agent"], "the power-off waits for the DaemonSet pod's answer");
+        d.evicted("ns/agent", &Eviction::Evicted, &settings);
+        let (e, _) = d.step(&pods[1..], Some("c"), false, s(2));
+        assert_eq!(names(&e), ["power off (node n)"]);
         assert!(d.step(&pods[1..], Some("c"), false, s(2)).0.is_empty(), "one power-off at a time");
         d.powered_off(&Ok(()), None, &settings, s(3));
         let (e, end) = d.step(&[], Some("c"), true, s(3));
@@ -411,5 +474,54 @@ mod tests {
         // Refused because a pod landed: back to evicting it.
         d.powered_off(&Ok(()), Some("pod ns/late runs on it"), &settings, s(8));
         assert_eq!(names(&d.step(&[pod("late", Some("ReplicaSet"))], Some("c"), false, s(8)).0), ["evict ns/late"]);
+    }
+
+    #[test]
+    fn a_daemonset_pod_a_budget_keeps_holds_the_power_off_until_its_eviction_is_accepted() {
+        let settings = DrainSettings::default();
+        let mut d = drain();
+        let agent = [pod("agent", Some("DaemonSet"))];
+        d.step(&agent, Some("c"), false, s(0));
+        assert_eq!(names(&d.step(&agent, Some("c"), false, s(0)).0), ["evict ns/agent"]);
+        d.evicted("ns/agent", &Eviction::Blocked("Cannot evict pod as it would violate the pod's disruption budget.".into()), &settings);
+        // Refused: no power-off; asked again once the wait ran out.
+        assert_eq!(names(&d.step(&agent, Some("c"), false, s(1)).0), ["note DrainWaiting", "evict ns/agent"]);
+        assert!(d.step(&agent, Some("c"), false, s(2)).0.is_empty(), "no answer yet: no power-off");
+        d.evicted("ns/agent", &Eviction::Evicted, &settings);
+        assert_eq!(names(&d.step(&agent, Some("c"), false, s(3)).0), ["power off (node n)"]);
+        // Refused until the timeout: abandoned, never powered off.
+        let mut e = drain();
+        e.step(&agent, Some("c"), false, s(0));
+        e.step(&agent, Some("c"), false, s(0));
+        let mut powered = false;
+        let mut ended = None;
+        for t in 1..=61 {
+            e.evicted("ns/agent", &Eviction::Blocked("budget".into()), &settings);
+            let (out, end) = e.step(&agent, Some("c"), false, s(t));
+            powered |= out.iter().any(|x| matches!(x, Effect::PowerOff { .. }));
+            if end.is_some() {
+                ended = end;
+                break;
+            }
+        }
+        assert!(!powered);
+        assert!(matches!(ended, Some(Ended::Abandoned { .. })), "{ended:?}");
+    }
+
+    #[test]
+    fn a_refused_power_off_with_nothing_to_evict_is_asked_again_after_a_doubling_wait_not_at_once() {
+        let settings = DrainSettings::default();
+        let mut d = drain();
+        d.step(&[], Some("c"), false, s(0));
+        assert_eq!(names(&d.step(&[], Some("c"), false, s(0)).0), ["power off (node n)"]);
+        // A volume is still attached: nothing to evict, nothing to do for 1 s.
+        let note = d.powered_off(&Ok(()), Some("node n still has volume pv-1 attached"), &settings, s(1)).unwrap();
+        assert!(note.contains("asked again in 1s"), "{note}");
+        assert!(d.step(&[], Some("c"), false, s(1)).0.is_empty(), "asked again at once");
+        assert_eq!(d.next_at(), s(2));
+        assert_eq!(names(&d.step(&[], Some("c"), false, s(2)).0), ["power off (node n)"]);
+        d.powered_off(&Ok(()), Some("node n still has volume pv-1 attached"), &settings, s(2));
+        assert!(d.step(&[], Some("c"), false, s(3)).0.is_empty());
+        assert_eq!(names(&d.step(&[], Some("c"), false, s(4)).0), ["power off (node n)"], "2 s the second time");
     }
 }

@@ -8,7 +8,8 @@
 //! # Guarantees
 //! - Writes happen on transitions only: idle to busy and back, and once for
 //!   a recorded value that disagrees with what this process sees. A write
-//!   already sent is not sent again while the watch catches up.
+//!   already sent is not sent again while the watch catches up, unless the
+//!   index still disagrees [`RESEND_AFTER_S`] later: the write was lost.
 //! - A recorded value is read only when this process has no opinion yet
 //!   (first sight after a start or after regaining the lease), never later
 //!   than now, and never earlier than the latest thing known to have made
@@ -49,9 +50,13 @@ pub struct Write {
 #[derive(Debug, Default)]
 pub struct IdleClock {
     since: HashMap<String, Seconds>,
-    /// What this process last wrote, until the index shows it.
-    sent: HashMap<String, Option<Seconds>>,
+    /// What this process last wrote and when, until the index shows it.
+    sent: HashMap<String, (Option<Seconds>, Seconds)>,
 }
+
+/// A write the index has not shown this long after it was sent is taken
+/// as lost (refused, or sent by a process that crashed) and sent again.
+pub const RESEND_AFTER_S: Seconds = 60;
 
 impl IdleClock {
     /// Forgets everything, as after losing the lease: whoever acts next
@@ -90,8 +95,8 @@ impl IdleClock {
             };
             if s.recorded == wanted {
                 self.sent.remove(&s.server);
-            } else if self.sent.get(&s.server) != Some(&wanted) {
-                self.sent.insert(s.server.clone(), wanted);
+            } else if self.sent.get(&s.server).is_none_or(|&(sent, at)| sent != wanted || now >= at.saturating_add(RESEND_AFTER_S)) {
+                self.sent.insert(s.server.clone(), (wanted, now));
                 writes.push(Write { server: s.server.clone(), idle_since: wanted });
             }
         }
@@ -159,6 +164,16 @@ mod tests {
 
     fn write(server: &str, idle_since: Option<Seconds>) -> Write {
         Write { server: server.into(), idle_since }
+    }
+
+    #[test]
+    fn a_write_the_index_never_shows_is_sent_again_a_minute_on() {
+        let mut clock = IdleClock::default();
+        assert_eq!(clock.observe(&[seen("a", true, None)], 100).1, [write("a", Some(100))]);
+        // Refused by the API: the index keeps showing nothing.
+        assert!(clock.observe(&[seen("a", true, None)], 100 + RESEND_AFTER_S - 1).1.is_empty(), "the watch may still catch up");
+        assert_eq!(clock.observe(&[seen("a", true, None)], 100 + RESEND_AFTER_S).1, [write("a", Some(100))]);
+        assert!(clock.observe(&[seen("a", true, Some(100))], 100 + RESEND_AFTER_S + 2).1.is_empty(), "shown: nothing more");
     }
 
     #[test]

@@ -109,6 +109,7 @@ pub fn server_to_core(server: &Server) -> Result<core::Server> {
         claim: status.claim.filter(|c| !c.is_empty()),
         node: status.node.filter(|n| !n.is_empty()),
         idle_since_s: None,
+        powering_on: matches!(status.power_state, Some(PowerState::PoweringOn)),
         unlimited: false,
     })
 }

@@ -83,6 +83,11 @@ pub struct Faults {
     /// checks before a power-off read the rack itself.
     #[serde(default)]
     pub watch_lag_s: Seconds,
+    /// A write to the API fails (a conflict, a refused request) and
+    /// nothing is written: a take (lock, Server claim and NodeClaim), a
+    /// claim's status (stage, failure, node), a server's idle record.
+    #[serde(default)]
+    pub api_write_failure_probability: f64,
     /// Faults stop at this time (liveness checks start then); None: never.
     pub faults_until_s: Option<Seconds>,
 }
@@ -117,6 +122,7 @@ impl Faults {
             node_lost_probability: 0.0,
             crash_probability: 0.0,
             watch_lag_s: 0,
+            api_write_failure_probability: 0.0,
             faults_until_s: None,
         }
     }
@@ -146,6 +152,7 @@ impl fmt::Display for Faults {
             ("slow_bmc_probability", self.slow_bmc_probability),
             ("node_lost_probability", self.node_lost_probability),
             ("crash_probability", self.crash_probability),
+            ("api_write_failure_probability", self.api_write_failure_probability),
         ];
         for (name, p) in extra {
             if p > 0.0 {

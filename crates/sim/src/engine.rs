@@ -793,6 +793,29 @@ impl<'a> Engine<'a> {
     /// Carries out one effect as the controller's executor would, with
     /// the same fresh checks; returns its answer when it has one now.
     fn apply(&mut self, effect: Effect) -> Option<Report> {
+        let write = matches!(
+            effect,
+            Effect::TakeServer { .. }
+                | Effect::EnterStage { .. }
+                | Effect::LinkNode { .. }
+                | Effect::FailClaim { .. }
+                | Effect::Measure { .. }
+                | Effect::RecordIdle { .. }
+        );
+        if write && self.fault(self.cfg.faults.api_write_failure_probability) {
+            // Refused by the API: nothing is written. A claim's write is
+            // answered as the controller's executor answers it.
+            self.tell(|| format!("write refused: {effect:?}"));
+            return match effect {
+                Effect::TakeServer { claim } => {
+                    Some(Report::TakeFailed { claim: claim.name, message: "the API refused the write (conflict)".into() })
+                }
+                Effect::EnterStage { claim, .. } | Effect::LinkNode { claim, .. } | Effect::FailClaim { claim, .. } => {
+                    Some(Report::WriteFailed { claim: Some(claim), effect: "status".into(), message: "the API refused the write (conflict)".into() })
+                }
+                _ => None,
+            };
+        }
         match effect {
             Effect::TakeServer { claim } => Some(self.take(claim)),
             Effect::PowerOn { server, claim } => self.power_on(&server, claim.as_deref()),
@@ -1549,6 +1572,8 @@ impl<'a> Engine<'a> {
             Power::Off | Power::Stopping => PowerState::Off,
         };
         server.idle_since_s = srv.recorded_idle;
+        // As the Server's recorded power says while the BMC boots it.
+        server.powering_on = srv.power == Power::PoweringOn && srv.holder.is_none();
         server
     }
 

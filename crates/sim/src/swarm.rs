@@ -86,6 +86,10 @@ pub fn faults(seed: u64, until_s: Seconds) -> Faults {
     f.slow_boot_factor = r.random_range(1.0..4.0);
     f.slow_bmc_s = if f.slow_bmc_probability > 0.0 { r.random_range(5..=180) } else { 0 };
     f.watch_lag_s = if r.random_bool(0.5) { r.random_range(1..=120) } else { 0 };
+    // Classes added later draw from streams of their own, so the classes
+    // above keep their values seed by seed.
+    let mut r = rng::stream(seed, "swarm-faults", 2);
+    f.api_write_failure_probability = if r.random_bool(0.65) { r.random_range(0.0..0.2) } else { 0.0 };
     f
 }
 
@@ -185,7 +189,7 @@ mod tests {
     fn every_fault_class_is_drawn_by_some_seed_and_left_out_by_another() {
         let all: Vec<Faults> = (1..=64).map(|s| faults(s, FAULTS_FOR_S)).collect();
         type Drawn = fn(&Faults) -> bool;
-        let classes: [(&str, Drawn); 12] = [
+        let classes: [(&str, Drawn); 13] = [
             ("bmc_error", |f| f.bmc_error_probability > 0.0),
             ("boot_failure", |f| f.boot_failure_probability > 0.0),
             ("never_joins", |f| f.never_joins_probability > 0.0),
@@ -197,6 +201,7 @@ mod tests {
             ("node_lost", |f| f.node_lost_probability > 0.0),
             ("crash", |f| f.crash_probability > 0.0),
             ("watch_lag", |f| f.watch_lag_s > 0),
+            ("api_write_failure", |f| f.api_write_failure_probability > 0.0),
             ("faults_stop", |f| f.faults_until_s == Some(FAULTS_FOR_S)),
         ];
         for (name, on) in classes {

@@ -50,6 +50,19 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
         apply(&env, &pod(&format!("gpu-{i}"), "8", "32Gi", &[("accelerator", "nvidia-a100")], 1));
     }
 
+    // While they wait, the gauge counts them by what the decision found.
+    let gauge = |text: &str, decision: &str| -> Option<i64> {
+        let key = format!("ironclaim_pending_pods{{decision=\"{decision}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(key.as_str())).and_then(|v| v.trim().parse().ok())
+    };
+    let m = metrics.clone();
+    eventually("pending pods counted by decision", Duration::from_secs(30), || {
+        let text = m.render();
+        let n = gauge(&text, "new_claim");
+        async move { if n.is_some_and(|n| n >= 1) { Ok(()) } else { Err(format!("new_claim: {n:?}")) } }
+    })
+    .await;
+
     let c = client.clone();
     eventually("every pod bound", Duration::from_secs(50), || {
         let c = c.clone();
@@ -141,6 +154,12 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
     })
     .await;
 
+    let m = metrics.clone();
+    eventually("no pod counted pending once all are bound", Duration::from_secs(30), || {
+        let n = gauge(&m.render(), "new_claim");
+        async move { if n == Some(0) { Ok(()) } else { Err(format!("new_claim: {n:?}")) } }
+    })
+    .await;
     let text = metrics.render();
     assert!(text.contains("ironclaim_stage_duration_seconds_count{stage=\"powered_on\",nodepool=\"gpu\",outcome=\"succeeded\"} 1"), "{text}");
     assert!(text.contains("ironclaim_claims_total{outcome=\"ready\",reason=\"\"} 2"), "{text}");

@@ -33,3 +33,4 @@ mod scaledown_idle_restart;
 mod scaledown_pdb;
 mod scaledown_revalidate;
 mod scaledown_stranded;
+mod scaledown_volume;
