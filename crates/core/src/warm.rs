@@ -186,13 +186,15 @@ pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds)
 /// window of its pool's adaptive floor: the first time the floors can fall
 /// with nothing else changing. None when no adaptive floor counts any.
 pub fn next_change_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
-    let pools = &snapshot.pools;
+    if snapshot.arrivals.is_empty() {
+        return None;
+    }
+    let m = Membership::of(snapshot);
     snapshot
         .arrivals
         .iter()
         .filter_map(|a| {
-            let server = snapshot.servers.iter().find(|s| s.name == a.server)?;
-            let window_s = pool_of(pools, server, None)?.warm.adaptive.as_ref()?.window_s.max(MIN_WINDOW_S);
+            let window_s = m.pool(m.index(&a.server)?)?.warm.adaptive.as_ref()?.window_s.max(MIN_WINDOW_S);
             let leaves = a.at_s.saturating_add(window_s).saturating_add(1);
             (leaves > now_s).then_some(leaves)
         })

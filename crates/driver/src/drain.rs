@@ -94,6 +94,11 @@ fn workload(pods: &[Pod]) -> (Vec<&Pod>, Vec<&Pod>) {
     (w, d)
 }
 
+/// `retry_initial` doubled `times`, at most `cap_factor` times `retry_max`.
+fn doubling(settings: &DrainSettings, times: u32, cap_factor: u32) -> Duration {
+    settings.retry_initial.saturating_mul(1 << times.min(12)).min(settings.retry_max.max(settings.retry_initial) * cap_factor)
+}
+
 impl Drain {
     pub fn new(
         node: &str,
@@ -183,8 +188,7 @@ impl Drain {
                 // at once; the power-off is asked again after a wait that
                 // doubles with each refusal in a row.
                 self.refusals += 1;
-                let wait =
-                    settings.retry_initial.saturating_mul(1 << (self.refusals - 1).min(12)).min(settings.retry_max.max(settings.retry_initial));
+                let wait = doubling(settings, self.refusals - 1, 1);
                 self.power_off_not_before = now + wait;
                 self.phase = Phase::Evicting;
                 self.next_round = now;
@@ -192,8 +196,7 @@ impl Drain {
             }
             (Err(err), None) => {
                 self.power_failures += 1;
-                let wait =
-                    settings.retry_initial.saturating_mul(1 << self.power_failures.min(12)).min(settings.retry_max.max(settings.retry_initial) * 4);
+                let wait = doubling(settings, self.power_failures, 4);
                 self.phase = Phase::PoweringOff { running: false };
                 self.next_round = now + wait;
                 Some(format!(
