@@ -139,13 +139,14 @@ fn replay(seed: u64, policies: &[PolicyKind], trace: Option<&str>) -> Result<(),
             run_policy(&c.workload, &prep, &c.config, policy, &mut |_| {})
         };
         println!(
-            "{}: {} placed, {} pending at the end, {} decisions, {} scale-down passes, {} crashes, {} nodes lost, {} power-offs refused, {} violation(s)",
+            "{}: {} placed, {} pending at the end, {} decisions, {} scale-down passes, {} crashes, {} lease takeovers, {} nodes lost, {} power-offs refused, {} violation(s)",
             policy.name(),
             stats.pods_placed,
             stats.pods_pending_at_end,
             stats.provision_calls,
             stats.scale_down_passes,
             stats.crashes,
+            stats.takeovers,
             stats.nodes_lost,
             stats.power_offs_refused,
             stats.violations.len()

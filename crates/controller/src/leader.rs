@@ -10,18 +10,10 @@
 //! monotonic clock from the moment the last successful renewal was sent,
 //! and shut at once when a renewal fails or is refused.
 //!
-//! # Guarantees
-//! A candidate takes a held lease only once the record (holder, renewTime,
-//! resourceVersion) has not changed for the lease's duration **as measured
-//! on the candidate's own monotonic clock** from the moment it first saw
-//! that record ([`Observer`]). The writer's wall clock is never compared
-//! with the reader's: a holder whose clock runs ahead or behind is still
-//! seen renewing, because each renewal changes the record. The holder's
-//! gate closes `renew_deadline` (two thirds of the duration) after it
-//! *sent* its last successful renewal, so it stops acting before any
-//! candidate could have watched the record stand still for the full
-//! duration: the two never act at once whatever their wall clocks say,
-//! as long as their monotonic clocks run at about the same rate.
+//! Who may take the lease and who may act is decided by the sans-IO
+//! [`ironclaim_driver::lease`], on this replica's own monotonic clock; its
+//! guarantees are this module's. The simulator runs the same code for each
+//! of its replicas.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -35,6 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use ironclaim_driver::lease::{LeaseTimes, Observer, Record, Round, Tenure};
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::nodeclaim::FailureReason;
 use ironclaim_k8s::api::server::PowerState;
@@ -55,16 +48,19 @@ pub struct LeaseSettings {
 }
 
 impl LeaseSettings {
-    /// How often the holder renews: a third of the duration.
-    pub fn renew_every(&self) -> Duration {
-        self.duration / 3
+    pub fn times(&self) -> LeaseTimes {
+        LeaseTimes { duration: self.duration }
     }
 
-    /// How long after a renewal was sent this replica may act on it: two
-    /// thirds of the duration, leaving a third for clock drift and for the
-    /// renewal's own round-trip.
+    /// How often the holder renews ([`LeaseTimes::renew_every`]).
+    pub fn renew_every(&self) -> Duration {
+        self.times().renew_every()
+    }
+
+    /// How long after a renewal was sent this replica may act on it
+    /// ([`LeaseTimes::renew_deadline`]).
     pub fn renew_deadline(&self) -> Duration {
-        self.duration * 2 / 3
+        self.times().renew_deadline()
     }
 }
 
@@ -79,7 +75,9 @@ pub struct Gate {
 struct GateInner {
     /// Without leader election the gate is always open.
     always: bool,
-    valid_until: Mutex<Option<Instant>>,
+    /// The origin of the tenure's times: this replica's monotonic clock.
+    epoch: Instant,
+    tenure: Mutex<Tenure>,
     changed: watch::Sender<u64>,
 }
 
@@ -96,28 +94,39 @@ impl Gate {
 
     fn build(always: bool) -> Gate {
         let (changed, _) = watch::channel(0);
-        Gate { inner: Arc::new(GateInner { always, valid_until: Mutex::new(None), changed }) }
+        Gate { inner: Arc::new(GateInner { always, epoch: Instant::now(), tenure: Mutex::new(Tenure::default()), changed }) }
     }
 
     /// True while this replica may act: it holds the lease and the lease
     /// is still valid by this replica's clock.
     pub fn acting(&self) -> bool {
-        self.inner.always || self.valid_until().is_some_and(|until| Instant::now() < until)
+        self.inner.always || self.tenure().acting(self.clock())
+    }
+
+    /// This replica's monotonic time, as the tenure counts it.
+    fn clock(&self) -> Duration {
+        self.inner.epoch.elapsed()
+    }
+
+    fn tenure(&self) -> Tenure {
+        *self.inner.tenure.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn valid_until(&self) -> Option<Instant> {
-        *self.inner.valid_until.lock().unwrap_or_else(PoisonError::into_inner)
+        self.tenure().until().map(|until| self.inner.epoch + until)
     }
 
-    /// Opens the gate until `until` (a renewal succeeded).
-    pub fn grant(&self, until: Instant) {
-        *self.inner.valid_until.lock().unwrap_or_else(PoisonError::into_inner) = Some(until);
+    /// Opens the gate: a renewal sent at `sent` succeeded, so this replica
+    /// may act until the lease's renew deadline after it.
+    pub fn grant(&self, sent: Instant, times: &LeaseTimes) {
+        let sent = sent.saturating_duration_since(self.inner.epoch);
+        self.inner.tenure.lock().unwrap_or_else(PoisonError::into_inner).granted(sent, times);
         self.inner.changed.send_modify(|n| *n += 1);
     }
 
     /// Shuts the gate now (a renewal failed, was refused, or shutdown).
     pub fn revoke(&self) {
-        *self.inner.valid_until.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.inner.tenure.lock().unwrap_or_else(PoisonError::into_inner).revoked();
         self.inner.changed.send_modify(|n| *n += 1);
     }
 
@@ -200,54 +209,19 @@ impl Power for FencedPower {
     }
 }
 
-/// What this replica has seen of the lease record, and since when by its
-/// own monotonic clock: the only clock a takeover is judged by.
-#[derive(Debug, Default)]
-pub struct Observer {
-    seen: Option<(Record, Instant)>,
-}
-
-/// The parts of a lease record that change with every renewal.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
-    pub holder: String,
-    pub renew_time: Option<Timestamp>,
-    pub resource_version: Option<String>,
-}
-
-impl Observer {
-    /// Takes the record read at local time `now`; returns how long it has
-    /// stood unchanged by this replica's clock (zero for a new record).
-    pub fn observe(&mut self, record: Record, now: Instant) -> Duration {
-        match &self.seen {
-            Some((seen, since)) if *seen == record => now.saturating_duration_since(*since),
-            _ => {
-                self.seen = Some((record, now));
-                Duration::ZERO
-            }
-        }
-    }
-
-    /// Whether a candidate may take the lease: nobody holds it, or the
-    /// record has stood still for `held_for` as this replica measured it.
-    pub fn expired(&mut self, record: Record, held_for: Duration, now: Instant) -> bool {
-        let empty = record.holder.is_empty();
-        let still_for = self.observe(record, now);
-        empty || still_for >= held_for
-    }
-}
-
 /// Renews the lease every [`LeaseSettings::renew_every`] in its own task
 /// and keeps `gate` open only while the last renewal holds; the `leader`
 /// gauge follows the gate. Runs until the handle is aborted.
 pub fn spawn_renewal(client: Client, settings: LeaseSettings, gate: Gate, metrics: Arc<Metrics>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut observer = Observer::default();
+        let epoch = Instant::now();
         loop {
             let sent = Instant::now();
             let deadline = sent + settings.renew_deadline();
-            match tokio::time::timeout_at(deadline, try_acquire(&client, &settings, &mut observer)).await {
-                Ok(Ok(true)) => gate.grant(deadline),
+            let now = sent.saturating_duration_since(epoch);
+            match tokio::time::timeout_at(deadline, try_acquire(&client, &settings, &mut observer, now)).await {
+                Ok(Ok(true)) => gate.grant(sent, &settings.times()),
                 Ok(Ok(false)) => gate.revoke(),
                 Ok(Err(err)) => {
                     tracing::warn!(error = %err, "lease renewal failed; not acting until it succeeds");
@@ -270,50 +244,45 @@ pub fn spawn_renewal(client: Client, settings: LeaseSettings, gate: Gate, metric
 
 /// Tries once to acquire or renew the lease; true while this replica holds it.
 /// Another holder's lease is taken only once `observer` has watched its
-/// record stand still for the lease's duration.
+/// record stand still for the lease's duration; `now` is this replica's
+/// monotonic time.
 ///
 /// # Errors
 /// [`Error::LeaseFailed`] when the API server cannot be asked; a lost race
 /// (409) is not an error, just `false`.
-pub async fn try_acquire(client: &Client, settings: &LeaseSettings, observer: &mut Observer) -> Result<bool> {
+pub async fn try_acquire(client: &Client, settings: &LeaseSettings, observer: &mut Observer, now: Duration) -> Result<bool> {
     let api: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
     let failed = |source| Error::LeaseFailed { lease: format!("{}/{}", settings.namespace, settings.name), source };
-    let now = Timestamp::now();
+    let wall = Timestamp::now();
     let seconds = i32::try_from(settings.duration.as_secs()).unwrap_or(i32::MAX).max(1);
     let mine = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
         holder_identity: Some(settings.identity.clone()),
         lease_duration_seconds: Some(seconds),
-        acquire_time: acquired.or(Some(MicroTime(now))),
-        renew_time: Some(MicroTime(now)),
+        acquire_time: acquired.or(Some(MicroTime(wall))),
+        renew_time: Some(MicroTime(wall)),
         lease_transitions: Some(transitions),
         ..LeaseSpec::default()
     };
-    let current = match api.get_opt(&settings.name).await.map_err(failed)? {
-        Some(lease) => lease,
-        None => {
-            let lease = Lease { metadata: ObjectMeta { name: Some(settings.name.clone()), ..ObjectMeta::default() }, spec: Some(mine(0, None)) };
-            return match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(source) => Err(failed(source)),
-            };
-        }
+    let Some(current) = api.get_opt(&settings.name).await.map_err(failed)? else {
+        debug_assert_eq!(observer.round(&settings.identity, None, settings.duration, now), Round::Create);
+        let lease = Lease { metadata: ObjectMeta { name: Some(settings.name.clone()), ..ObjectMeta::default() }, spec: Some(mine(0, None)) };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(source) => Err(failed(source)),
+        };
     };
     let spec = current.spec.clone().unwrap_or_default();
-    let holder = spec.holder_identity.clone().unwrap_or_default();
     let held_for = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(seconds)).unwrap_or(0));
     let record = Record {
-        holder: holder.clone(),
-        renew_time: spec.renew_time.as_ref().map(|t| t.0),
-        resource_version: current.metadata.resource_version.clone(),
+        holder: spec.holder_identity.clone().unwrap_or_default(),
+        renew_time: spec.renew_time.as_ref().map(|t| t.0.as_microsecond()),
+        version: current.metadata.resource_version.clone(),
     };
-    let expired = observer.expired(record, held_for, Instant::now());
-    let next = if holder == settings.identity {
-        mine(spec.lease_transitions.unwrap_or(0), spec.acquire_time.clone())
-    } else if expired {
-        mine(spec.lease_transitions.unwrap_or(0) + 1, None)
-    } else {
-        return Ok(false);
+    let next = match observer.round(&settings.identity, Some(&record), held_for, now) {
+        Round::Renew => mine(spec.lease_transitions.unwrap_or(0), spec.acquire_time.clone()),
+        Round::Take | Round::Create => mine(spec.lease_transitions.unwrap_or(0) + 1, None),
+        Round::Wait => return Ok(false),
     };
     let mut lease = current;
     lease.spec = Some(next);
@@ -345,7 +314,7 @@ mod tests {
     async fn a_granted_gate_shuts_by_its_own_clock_when_no_renewal_follows() {
         let gate = Gate::closed();
         assert!(!gate.acting());
-        gate.grant(Instant::now() + Duration::from_secs(4));
+        gate.grant(Instant::now(), &lasting(6));
         assert!(gate.acting());
         let started = Instant::now();
         gate.lost().await;
@@ -356,7 +325,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_revoked_gate_shuts_at_once_and_wakes_whoever_waits_for_it() {
         let gate = Gate::closed();
-        gate.grant(Instant::now() + Duration::from_secs(60));
+        gate.grant(Instant::now(), &lasting(90));
         let waiter = tokio::spawn({
             let gate = gate.clone();
             async move { gate.lost().await }
@@ -367,11 +336,9 @@ mod tests {
         assert!(!gate.acting());
     }
 
-    #[test]
-    fn a_replica_stops_acting_a_third_of_the_lease_before_another_may_take_it() {
-        let settings = LeaseSettings { namespace: "ns".into(), name: "l".into(), identity: "a".into(), duration: Duration::from_secs(15) };
-        assert_eq!(settings.renew_deadline(), Duration::from_secs(10));
-        assert!(settings.renew_every() < settings.renew_deadline());
+    /// A lease of `secs`: acting lasts two thirds of it after a renewal.
+    fn lasting(secs: u64) -> LeaseTimes {
+        LeaseTimes { duration: Duration::from_secs(secs) }
     }
 
     /// Counts what reaches the provider.
@@ -414,14 +381,14 @@ mod tests {
         let counting = std::sync::Arc::new(Counting::default());
         let gate = Gate::closed();
         let fenced = FencedPower::new(counting.clone(), gate.clone());
-        gate.grant(Instant::now() + Duration::from_secs(10));
+        gate.grant(Instant::now(), &lasting(15));
         let s = server();
         fenced.power_off(&s).await.expect("leading: sent");
         tokio::time::advance(Duration::from_secs(10)).await;
         let refused = fenced.power_off(&s).await.expect_err("the lease ran out");
         assert_eq!(refused.label, "not_leading");
         assert!(fenced.power_on(&s).await.is_err());
-        gate.grant(Instant::now() + Duration::from_secs(10));
+        gate.grant(Instant::now(), &lasting(15));
         gate.revoke();
         assert!(fenced.power_off(&s).await.is_err(), "revoked");
         // Reads are not actions: they pass.
@@ -449,56 +416,11 @@ mod tests {
             crate::events::Events::disabled(),
         )
         .with_gate(gate.clone());
-        gate.grant(Instant::now() + Duration::from_secs(1));
+        gate.grant(Instant::now(), &LeaseTimes { duration: Duration::from_millis(1500) });
         tokio::time::advance(Duration::from_secs(2)).await;
         let result = claims.release_orphan(&server(), "gone-claim", false).await;
         assert!(result.is_err(), "an ex-leader must not release: {result:?}");
         assert!(!counting.calls.lock().unwrap().contains(&"off"), "powered off by an ex-leader: {:?}", counting.calls.lock().unwrap());
-    }
-
-    fn record(holder: &str, renew_s: i64, version: &str) -> Record {
-        Record { holder: holder.into(), renew_time: Some(Timestamp::from_second(renew_s).unwrap()), resource_version: Some(version.into()) }
-    }
-
-    /// Issue 14, hole 3: with a holder whose wall clock runs an hour ahead,
-    /// its renewTime lies in the candidate's future; judged by wall clocks
-    /// (`|now - renewTime| >= duration`) that counted as expired, and both
-    /// replicas led. Judged by the candidate's own observation, a holder
-    /// that keeps renewing is never taken over, whatever its clock says.
-    #[tokio::test(start_paused = true)]
-    async fn a_holder_whose_clock_runs_ahead_keeps_the_lease_while_it_renews() {
-        let held_for = Duration::from_secs(15);
-        let mut observer = Observer::default();
-        let now_s = Timestamp::now().as_second();
-        let ahead = now_s + 3600;
-        for round in 0..10i64 {
-            let seen = record("replica-a", ahead + round * 5, &format!("{}", 100 + round));
-            assert!(!observer.expired(seen, held_for, Instant::now()), "taken over at round {round}");
-            tokio::time::advance(Duration::from_secs(5)).await;
-        }
-        // A holder whose clock runs behind (renewTime an hour in the past) too.
-        let mut observer = Observer::default();
-        let behind = now_s - 3600;
-        for round in 0..10i64 {
-            let seen = record("replica-a", behind + round * 5, &format!("{}", 200 + round));
-            assert!(!observer.expired(seen, held_for, Instant::now()), "taken over at round {round}");
-            tokio::time::advance(Duration::from_secs(5)).await;
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_holder_that_stops_renewing_is_taken_over_after_the_duration_by_the_candidates_clock() {
-        let held_for = Duration::from_secs(15);
-        let mut observer = Observer::default();
-        // Renewed "just now" by the holder's clock, but it never renews again.
-        let seen = record("replica-a", Timestamp::now().as_second(), "7");
-        assert!(!observer.expired(seen.clone(), held_for, Instant::now()), "a record seen for the first time is not expired");
-        tokio::time::advance(Duration::from_secs(14)).await;
-        assert!(!observer.expired(seen.clone(), held_for, Instant::now()));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(observer.expired(seen, held_for, Instant::now()));
-        // A released lease (no holder) may be taken at once.
-        assert!(Observer::default().expired(record("", 0, "8"), held_for, Instant::now()));
     }
 
     #[test]

@@ -157,6 +157,22 @@ pub struct Counters {
     pub spares_powered_off: u64,
 }
 
+impl Counters {
+    /// Both counts added: what two processes did between them.
+    pub fn plus(&self, o: &Counters) -> Counters {
+        Counters {
+            decisions: self.decisions + o.decisions,
+            scale_down_passes: self.scale_down_passes + o.scale_down_passes,
+            claims_opened: self.claims_opened + o.claims_opened,
+            drains_started: self.drains_started + o.drains_started,
+            drains_done: self.drains_done + o.drains_done,
+            drains_abandoned: self.drains_abandoned + o.drains_abandoned,
+            spares_powered_on: self.spares_powered_on + o.spares_powered_on,
+            spares_powered_off: self.spares_powered_off + o.spares_powered_off,
+        }
+    }
+}
+
 /// A drain that ended, for a runner's metrics: the node, why it was
 /// drained (`empty`, `underutilized`, `maintenance`) and how it ended.
 #[derive(Clone, Debug, PartialEq, Eq)]

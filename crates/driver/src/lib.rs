@@ -32,6 +32,7 @@ pub mod claim;
 pub mod deadline;
 pub mod drain;
 pub mod idle;
+pub mod lease;
 pub mod pacing;
 
 pub use autoscaler::{Autoscaler, DrainEnd, ScaleDownSettings, Settings};

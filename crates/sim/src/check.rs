@@ -34,8 +34,18 @@ pub struct Checker {
     up: BTreeSet<usize>,
     workload_pods: Vec<u32>,
     floors: Vec<Floor>,
+    lease: Option<LeaseBooks>,
     dropped: u64,
     pub violations: Vec<Violation>,
+}
+
+/// With leader election, who last wrote the lease record and when each
+/// replica last did, by the rack's clock.
+#[derive(Debug, Default)]
+struct LeaseBooks {
+    duration_s: Seconds,
+    holder: Option<usize>,
+    written_s: Vec<Option<Seconds>>,
 }
 
 /// Violations beyond this many are counted, not kept.
@@ -51,6 +61,35 @@ impl Checker {
             self.violations.push(Violation { at_s, checker, message });
         } else {
             self.dropped += 1;
+        }
+    }
+
+    /// The replicas elect a leader through a lease of `duration_s`.
+    pub fn elect(&mut self, replicas: usize, duration_s: Seconds) {
+        self.lease = Some(LeaseBooks { duration_s, holder: None, written_s: vec![None; replicas] });
+    }
+
+    /// Replica `r` wrote the lease record, as its holder.
+    pub fn lease_written(&mut self, at_s: Seconds, r: usize) {
+        if let Some(b) = self.lease.as_mut() {
+            b.holder = Some(r);
+            b.written_s[r] = Some(at_s);
+        }
+    }
+
+    /// Replica `r` sent a power action to a BMC. With leader election it
+    /// must be the record's holder, by a write less than the lease's
+    /// duration old: no other replica can have taken over since.
+    pub fn power_action(&mut self, at_s: Seconds, r: usize, action: &str, server: &str) {
+        let Some(b) = &self.lease else { return };
+        let fresh = b.written_s[r].is_some_and(|w| at_s < w + b.duration_s);
+        if b.holder != Some(r) || !fresh {
+            let holder = b.holder.map_or("nobody".to_string(), |h| format!("replica-{h}"));
+            let message = format!(
+                "replica-{r} sent a {action} of server {server} while the lease is {holder}'s (its own last renewal at {:?})",
+                b.written_s[r]
+            );
+            self.flag(at_s, "acted-without-lease", message);
         }
     }
 

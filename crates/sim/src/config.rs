@@ -88,6 +88,25 @@ pub struct Faults {
     /// claim's status (stage, failure, node), a server's idle record.
     #[serde(default)]
     pub api_write_failure_probability: f64,
+    /// Outages of the API server start this often on average (per hour)
+    /// and last up to `api_outage_max_s`: no write lands, no fresh read
+    /// answers, the watch shows nothing new until it is back, and no
+    /// lease is renewed.
+    #[serde(default)]
+    pub api_outages_per_hour: f64,
+    #[serde(default)]
+    pub api_outage_max_s: Seconds,
+    /// With two replicas, each is cut off from the API this often on
+    /// average (per hour), for up to `partition_max_s`: its renewals fail
+    /// and it must stop acting; the other may take over.
+    #[serde(default)]
+    pub partitions_per_hour: f64,
+    #[serde(default)]
+    pub partition_max_s: Seconds,
+    /// Each replica's wall clock is off by up to this much either way (it
+    /// writes the lease's renew time by it).
+    #[serde(default)]
+    pub clock_skew_s: Seconds,
     /// Faults stop at this time (liveness checks start then); None: never.
     pub faults_until_s: Option<Seconds>,
 }
@@ -123,6 +142,11 @@ impl Faults {
             crash_probability: 0.0,
             watch_lag_s: 0,
             api_write_failure_probability: 0.0,
+            api_outages_per_hour: 0.0,
+            api_outage_max_s: 0,
+            partitions_per_hour: 0.0,
+            partition_max_s: 0,
+            clock_skew_s: 0,
             faults_until_s: None,
         }
     }
@@ -165,6 +189,15 @@ impl fmt::Display for Faults {
         if self.watch_lag_s > 0 {
             write!(f, " watch_lag_s={}", self.watch_lag_s)?;
         }
+        if self.api_outages_per_hour > 0.0 {
+            write!(f, " api_outages_per_hour={} api_outage_max_s={}", self.api_outages_per_hour, self.api_outage_max_s)?;
+        }
+        if self.partitions_per_hour > 0.0 {
+            write!(f, " partitions_per_hour={} partition_max_s={}", self.partitions_per_hour, self.partition_max_s)?;
+        }
+        if self.clock_skew_s > 0 {
+            write!(f, " clock_skew_s={}", self.clock_skew_s)?;
+        }
         if let Some(until) = self.faults_until_s {
             write!(f, " faults_until_s={until}")?;
         }
@@ -204,6 +237,9 @@ pub enum Broken {
     /// The rack shows the autoscaler no claim (servers unclaimed, no
     /// claims in flight) and grants every take, held or not.
     UnfencedTakes,
+    /// The replicas judge the lease's expiry by their own wall clock
+    /// against the writer's renew time, not by what they observed.
+    WallClockLease,
 }
 
 /// Everything that shapes a run besides the workload and the policy.
@@ -240,6 +276,21 @@ pub struct SimConfig {
     pub timeline_points: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broken: Option<Broken>,
+    /// Controller replicas. With more than one they elect a leader
+    /// through a lease of `lease_s` and only the holder acts, as the
+    /// controller does with `--leader-elect`.
+    #[serde(default = "one")]
+    pub replicas: u32,
+    #[serde(default = "default_lease_s")]
+    pub lease_s: Seconds,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn default_lease_s() -> Seconds {
+    15
 }
 
 fn default_quiet_max_s() -> Seconds {
@@ -268,6 +319,8 @@ impl Default for SimConfig {
             policy: PolicySettings::default(),
             timeline_points: 480,
             broken: None,
+            replicas: 1,
+            lease_s: default_lease_s(),
         }
     }
 }

@@ -39,6 +39,7 @@ use ironclaim_core::predicates::{check_node_affinity, check_taints};
 use ironclaim_core::provision::{NODEPOOL_LABEL, SERVER_LABEL};
 use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot};
 use ironclaim_driver::autoscaler::World;
+use ironclaim_driver::lease::{LeaseTimes, Observer, Record, Round, Tenure};
 use ironclaim_driver::{
     Autoscaler, ClaimRecord, ClaimView, Effect, Eviction, NodeFacts, PowerFailure, Report, ScaleDownSettings, ServerFacts, Settings, Stage,
 };
@@ -195,9 +196,49 @@ struct Srv {
     /// Bumped when a power action starts: events of an earlier one are void.
     epoch: u64,
     attempt: Option<Attempt>,
-    /// Power-on and power-off requests waiting for the action under way.
-    on_waiting: u32,
-    off_waiting: u32,
+    /// Power-on and power-off requests waiting for the action under way,
+    /// by who asked.
+    on_waiting: Vec<Asker>,
+    off_waiting: Vec<Asker>,
+}
+
+/// Who asked for something: a replica, in one of its lives. An answer to
+/// an earlier life (before a crash or a lost lease) reaches no one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Asker {
+    replica: usize,
+    incarnation: u64,
+}
+
+/// One replica of the controller: its autoscaler, its view of the lease,
+/// its clock and its reach to the API.
+struct Replica {
+    /// Taken out while the engine steps it.
+    auto: Option<Autoscaler>,
+    /// Crashed: down until then.
+    down_until: Seconds,
+    observer: Observer,
+    tenure: Tenure,
+    /// Its wall clock runs this far ahead of the rack's (behind when
+    /// negative): what it writes as the lease's renew time.
+    skew_s: i64,
+    /// When it is cut off from the API (start, end).
+    partitions: Vec<(Seconds, Seconds)>,
+    /// Acting at its last step: when it stops, it forgets.
+    acting: bool,
+    incarnation: u64,
+    /// Answers that came in for it.
+    inbox: Vec<Report>,
+}
+
+/// The rack's lease record.
+#[derive(Clone, Copy, Debug)]
+struct LeaseRecord {
+    /// None: released.
+    holder: Option<usize>,
+    /// By the writer's wall clock.
+    renew_wall_s: i64,
+    version: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -258,6 +299,8 @@ enum Event {
     },
     /// A late answer (a slow or cut-off BMC) reaches the controller.
     Answer(u64),
+    /// A replica's round of leader election.
+    LeaseRound(usize),
     Wake,
 }
 
@@ -346,6 +389,9 @@ pub struct RunStats {
     /// Controller crashes and lost nodes the faults caused.
     #[serde(skip_serializing_if = "is_zero")]
     pub crashes: u64,
+    /// Times a replica took the lease over from another.
+    #[serde(default)]
+    pub takeovers: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub nodes_lost: u64,
     /// The first failed claims, one by one.
@@ -382,7 +428,15 @@ pub struct Engine<'a> {
     cfg: &'a SimConfig,
     kind: PolicyKind,
     setup: Setup,
-    auto: Option<Autoscaler>,
+    replicas: Vec<Replica>,
+    /// The replica being stepped, in its current life.
+    actor: Asker,
+    lease: Option<LeaseRecord>,
+    lease_times: LeaseTimes,
+    /// When the API answers no one (start, end).
+    outages: Vec<(Seconds, Seconds)>,
+    /// Something happened that the acting replica steps on.
+    due: bool,
     now: Seconds,
     end: Seconds,
     queue: BinaryHeap<Queued>,
@@ -401,7 +455,6 @@ pub struct Engine<'a> {
     /// The first pod of each live claim: the fresh demand adaptive floors count.
     arrivals: BTreeMap<String, Arrival>,
     abandoned: BTreeMap<String, Seconds>,
-    reports: Vec<Report>,
     changed: bool,
     fleet_watts: f64,
     fleet_dynamic_watts: f64,
@@ -426,10 +479,9 @@ pub struct Engine<'a> {
     /// draws what it always drew.
     fault_rng: SimRng,
     /// Answers on their way, by [`Event::Answer`] id.
-    later: BTreeMap<u64, Report>,
-    /// The controller is down (crashed) until then.
-    down_until: Seconds,
+    later: BTreeMap<u64, (Asker, Report)>,
     crashes: u64,
+    takeovers: u64,
     nodes_lost: u64,
     /// Pods whose state the autoscaler's watch shows late.
     lagging: BTreeSet<usize>,
@@ -457,6 +509,27 @@ pub const COLD_PER_GROUP_FOR_SCALE_DOWN: usize = 4;
 
 fn secs(d: Duration) -> Seconds {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+}
+
+/// Windows (start, end) within `until` that start at `per_hour` on
+/// average (a Poisson process) and last 1 to `max_s` seconds each.
+fn windows(rng: &mut SimRng, per_hour: f64, max_s: Seconds, until: Seconds) -> Vec<(Seconds, Seconds)> {
+    let mut out = Vec::new();
+    if per_hour <= 0.0 || max_s == 0 {
+        return out;
+    }
+    let mut t = 0.0f64;
+    loop {
+        let u: f64 = rng.random_range(f64::EPSILON..1.0);
+        t += -u.ln() * 3600.0 / per_hour;
+        if t >= until as f64 {
+            return out;
+        }
+        let start = t as Seconds;
+        let end = (start + rng.random_range(1..=max_s)).min(until);
+        out.push((start, end));
+        t = end as f64;
+    }
 }
 
 /// The autoscaler's settings in the simulator: the controller's defaults,
@@ -502,8 +575,8 @@ impl<'a> Engine<'a> {
                 dynamic_watts: 0.0,
                 epoch: 0,
                 attempt: None,
-                on_waiting: 0,
-                off_waiting: 0,
+                on_waiting: Vec::new(),
+                off_waiting: Vec::new(),
             })
             .collect();
         let end = prep.end_s;
@@ -525,14 +598,46 @@ impl<'a> Engine<'a> {
         let fleet_watts = w.servers.iter().map(|s| s.server.power.off_watts).sum();
         let mut checker = Checker::new(&prep.class_of);
         checker.declare_floors(&setup.floors);
-        let auto = Autoscaler::new(autoscaler_settings(cfg, setup.scale_down));
+        let settings = autoscaler_settings(cfg, setup.scale_down);
+        let count = cfg.replicas.max(1) as usize;
+        let f = &cfg.faults;
+        let until = f.faults_until_s.unwrap_or(end).min(end);
+        let replicas = (0..count)
+            .map(|r| {
+                let mut rng = stream(cfg.seed, "replica", r as u64);
+                let skew = f.clock_skew_s as i64;
+                let skew_s = if skew > 0 { rng.random_range(-skew..=skew) } else { 0 };
+                let partitions = if count > 1 { windows(&mut rng, f.partitions_per_hour, f.partition_max_s, until) } else { Vec::new() };
+                Replica {
+                    auto: Some(Autoscaler::new(settings.clone())),
+                    down_until: 0,
+                    observer: Observer::default(),
+                    tenure: Tenure::default(),
+                    skew_s,
+                    partitions,
+                    acting: false,
+                    incarnation: 0,
+                    inbox: Vec::new(),
+                }
+            })
+            .collect();
+        let outages = windows(&mut stream(cfg.seed, "api-outages", 0), f.api_outages_per_hour, f.api_outage_max_s, until);
+        let lease_times = LeaseTimes { duration: Duration::from_secs(cfg.lease_s.max(3)) };
+        if count > 1 {
+            checker.elect(count, secs(lease_times.duration));
+        }
         Engine {
             w,
             prep,
             cfg,
             kind,
             setup,
-            auto: Some(auto),
+            replicas,
+            actor: Asker { replica: 0, incarnation: 0 },
+            lease: None,
+            lease_times,
+            outages,
+            due: true,
             now: 0,
             end,
             queue: BinaryHeap::new(),
@@ -549,7 +654,6 @@ impl<'a> Engine<'a> {
             claims: BTreeMap::new(),
             arrivals: BTreeMap::new(),
             abandoned: BTreeMap::new(),
-            reports: Vec::new(),
             changed: true,
             fleet_watts,
             fleet_dynamic_watts: 0.0,
@@ -571,8 +675,8 @@ impl<'a> Engine<'a> {
             last_liveness_check: 0,
             fault_rng: stream(cfg.seed, "rack-faults", 0),
             later: BTreeMap::new(),
-            down_until: 0,
             crashes: 0,
+            takeovers: 0,
             nodes_lost: 0,
             lagging: BTreeSet::new(),
             trace: None,
@@ -620,16 +724,36 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        for (a, b) in self.outages.clone() {
+            self.tell(|| format!("the API will be out from {a} s to {b} s"));
+        }
+        for r in 0..self.replicas.len() {
+            let (skew, cut) = (self.replicas[r].skew_s, self.replicas[r].partitions.clone());
+            if skew != 0 {
+                self.tell(|| format!("replica-{r}'s wall clock is {skew} s off"));
+            }
+            for (a, b) in cut {
+                self.tell(|| format!("replica-{r} will be cut off from the API from {a} s to {b} s"));
+            }
+        }
         self.push(0, Event::Wake);
+        if self.replicas.len() > 1 {
+            for r in 0..self.replicas.len() {
+                self.push(0, Event::LeaseRound(r));
+            }
+        }
         let mut handled: u64 = 0;
         while let Some(q) = self.queue.pop() {
             if q.at > self.end {
                 break;
             }
             self.advance(q.at);
+            // A round of election that changes nothing wakes no autoscaler.
+            self.due |= !matches!(q.event, Event::LeaseRound(_));
             self.handle(q.event);
             // Everything due at this second first, then one step.
-            if self.queue.peek().is_none_or(|n| n.at > self.now) {
+            if self.due && self.queue.peek().is_none_or(|n| n.at > self.now) {
+                self.due = false;
                 self.drive();
             }
             handled += 1;
@@ -674,9 +798,13 @@ impl<'a> Engine<'a> {
             Event::StopDone { server, epoch } if live(self, server, epoch) => self.stop_done(server),
             Event::NodeLost { server, epoch } if live(self, server, epoch) => self.node_lost(server),
             Event::TaintEvict { server, epoch } if live(self, server, epoch) => self.taint_evict(server),
+            Event::LeaseRound(r) => {
+                self.lease_round(r);
+                return;
+            }
             Event::Answer(id) => {
-                if let Some(r) = self.later.remove(&id) {
-                    self.reports.push(r);
+                if let Some((to, r)) = self.later.remove(&id) {
+                    self.deliver(to, r);
                 }
             }
             Event::Wake => {
@@ -690,17 +818,13 @@ impl<'a> Engine<'a> {
 
     // ---- the autoscaler ------------------------------------------------------
 
-    /// One step of the autoscaler at `now`: the answers that came in, the
-    /// step, every effect carried out and its answer handed back; then the
-    /// next wake-up is queued.
+    /// One step of each replica that may act at `now` (with one replica:
+    /// unless it is down; with more: while it holds the lease by its own
+    /// clock): the answers that came in, the step, every effect carried out
+    /// and its answer handed back; then the next wake-up is queued. A
+    /// replica that stopped acting forgets what it believed, as the
+    /// controller does when it loses the lease.
     fn drive(&mut self) {
-        if self.now < self.down_until {
-            // Down: answers reach no one.
-            self.reports.clear();
-            let at = self.down_until;
-            self.schedule_wake(at);
-            return;
-        }
         if !self.lagging.is_empty() {
             let now = self.now;
             let pods = &self.pods;
@@ -710,15 +834,63 @@ impl<'a> Engine<'a> {
                 self.schedule_wake(next);
             }
         }
-        let Some(mut auto) = self.auto.take() else { return };
+        let changed = std::mem::take(&mut self.changed);
+        let mut next: Option<Seconds> = None;
+        for r in 0..self.replicas.len() {
+            let acts = self.may_act(r);
+            let rep = &mut self.replicas[r];
+            if !acts {
+                if rep.acting {
+                    rep.acting = false;
+                    rep.incarnation += 1;
+                    rep.inbox.clear();
+                    if let Some(auto) = rep.auto.as_mut() {
+                        auto.forget();
+                    }
+                }
+                if rep.down_until > self.now {
+                    next = Some(next.map_or(rep.down_until, |n| n.min(rep.down_until)));
+                }
+                continue;
+            }
+            let fresh = !rep.acting;
+            rep.acting = true;
+            self.actor = Asker { replica: r, incarnation: rep.incarnation };
+            if let Some(at) = self.step_replica(r, changed || fresh) {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        if self.changed {
+            // Effects changed the rack: the claims see it one second on,
+            // as a controller sees its own writes at its next reconcile.
+            self.schedule_wake(self.now + 1);
+        } else if let Some(at) = next
+            && at <= self.end
+        {
+            self.schedule_wake(at);
+        }
+        self.check_liveness();
+    }
+
+    /// Whether replica `r` may act now: it is up and, with leader
+    /// election, holds the lease by its own clock.
+    fn may_act(&self, r: usize) -> bool {
+        let rep = &self.replicas[r];
+        self.now >= rep.down_until && (self.replicas.len() == 1 || rep.tenure.acting(Duration::from_secs(self.now)))
+    }
+
+    /// Steps replica `r`; returns when it wants to be stepped again, None
+    /// when it crashed.
+    fn step_replica(&mut self, r: usize, changed: bool) -> Option<Seconds> {
+        let mut auto = self.replicas[r].auto.take()?;
         let now = Duration::from_secs(self.now);
-        if std::mem::take(&mut self.changed) {
+        if changed {
             auto.changed(now);
         }
         let mut effects: VecDeque<Effect> = VecDeque::new();
-        for r in std::mem::take(&mut self.reports) {
-            self.tell(|| format!("answer {r:?}"));
-            effects.extend(auto.report(r, now));
+        for a in std::mem::take(&mut self.replicas[r].inbox) {
+            self.tell(|| format!("answer {a:?}"));
+            effects.extend(auto.report(a, now));
         }
         effects.extend(auto.step(&*self, now));
         while let Some(e) = effects.pop_front() {
@@ -728,34 +900,99 @@ impl<'a> Engine<'a> {
                 // Crashed after the effect, before its answer: the next
                 // process starts from what the rack records.
                 auto.forget();
-                self.reports.clear();
                 self.crashes += 1;
-                self.tell(|| "crash: the autoscaler restarts from the rack's records".to_string());
-                self.down_until = self.now + self.fault_rng.random_range(5..=60);
-                self.auto = Some(auto);
-                let at = self.down_until;
-                self.schedule_wake(at);
-                return;
+                self.tell(|| format!("crash: replica {r} restarts from the rack's records"));
+                let down_until = self.now + self.fault_rng.random_range(5..=60);
+                let rep = &mut self.replicas[r];
+                rep.inbox.clear();
+                rep.incarnation += 1;
+                rep.acting = false;
+                rep.tenure.revoked();
+                rep.down_until = down_until;
+                rep.auto = Some(auto);
+                self.schedule_wake(down_until);
+                return None;
             }
-            if let Some(r) = answer {
-                self.tell(|| format!("answer {r:?}"));
-                effects.extend(auto.report(r, now));
+            if let Some(a) = answer {
+                self.tell(|| format!("answer {a:?}"));
+                effects.extend(auto.report(a, now));
             }
-            for r in std::mem::take(&mut self.reports) {
-                self.tell(|| format!("answer {r:?}"));
-                effects.extend(auto.report(r, now));
+            for a in std::mem::take(&mut self.replicas[r].inbox) {
+                self.tell(|| format!("answer {a:?}"));
+                effects.extend(auto.report(a, now));
             }
         }
         let next = secs(auto.next_wake()).max(self.now + 1);
-        self.auto = Some(auto);
-        if self.changed {
-            // Effects changed the rack: the claims see it one second on,
-            // as a controller sees its own writes at its next reconcile.
-            self.schedule_wake(self.now + 1);
-        } else if next <= self.end {
-            self.schedule_wake(next);
+        self.replicas[r].auto = Some(auto);
+        Some(next)
+    }
+
+    /// Whether the API answers replica `r` now: no outage, no partition.
+    fn api_down(&self, r: usize) -> bool {
+        let within = |w: &[(Seconds, Seconds)]| w.iter().any(|&(a, b)| a <= self.now && self.now < b);
+        within(&self.outages) || within(&self.replicas[r].partitions)
+    }
+
+    /// When the outage under way ends, if one is.
+    fn outage_end(&self) -> Option<Seconds> {
+        self.outages.iter().find(|&&(a, b)| a <= self.now && self.now < b).map(|&(_, b)| b)
+    }
+
+    fn replica_name(r: usize) -> String {
+        format!("replica-{r}")
+    }
+
+    /// A round of leader election by replica `r`, as the controller's
+    /// renewal task runs it: read the record, decide with the driver's
+    /// [`Observer`], write, and keep acting until the renew deadline by its
+    /// own clock, or stop at once when the round failed or lost.
+    fn lease_round(&mut self, r: usize) {
+        let every = secs(self.lease_times.renew_every()).max(1);
+        self.push(self.now + every, Event::LeaseRound(r));
+        if self.now < self.replicas[r].down_until {
+            return;
         }
-        self.check_liveness();
+        let mono = Duration::from_secs(self.now);
+        let was = self.replicas[r].tenure.acting(mono);
+        let me = Self::replica_name(r);
+        let record = self.lease.map(|l| Record {
+            holder: l.holder.map(Self::replica_name).unwrap_or_default(),
+            renew_time: Some(l.renew_wall_s * 1_000_000),
+            version: Some(l.version.to_string()),
+        });
+        let round = if self.api_down(r) {
+            None
+        } else if self.cfg.broken == Some(Broken::WallClockLease) {
+            // Expiry judged by this replica's wall clock against the
+            // writer's renew time.
+            let wall = self.now as i64 + self.replicas[r].skew_s;
+            let held = self.lease_times.duration.as_secs() as i64;
+            Some(match self.lease {
+                None => Round::Create,
+                Some(l) if l.holder == Some(r) => Round::Renew,
+                Some(l) if l.holder.is_none() || (wall - l.renew_wall_s).abs() >= held => Round::Take,
+                Some(_) => Round::Wait,
+            })
+        } else {
+            Some(self.replicas[r].observer.round(&me, record.as_ref(), self.lease_times.duration, mono))
+        };
+        let written = round.is_some_and(Round::writes) && !self.fault(self.cfg.faults.api_write_failure_probability);
+        let times = self.lease_times;
+        if written {
+            if self.lease.is_some_and(|l| l.holder != Some(r)) {
+                self.takeovers += 1;
+                self.tell(|| format!("lease: {me} takes over"));
+            }
+            let version = self.lease.map_or(0, |l| l.version) + 1;
+            self.lease = Some(LeaseRecord { holder: Some(r), renew_wall_s: self.now as i64 + self.replicas[r].skew_s, version });
+            self.checker.lease_written(self.now, r);
+            self.replicas[r].tenure.granted(mono, &times);
+        } else {
+            self.replicas[r].tenure.revoked();
+        }
+        if !was && self.replicas[r].tenure.acting(mono) {
+            self.due = true;
+        }
     }
 
     /// Whether a rack fault of probability `p` strikes now.
@@ -763,21 +1000,34 @@ impl<'a> Engine<'a> {
         p > 0.0 && self.cfg.faults.active_at(self.now) && chance(&mut self.fault_rng, p)
     }
 
-    /// Hands an answer to the controller `after` seconds from now.
+    /// Hands an answer to the replica being stepped `after` seconds from now.
     fn answer_in(&mut self, after: Seconds, report: Report) {
+        let to = self.actor;
+        self.answer_to_in(to, after, report);
+    }
+
+    fn answer_to_in(&mut self, to: Asker, after: Seconds, report: Report) {
         self.seq += 1;
         let id = self.seq;
-        self.later.insert(id, report);
+        self.later.insert(id, (to, report));
         self.push(self.now + after, Event::Answer(id));
     }
 
-    /// Hands a BMC's answer to the controller, late when the BMC is slow.
-    fn bmc_answer(&mut self, report: Report) {
+    /// An answer reaches whoever asked, unless that life of it is over.
+    fn deliver(&mut self, to: Asker, report: Report) {
+        let rep = &mut self.replicas[to.replica];
+        if rep.incarnation == to.incarnation {
+            rep.inbox.push(report);
+        }
+    }
+
+    /// Hands a BMC's answer to whoever asked, late when the BMC is slow.
+    fn bmc_answer(&mut self, to: Asker, report: Report) {
         if self.fault(self.cfg.faults.slow_bmc_probability) {
             let late = self.cfg.faults.slow_bmc_s;
-            self.answer_in(late, report);
+            self.answer_to_in(to, late, report);
         } else {
-            self.reports.push(report);
+            self.deliver(to, report);
         }
     }
 
@@ -802,16 +1052,37 @@ impl<'a> Engine<'a> {
                 | Effect::Measure { .. }
                 | Effect::RecordIdle { .. }
         );
-        if write && self.fault(self.cfg.faults.api_write_failure_probability) {
-            // Refused by the API: nothing is written. A claim's write is
-            // answered as the controller's executor answers it.
+        let unreachable = self.api_down(self.actor.replica);
+        if unreachable {
+            match &effect {
+                Effect::Release { .. }
+                | Effect::DeleteClaim { .. }
+                | Effect::Cordon { .. }
+                | Effect::Uncordon { .. }
+                | Effect::KeepCordoned { .. }
+                | Effect::DeleteNode { .. }
+                | Effect::Note { .. } => {
+                    // Logged and counted by the executor; the driver sees
+                    // the world as it is at its next step.
+                    self.tell(|| format!("the API did not answer: {effect:?}"));
+                    return None;
+                }
+                Effect::Evict { node, pod } => {
+                    return Some(Report::Evicted { node: node.clone(), pod: pod.clone(), answer: Eviction::Failed("the API did not answer".into()) });
+                }
+                _ => {}
+            }
+        }
+        if write && (unreachable || self.fault(self.cfg.faults.api_write_failure_probability)) {
+            // Refused by the API, or not answered: nothing is written. A
+            // claim's write is answered as the controller's executor
+            // answers it.
+            let why = if unreachable { "the API did not answer" } else { "the API refused the write (conflict)" };
             self.tell(|| format!("write refused: {effect:?}"));
             return match effect {
-                Effect::TakeServer { claim } => {
-                    Some(Report::TakeFailed { claim: claim.name, message: "the API refused the write (conflict)".into() })
-                }
+                Effect::TakeServer { claim } => Some(Report::TakeFailed { claim: claim.name, message: why.into() }),
                 Effect::EnterStage { claim, .. } | Effect::LinkNode { claim, .. } | Effect::FailClaim { claim, .. } => {
-                    Some(Report::WriteFailed { claim: Some(claim), effect: "status".into(), message: "the API refused the write (conflict)".into() })
+                    Some(Report::WriteFailed { claim: Some(claim), effect: "status".into(), message: why.into() })
                 }
                 _ => None,
             };
@@ -986,17 +1257,22 @@ impl<'a> Engine<'a> {
                 result: Err(PowerFailure { reason: FailureReason::ServerUnavailable, message: why }),
             })
         };
+        if claim.is_none() && self.api_down(self.actor.replica) {
+            // A spare's server is read fresh before its power-on.
+            return refuse(format!("server {server} could not be read: the API did not answer"));
+        }
         if self.srv[s].holder.as_deref() != claim {
             return refuse(format!("server {server} is not held by {}", claim.unwrap_or("nothing")));
         }
         match self.srv[s].power {
             Power::Off => {
+                self.checker.power_action(self.now, self.actor.replica, "power-on", server);
                 let a = self.draw_attempt(s);
                 let srv = &mut self.srv[s];
                 srv.attempt = Some(a);
                 srv.power = Power::PoweringOn;
                 srv.epoch += 1;
-                srv.on_waiting = 1;
+                srv.on_waiting = vec![self.actor];
                 let epoch = srv.epoch;
                 self.cycles[s] += 1;
                 self.checker.powered_idle(s);
@@ -1008,7 +1284,7 @@ impl<'a> Engine<'a> {
                 None
             }
             Power::PoweringOn => {
-                self.srv[s].on_waiting += 1;
+                self.srv[s].on_waiting.push(self.actor);
                 None
             }
             Power::On => {
@@ -1036,7 +1312,10 @@ impl<'a> Engine<'a> {
     fn power_on_done(&mut self, s: usize) {
         let Some(a) = self.srv[s].attempt else { return };
         let name = self.w.servers[s].server.name.clone();
-        let waiting = std::mem::take(&mut self.srv[s].on_waiting).max(1);
+        let mut waiting = std::mem::take(&mut self.srv[s].on_waiting);
+        if waiting.is_empty() {
+            waiting.push(self.actor);
+        }
         let result = if a.bmc_error {
             self.srv[s].power = Power::Off;
             self.powered.remove(&s);
@@ -1052,8 +1331,8 @@ impl<'a> Engine<'a> {
             Ok(())
         };
         self.refresh_watts(s);
-        for _ in 0..waiting {
-            self.bmc_answer(Report::PoweredOn { server: name.clone(), result: result.clone() });
+        for to in waiting {
+            self.bmc_answer(to, Report::PoweredOn { server: name.clone(), result: result.clone() });
         }
     }
 
@@ -1204,10 +1483,15 @@ impl<'a> Engine<'a> {
     fn power_off(&mut self, server: &str, claim: Option<&str>, node: Option<&str>) -> Option<Report> {
         let s = self.index(server)?;
         let unchecked = self.cfg.broken == Some(Broken::StaleEmptyNodes);
-        let refused = if self.srv[s].holder.as_deref() != claim {
+        let refused = if self.api_down(self.actor.replica) {
+            Some(format!("server {server} could not be read: the API did not answer"))
+        } else if self.srv[s].holder.as_deref() != claim {
             Some(format!("server {server} is held by {}, not {}", self.srv[s].holder.as_deref().unwrap_or("nothing"), claim.unwrap_or("nothing")))
         } else if node.is_some() && !self.srv[s].workload_pods.is_empty() {
             Some(format!("node {} runs {} workload pod(s)", node.unwrap_or_default(), self.srv[s].workload_pods.len()))
+        } else if node.is_none() && self.srv[s].node.is_some() {
+            // Named no node, the server is listed against the Nodes.
+            Some(format!("server {server} is node {server}"))
         } else {
             None
         };
@@ -1220,10 +1504,11 @@ impl<'a> Engine<'a> {
         match self.srv[s].power {
             Power::Off => Some(Report::PoweredOff { server: server.to_string(), result: Ok(()), refused: None }),
             Power::Stopping => {
-                self.srv[s].off_waiting += 1;
+                self.srv[s].off_waiting.push(self.actor);
                 None
             }
             Power::PoweringOn | Power::On => {
+                self.checker.power_action(self.now, self.actor.replica, "power-off", server);
                 let failed = |reason, message: &str| Report::PoweredOff {
                     server: server.to_string(),
                     result: Err(PowerFailure { reason, message: message.to_string() }),
@@ -1235,7 +1520,7 @@ impl<'a> Engine<'a> {
                     // The request may have gone through before the BMC was cut off.
                     if chance(&mut self.fault_rng, 0.5) {
                         self.begin_stop(s);
-                        self.srv[s].off_waiting -= 1;
+                        self.srv[s].off_waiting.pop();
                     }
                     self.answer_in(BMC_TIMEOUT_S, failed(FailureReason::BmcUnreachable, "the BMC stopped answering during the power-off"));
                 } else {
@@ -1273,7 +1558,7 @@ impl<'a> Engine<'a> {
         srv.allocated = Resources::default();
         srv.daemon_pods.clear();
         srv.epoch += 1;
-        srv.off_waiting += 1;
+        srv.off_waiting.push(self.actor);
         if let Some(n) = srv.node.as_mut() {
             n.ready_since = None;
             n.gates_passed = false;
@@ -1290,8 +1575,8 @@ impl<'a> Engine<'a> {
         self.powered.remove(&s);
         self.refresh_watts(s);
         let name = self.w.servers[s].server.name.clone();
-        for _ in 0..std::mem::take(&mut self.srv[s].off_waiting) {
-            self.bmc_answer(Report::PoweredOff { server: name.clone(), result: Ok(()), refused: None });
+        for to in std::mem::take(&mut self.srv[s].off_waiting) {
+            self.bmc_answer(to, Report::PoweredOff { server: name.clone(), result: Ok(()), refused: None });
         }
     }
 
@@ -1401,7 +1686,11 @@ impl<'a> Engine<'a> {
     /// A pod's new state; with a lagging watch, the autoscaler goes on
     /// seeing the old one for a while.
     fn set_state(&mut self, p: usize, state: PodState) {
-        let lag = if self.cfg.faults.active_at(self.now) { self.cfg.faults.watch_lag_s } else { 0 };
+        let mut lag = if self.cfg.faults.active_at(self.now) { self.cfg.faults.watch_lag_s } else { 0 };
+        if let Some(end) = self.outage_end() {
+            // The watch shows nothing new until the API is back.
+            lag = lag.max(end - self.now);
+        }
         let run = &mut self.pods[p];
         if lag > 0 {
             if self.now >= run.seen_until {
@@ -1642,7 +1931,11 @@ impl<'a> Engine<'a> {
 
     fn finish(mut self) -> RunStats {
         let end = self.end;
-        let counters = self.auto.as_ref().map(|a| a.counters.clone()).unwrap_or_default();
+        let counters = self
+            .replicas
+            .iter()
+            .filter_map(|r| r.auto.as_ref())
+            .fold(Default::default(), |all: ironclaim_driver::autoscaler::Counters, a| all.plus(&a.counters));
         // Why the pods still pending wait: the core's answer at the end.
         let mut waiting: BTreeMap<String, u64> = BTreeMap::new();
         if !self.pending.is_empty() {
@@ -1718,6 +2011,7 @@ impl<'a> Engine<'a> {
             quarantined: self.srv.iter().filter(|s| s.health == Health::Quarantined).count() as u64,
             failed_claims: self.failed_claims,
             crashes: self.crashes,
+            takeovers: self.takeovers,
             nodes_lost: self.nodes_lost,
         }
     }

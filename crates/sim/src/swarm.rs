@@ -90,7 +90,25 @@ pub fn faults(seed: u64, until_s: Seconds) -> Faults {
     // above keep their values seed by seed.
     let mut r = rng::stream(seed, "swarm-faults", 2);
     f.api_write_failure_probability = if r.random_bool(0.65) { r.random_range(0.0..0.2) } else { 0.0 };
+    let mut r = rng::stream(seed, "swarm-faults", 3);
+    if r.random_bool(0.65) {
+        f.api_outages_per_hour = r.random_range(0.05..1.0);
+        f.api_outage_max_s = r.random_range(10..=900);
+    }
+    if r.random_bool(0.65) {
+        f.partitions_per_hour = r.random_range(0.1..4.0);
+        f.partition_max_s = r.random_range(5..=300);
+    }
+    if r.random_bool(0.5) {
+        f.clock_skew_s = r.random_range(1..=3600);
+    }
     f
+}
+
+/// How many controller replicas a seed runs: one in about half the
+/// seeds, two electing a leader in the others.
+pub fn replicas(seed: u64) -> u32 {
+    if rng::stream(seed, "swarm-replicas", 0).random_bool(0.5) { 2 } else { 1 }
 }
 
 /// The case of a seed: odd seeds a busy rack (arrivals up to 2 min
@@ -102,6 +120,7 @@ pub fn case(seed: u64) -> Case {
         faults: faults(seed, FAULTS_FOR_S),
         scoring: if seed.is_multiple_of(2) { Scoring::LeastAllocated } else { Scoring::MostAllocated },
         quarantine_after_failures: 2 + (seed % 3) as u32,
+        replicas: replicas(seed),
         ..Default::default()
     };
     Case { seed, workload, config }
@@ -113,6 +132,7 @@ pub struct PolicyRun {
     pub policy: PolicyKind,
     pub violations: Vec<Violation>,
     pub crashes: u64,
+    pub takeovers: u64,
     pub nodes_lost: u64,
     pub power_offs_refused: u64,
     pub pods_placed: u64,
@@ -144,6 +164,7 @@ pub fn run_seed(seed: u64, policies: &[PolicyKind]) -> SeedResult {
                 policy,
                 violations: stats.violations,
                 crashes: stats.crashes,
+                takeovers: stats.takeovers,
                 nodes_lost: stats.nodes_lost,
                 power_offs_refused: stats.power_offs_refused,
                 pods_placed: stats.pods_placed,
@@ -162,13 +183,14 @@ pub fn replay_command(seed: u64) -> String {
 /// The settings of a case on one line: enough, with the seed, to replay it.
 pub fn describe(c: &Case) -> String {
     format!(
-        "seed {} ({}: {} servers, {} pods) scoring={} quarantine_after_failures={} faults: {}",
+        "seed {} ({}: {} servers, {} pods) scoring={} quarantine_after_failures={} replicas={} faults: {}",
         c.seed,
         c.workload.name,
         c.workload.servers.len(),
         c.workload.pods.len(),
         c.config.scoring,
         c.config.quarantine_after_failures,
+        c.config.replicas,
         c.config.faults
     )
 }
@@ -189,7 +211,7 @@ mod tests {
     fn every_fault_class_is_drawn_by_some_seed_and_left_out_by_another() {
         let all: Vec<Faults> = (1..=64).map(|s| faults(s, FAULTS_FOR_S)).collect();
         type Drawn = fn(&Faults) -> bool;
-        let classes: [(&str, Drawn); 13] = [
+        let classes: [(&str, Drawn); 16] = [
             ("bmc_error", |f| f.bmc_error_probability > 0.0),
             ("boot_failure", |f| f.boot_failure_probability > 0.0),
             ("never_joins", |f| f.never_joins_probability > 0.0),
@@ -202,6 +224,9 @@ mod tests {
             ("crash", |f| f.crash_probability > 0.0),
             ("watch_lag", |f| f.watch_lag_s > 0),
             ("api_write_failure", |f| f.api_write_failure_probability > 0.0),
+            ("api_outage", |f| f.api_outages_per_hour > 0.0 && f.api_outage_max_s > 0),
+            ("partition", |f| f.partitions_per_hour > 0.0 && f.partition_max_s > 0),
+            ("clock_skew", |f| f.clock_skew_s > 0),
             ("faults_stop", |f| f.faults_until_s == Some(FAULTS_FOR_S)),
         ];
         for (name, on) in classes {
@@ -210,5 +235,10 @@ mod tests {
                 assert!(!all.iter().all(on), "every seed draws {name}");
             }
         }
+        // Leader loss needs a second replica: some seeds run two, some one,
+        // and some run two with partitions and clock skew together.
+        let two: Vec<u64> = (1..=64).filter(|&s| replicas(s) == 2).collect();
+        assert!(!two.is_empty() && two.len() < 64);
+        assert!(two.iter().any(|&s| all[s as usize - 1].partitions_per_hour > 0.0 && all[s as usize - 1].clock_skew_s > 0));
     }
 }

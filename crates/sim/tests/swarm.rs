@@ -15,8 +15,11 @@ use ironclaim_sim::{Broken, Faults, SimConfig, swarm};
 fn checkers_hold_under_random_faults_across_many_seeds() {
     let seeds: u64 = std::env::var("SWARM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(64);
     let mut failures = Vec::new();
+    let (mut takeovers, mut crashes) = (0, 0);
     for seed in 1..=seeds {
         let result = swarm::run_seed(seed, &PolicyKind::ALL);
+        takeovers += result.runs.iter().map(|r| r.takeovers).sum::<u64>();
+        crashes += result.runs.iter().map(|r| r.crashes).sum::<u64>();
         for run in result.runs.iter().filter(|r| !r.violations.is_empty()) {
             failures.push(format!(
                 "{}\n  policy {}: {:?}\n  replay: {}",
@@ -28,12 +31,20 @@ fn checkers_hold_under_random_faults_across_many_seeds() {
         }
     }
     assert!(failures.is_empty(), "checker violations:\n{}", failures.join("\n"));
+    // The faults that need a second replica and a restart were exercised.
+    if seeds >= 32 {
+        assert!(takeovers > 0 && crashes > 0, "{takeovers} lease takeovers, {crashes} crashes over {seeds} seeds");
+    }
 }
 
 /// On `w`, an honest rack trips no checker and the `broken` one trips `checker`.
 fn broken_rack_trips(w: &ironclaim_sim::Workload, seed: u64, kind: PolicyKind, broken: Broken, checker: &str) {
+    broken_trips(w, SimConfig { seed, faults: Faults::none(), ..Default::default() }, kind, broken, checker);
+}
+
+/// [`broken_rack_trips`] from the `honest` configuration.
+fn broken_trips(w: &ironclaim_sim::Workload, honest: SimConfig, kind: PolicyKind, broken: Broken, checker: &str) {
     let prep = Prepared::new(w, None);
-    let honest = SimConfig { seed, faults: Faults::none(), ..Default::default() };
     let stats = ironclaim_sim::run_policy(w, &prep, &honest, kind, &mut |_| {});
     assert!(stats.violations.is_empty(), "{:?}", stats.violations);
     let broken = SimConfig { broken: Some(broken), ..honest };
@@ -49,4 +60,15 @@ fn the_checkers_catch_a_rack_that_shows_nodes_empty_and_powers_off_unchecked() {
 #[test]
 fn the_checkers_catch_a_rack_that_hides_claims_and_grants_every_take() {
     broken_rack_trips(&common::rack_with_load(3, 3, 120), 3, PolicyKind::Ironclaim, Broken::UnfencedTakes, "claimed-twice");
+}
+
+/// Issue 14, hole 3 in the swarm: two replicas whose wall clocks are up to
+/// an hour apart. Judged by what each observed (the driver's lease), one
+/// leads at a time; judged by wall clocks against the writer's renew time,
+/// both lead, and the lease checker sees power actions by a replica that
+/// no longer holds the lease.
+#[test]
+fn the_checkers_catch_replicas_that_judge_the_lease_by_their_wall_clocks() {
+    let honest = SimConfig { seed: 3, replicas: 2, faults: Faults { clock_skew_s: 3600, ..Faults::none() }, ..Default::default() };
+    broken_trips(&common::rack_with_load(3, 3, 120), honest, PolicyKind::Ironclaim, Broken::WallClockLease, "acted-without-lease");
 }
