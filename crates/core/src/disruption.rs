@@ -46,8 +46,9 @@ use crate::model::*;
 use crate::outcome::Outcome;
 use crate::provision::provision;
 use crate::warm::{Membership, class_name, pool_of};
+use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Nodes whose pods all fit elsewhere are consolidated below this share of
 /// their allocatable cpu and memory (the larger of the two).

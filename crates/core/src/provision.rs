@@ -29,7 +29,8 @@ use crate::outcome::*;
 use crate::predicates::{NodeMismatch, check_node_affinity, check_taints, node_affinity_matches, taints_tolerated};
 use crate::resources::Resources;
 use crate::topology::{DomainId, PodTerms, TopologyIndex, TopologyMismatch};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// The label ironclaim puts on every node it creates, naming its NodePool.

@@ -8,7 +8,7 @@
 
 use crate::labels::{LabelSelector, Labels};
 use crate::model::{Pod, PodAffinityTerm, TopologySpread, WhenUnsatisfiable};
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 /// A domain value interned per topology key, e.g. "zone-a" for the zone key.
 pub type DomainId = u32;

@@ -104,7 +104,7 @@ pub(crate) fn class_name<'s>(server: &'s Server, pool: Option<&NodePool>) -> std
 pub struct Membership<'s> {
     pool: Vec<Option<&'s NodePool>>,
     class: Vec<std::borrow::Cow<'s, str>>,
-    index: std::collections::HashMap<&'s str, usize>,
+    index: foldhash::HashMap<&'s str, usize>,
 }
 
 impl<'s> Membership<'s> {

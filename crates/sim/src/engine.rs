@@ -33,6 +33,7 @@ use crate::config::{Broken, Scoring, SimConfig};
 use crate::policy::{PolicyKind, Setup};
 use crate::rng::{SimRng, chance, lognormal_s, stream};
 use crate::workload::{HardwareClass, Workload, gpu_milli_of};
+use foldhash::{HashMap, HashMapExt};
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint};
 use ironclaim_core::model::Arrival;
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
@@ -46,7 +47,7 @@ use ironclaim_driver::{
 use rand::RngExt;
 use serde::Serialize;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::time::Duration;
 
 pub use ironclaim_driver::FailureReason;
