@@ -232,6 +232,19 @@ struct Replica {
     inbox: Vec<Report>,
 }
 
+impl Replica {
+    /// This life is over (a crash, or the lease lost): what it believed is
+    /// forgotten, and answers to it reach no one.
+    fn end_life(&mut self) {
+        if let Some(auto) = self.auto.as_mut() {
+            auto.forget();
+        }
+        self.acting = false;
+        self.incarnation += 1;
+        self.inbox.clear();
+    }
+}
+
 /// The rack's lease record.
 #[derive(Clone, Copy, Debug)]
 struct LeaseRecord {
@@ -842,12 +855,7 @@ impl<'a> Engine<'a> {
             let rep = &mut self.replicas[r];
             if !acts {
                 if rep.acting {
-                    rep.acting = false;
-                    rep.incarnation += 1;
-                    rep.inbox.clear();
-                    if let Some(auto) = rep.auto.as_mut() {
-                        auto.forget();
-                    }
+                    rep.end_life();
                 }
                 if rep.down_until > self.now {
                     next = Some(next.map_or(rep.down_until, |n| n.min(rep.down_until)));
@@ -900,17 +908,14 @@ impl<'a> Engine<'a> {
             if self.fault(self.cfg.faults.crash_probability) {
                 // Crashed after the effect, before its answer: the next
                 // process starts from what the rack records.
-                auto.forget();
                 self.crashes += 1;
                 self.tell(|| format!("crash: replica {r} restarts from the rack's records"));
                 let down_until = self.now + self.fault_rng.random_range(5..=60);
                 let rep = &mut self.replicas[r];
-                rep.inbox.clear();
-                rep.incarnation += 1;
-                rep.acting = false;
+                rep.auto = Some(auto);
+                rep.end_life();
                 rep.tenure.revoked();
                 rep.down_until = down_until;
-                rep.auto = Some(auto);
                 self.schedule_wake(down_until);
                 return None;
             }
@@ -956,11 +961,6 @@ impl<'a> Engine<'a> {
         let mono = Duration::from_secs(self.now);
         let was = self.replicas[r].tenure.acting(mono);
         let me = Self::replica_name(r);
-        let record = self.lease.map(|l| Record {
-            holder: l.holder.map(Self::replica_name).unwrap_or_default(),
-            renew_time: Some(l.renew_wall_s * 1_000_000),
-            version: Some(l.version.to_string()),
-        });
         let round = if self.api_down(r) {
             None
         } else if self.cfg.broken == Some(Broken::WallClockLease) {
@@ -975,6 +975,11 @@ impl<'a> Engine<'a> {
                 Some(_) => Round::Wait,
             })
         } else {
+            let record = self.lease.map(|l| Record {
+                holder: l.holder.map(Self::replica_name).unwrap_or_default(),
+                renew_time: Some(l.renew_wall_s * 1_000_000),
+                version: Some(l.version.to_string()),
+            });
             Some(self.replicas[r].observer.round(&me, record.as_ref(), self.lease_times.duration, mono))
         };
         let written = round.is_some_and(Round::writes) && !self.fault(self.cfg.faults.api_write_failure_probability);
