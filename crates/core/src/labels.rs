@@ -4,8 +4,85 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
-pub type Labels = BTreeMap<String, String>;
+/// A set of labels: key to value, ordered by key. Cloning one is cheap (the
+/// map is shared until one of the copies is changed), as every snapshot
+/// copies the labels of every server, node and pod.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Labels(Arc<BTreeMap<String, String>>);
+
+impl Labels {
+    pub fn new() -> Self {
+        Labels::default()
+    }
+}
+
+impl std::ops::Deref for Labels {
+    type Target = BTreeMap<String, String>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Labels {
+    /// Copies the map first when another copy shares it.
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl Serialize for Labels {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        BTreeMap::deserialize(deserializer).map(Labels::from)
+    }
+}
+
+impl fmt::Debug for Labels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl From<BTreeMap<String, String>> for Labels {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        Labels(Arc::new(map))
+    }
+}
+
+impl FromIterator<(String, String)> for Labels {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        Labels(Arc::new(iter.into_iter().collect()))
+    }
+}
+
+impl Extend<(String, String)> for Labels {
+    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
+        Arc::make_mut(&mut self.0).extend(iter)
+    }
+}
+
+impl<'a> IntoIterator for &'a Labels {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl IntoIterator for Labels {
+    type Item = (String, String);
+    type IntoIter = std::collections::btree_map::IntoIter<String, String>;
+    fn into_iter(self) -> Self::IntoIter {
+        Arc::unwrap_or_clone(self.0).into_iter()
+    }
+}
 
 /// The well-known label every node carries with its own name.
 pub const HOSTNAME: &str = "kubernetes.io/hostname";

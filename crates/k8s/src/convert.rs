@@ -96,7 +96,7 @@ pub fn server_to_core(server: &Server) -> Result<core::Server> {
     };
     Ok(core::Server {
         name,
-        labels,
+        labels: labels.into(),
         capacity: amounts.to_resources(true),
         power,
         durations,
@@ -219,7 +219,7 @@ pub fn nodepool_to_core(pool: &NodePool) -> Result<core::NodePool> {
         name,
         weight: spec.weight,
         requirements,
-        labels: template.labels.clone(),
+        labels: template.labels.clone().into(),
         taints: taints(&template.taints),
         startup_taints: taints(&template.startup_taints),
         limits,

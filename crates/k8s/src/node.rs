@@ -51,7 +51,7 @@ pub fn node_from_k8s(node: &k8s::Node) -> Result<ironclaim_core::Node> {
         disrupting: taints.iter().any(|t| t.key == ironclaim_core::DISRUPTING_TAINT),
         server: labels.get(SERVER_LABEL).cloned(),
         name,
-        labels,
+        labels: labels.into(),
         taints,
         allocatable: allocatable.to_resources(true),
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),

@@ -70,10 +70,10 @@ pub fn pod_from_template(template: &k8s::PodTemplateSpec, namespace: &str, name:
 }
 
 fn convert(namespace: &str, name: &str, meta: &ObjectMeta, spec: &k8s::PodSpec, meta_path: &str, spec_path: &str) -> Result<ironclaim_core::Pod> {
-    let labels: Labels = meta.labels.clone().unwrap_or_default();
+    let labels: Labels = meta.labels.clone().unwrap_or_default().into();
     let mut pod = ironclaim_core::Pod::new(namespace, name, effective_requests(spec, spec_path)?);
     pod.node_name = spec.node_name.clone().filter(|n| !n.is_empty());
-    pod.node_selector = spec.node_selector.clone().unwrap_or_default();
+    pod.node_selector = spec.node_selector.clone().unwrap_or_default().into();
     pod.tolerations = tolerations(spec.tolerations.as_deref().unwrap_or_default(), &format!("{spec_path}.tolerations"))?;
     if let Some(affinity) = &spec.affinity {
         let at = format!("{spec_path}.affinity");

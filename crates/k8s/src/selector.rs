@@ -46,7 +46,7 @@ pub(crate) fn label_selector(s: &meta::LabelSelector, path: &str) -> Result<Labe
             })
         })
         .collect::<Result<_>>()?;
-    Ok(LabelSelector { match_labels: s.match_labels.clone().unwrap_or_default(), match_expressions })
+    Ok(LabelSelector { match_labels: s.match_labels.clone().unwrap_or_default().into(), match_expressions })
 }
 
 fn node_requirements(list: Option<&Vec<k8s::NodeSelectorRequirement>>, path: &str) -> Result<Vec<Requirement>> {
