@@ -433,6 +433,9 @@ impl Controller {
         DriverSettings {
             windows: s.windows,
             redecide_every: s.redecide_every,
+            // Watches may miss a change between relists: pending pods are
+            // decided again every `redecide_every`.
+            redecide_quiet_max: None,
             // Stepped on every change: every step reconciles every claim.
             reconcile_every: Duration::ZERO,
             claims: s.claims.driver(),

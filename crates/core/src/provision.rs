@@ -1176,6 +1176,8 @@ impl<'s> Scheduler<'s> {
             });
         }
         let mut decisions = Vec::with_capacity(pending.len());
+        // Pods of one group are told the same reason: diagnosed once.
+        let mut diagnosed: HashMap<usize, Unschedulable> = HashMap::default();
         for &p in pending {
             let pod = &snap.pods[p];
             let outcome = match self.placement[p] {
@@ -1197,8 +1199,9 @@ impl<'s> Scheduler<'s> {
                     }
                 }
                 None => {
-                    let g = &groups[group_of[&GroupKey::of(pod)]];
-                    Outcome::Unschedulable { reason: self.diagnose(pod, g) }
+                    let g = group_of[&GroupKey::of(pod)];
+                    let reason = diagnosed.entry(g).or_insert_with(|| self.diagnose(pod, &groups[g])).clone();
+                    Outcome::Unschedulable { reason }
                 }
             };
             decisions.push(PodDecision { pod: pod.key(), workload: pod.workload.clone(), outcome });

@@ -101,6 +101,13 @@ pub struct Settings {
     pub windows: Windows,
     /// Pending pods are decided again this often even with no new one.
     pub redecide_every: Duration,
+    /// Some(cap): a runner that calls [`Autoscaler::changed`] on every
+    /// change of the world. Pods the last decision found no server for, or
+    /// only one already on its way, wait for a change, an answer or the end
+    /// of a server's failure backoff before they are decided again (at
+    /// least `redecide_every` and at most `cap` after the last decision):
+    /// nothing else can change that answer. None: every `redecide_every`.
+    pub redecide_quiet_max: Option<Duration>,
     /// How often every claim is reconciled without a change. Zero: every
     /// step reconciles every claim, and [`Autoscaler::next_wake`] is the
     /// next time a claim has something due (for a runner that steps on
@@ -125,6 +132,7 @@ impl Default for Settings {
         Settings {
             windows: Windows::default(),
             redecide_every: Duration::from_secs(30),
+            redecide_quiet_max: None,
             reconcile_every: Duration::from_secs(1),
             claims: ClaimSettings::default(),
             backoff: FailureBackoff::default(),
@@ -219,6 +227,14 @@ pub struct Autoscaler {
     /// flight or had one opened: asking again, with no new pod and no
     /// claim lost, would decide the same.
     settled: bool,
+    /// At the last decision no pending pod could be helped but by a change
+    /// of the world or the end of a backoff: every one was unschedulable,
+    /// waiting for a claim in flight or given one.
+    quiet: bool,
+    /// Nothing changed and no answer came since the last decision.
+    unchanged: bool,
+    /// The first end of a failure backoff after the last decision.
+    backoff_ends: Option<Seconds>,
     pub counters: Counters,
     /// Pending pods by what the latest decision found for them.
     pending_by_decision: BTreeMap<&'static str, usize>,
@@ -272,6 +288,9 @@ impl Autoscaler {
             names: 0,
             waiting: false,
             settled: false,
+            quiet: false,
+            unchanged: false,
+            backoff_ends: None,
             counters: Counters::default(),
             pending_by_decision: BTreeMap::new(),
         }
@@ -309,10 +328,8 @@ impl Autoscaler {
         if let Some(due) = self.batcher.due_at() {
             at = at.min(due);
         }
-        if self.waiting
-            && let Some(last) = self.last_decision
-        {
-            at = at.min(last + self.settings.redecide_every);
+        if let Some(due) = self.redecide_at() {
+            at = at.min(due);
         }
         if self.settings.scale_down.is_some() {
             at = at.min(self.next_scale_down);
@@ -327,6 +344,7 @@ impl Autoscaler {
     /// [`ScaleDownSettings::quiet_max`]): a scale-down pass is due `every`
     /// after the last one, or now.
     pub fn changed(&mut self, now: Duration) {
+        self.unchanged = false;
         let every = self.settings.scale_down.map_or(Duration::ZERO, |sd| sd.every);
         let due = self.last_scale_down.map_or(now, |at| (at + every).max(now));
         self.next_scale_down = self.next_scale_down.min(due);
@@ -377,6 +395,7 @@ impl Autoscaler {
     /// Takes the answer to an effect.
     pub fn report(&mut self, report: Report, now: Duration) -> Vec<Effect> {
         let mut out = Vec::new();
+        self.unchanged = false;
         if matches!(
             report,
             Report::Taken { .. } | Report::Held { .. } | Report::TakeFailed { .. } | Report::PoweredOn { .. } | Report::PoweredOff { .. }
@@ -490,8 +509,26 @@ impl Autoscaler {
     /// claimed (their pods the claim's), spares being powered on or off
     /// are in their new state, drained nodes are disrupting; and servers
     /// still waiting out a failure's backoff are not chosen.
-    fn prepare(&self, snap: &mut Snapshot, world: &dyn World, now_s: Seconds) {
-        self.settings.backoff.apply(snap, |s| world.last_failure_s(s), now_s);
+    /// When pending pods are next decided again with nothing new pending:
+    /// `redecide_every` after the last decision, or, stepped on change
+    /// after a quiet decision with nothing changed since, when a backoff
+    /// ends or `cap` has passed. None while nothing waits.
+    fn redecide_at(&self) -> Option<Duration> {
+        let last = self.last_decision.filter(|_| self.waiting)?;
+        let every = last + self.settings.redecide_every;
+        match self.settings.redecide_quiet_max {
+            Some(cap) if self.quiet && self.unchanged => {
+                let backoff = self.backoff_ends.map_or(Duration::MAX, Duration::from_secs);
+                Some(every.max(backoff.min(last + cap)))
+            }
+            _ => Some(every),
+        }
+    }
+
+    /// Readies a snapshot for the core; returns the first end of a failure
+    /// backoff it marked.
+    fn prepare(&self, snap: &mut Snapshot, world: &dyn World, now_s: Seconds) -> Option<Seconds> {
+        let backoff_ends = self.settings.backoff.apply(snap, |s| world.last_failure_s(s), now_s);
         for s in snap.servers.iter_mut() {
             if let Some(record) = self.taking.values().find(|r| r.server == s.name) {
                 s.claim = Some(record.name.clone());
@@ -523,6 +560,7 @@ impl Autoscaler {
                 n.disrupting = true;
             }
         }
+        backoff_ends
     }
 
     /// One step at `now`. See the module docs.
@@ -604,12 +642,13 @@ impl Autoscaler {
         self.batcher.observe(pending.iter(), now);
         // The first step counts as a decision: pods already pending wait
         // for the batch window like any others.
-        let last = *self.last_decision.get_or_insert(now);
+        self.last_decision.get_or_insert(now);
         self.waiting = !pending.is_empty() && !self.settled;
-        let periodic = self.waiting && now >= last + self.settings.redecide_every;
+        let periodic = self.redecide_at().is_some_and(|at| now >= at);
         if self.batcher.due(now) || periodic {
             let mut snap = world.snapshot(Some(pending.len()));
-            self.prepare(&mut snap, world, now_s);
+            self.backoff_ends = self.prepare(&mut snap, world, now_s);
+            self.unchanged = true;
             let plan = provision(&snap, now_s);
             self.counters.decisions += 1;
             self.pending_by_decision.clear();
@@ -648,6 +687,11 @@ impl Autoscaler {
                 ironclaim_core::Outcome::InFlight { .. } => true,
                 ironclaim_core::Outcome::NewClaim { server, .. } => opened.contains(server),
                 _ => false,
+            });
+            self.quiet = plan.pods.iter().all(|d| match &d.outcome {
+                ironclaim_core::Outcome::InFlight { .. } | ironclaim_core::Outcome::Unschedulable { .. } => true,
+                ironclaim_core::Outcome::NewClaim { server, .. } => opened.contains(server),
+                ironclaim_core::Outcome::Existing { .. } => false,
             });
             self.waiting = !self.settled;
             if self.settings.decision_notes {
@@ -1205,5 +1249,41 @@ mod tests {
         let effects = a.step(&world, s(1_011));
         assert!(!effects.iter().any(|e| matches!(e, Effect::TakeServer { .. })), "{effects:?}");
         assert_eq!(a.next_wake(), s(1_011 + 30));
+    }
+
+    #[test]
+    fn told_every_change_pods_no_server_can_take_wait_for_a_change_or_the_end_of_a_backoff() {
+        let mut world = toy();
+        // Both servers wait out a failure's backoff until 1,060 s.
+        world.snap.servers[0].failures = 1;
+        world.snap.servers[1].failures = 1;
+        world.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let settings = Settings { reconcile_every: Duration::ZERO, redecide_quiet_max: Some(s(3_600)), scale_down: None, ..Settings::default() };
+        let mut quiet = Autoscaler::new(settings.clone());
+        quiet.step(&world, s(1_010));
+        quiet.step(&world, s(1_011));
+        assert_eq!(quiet.counters.decisions, 1);
+        assert_eq!(quiet.next_wake(), s(1_060), "nothing but the end of the backoff can change the answer");
+        quiet.step(&world, s(1_041));
+        assert_eq!(quiet.counters.decisions, 1, "not decided again with nothing changed");
+        let effects = quiet.step(&world, s(1_060));
+        assert_eq!(quiet.counters.decisions, 2);
+        assert!(effects.iter().any(|e| matches!(e, Effect::TakeServer { .. })), "a server out of its backoff is claimed: {effects:?}");
+
+        // A change brings the re-decision back to `redecide_every`.
+        let mut told = Autoscaler::new(settings.clone());
+        told.step(&world, s(1_010));
+        told.step(&world, s(1_011));
+        told.changed(s(1_020));
+        assert_eq!(told.next_wake(), s(1_041));
+        told.step(&world, s(1_041));
+        assert_eq!(told.counters.decisions, 2);
+
+        // With no server in backoff the cap bounds the wait.
+        world.snap.servers.iter_mut().for_each(|s| s.health = ironclaim_core::model::Health::Quarantined);
+        let mut capped = Autoscaler::new(settings);
+        capped.step(&world, s(1_010));
+        capped.step(&world, s(1_011));
+        assert_eq!(capped.next_wake(), s(1_011 + 3_600));
     }
 }

@@ -57,13 +57,24 @@ impl FailureBackoff {
 
     /// Marks the healthy servers of `snapshot` that still wait out their
     /// backoff [`Health::Failed`], so the core chooses them not at all.
-    /// `last_failure_s` gives each server's last failed claim.
-    pub fn apply(&self, snapshot: &mut Snapshot, last_failure_s: impl Fn(&str) -> Option<Seconds>, now_s: Seconds) {
+    /// `last_failure_s` gives each server's last failed claim. Returns
+    /// when the first of the servers it marked may be chosen again.
+    pub fn apply(&self, snapshot: &mut Snapshot, last_failure_s: impl Fn(&str) -> Option<Seconds>, now_s: Seconds) -> Option<Seconds> {
+        let mut first_end: Option<Seconds> = None;
         for s in snapshot.servers.iter_mut() {
-            if s.health == Health::Healthy && self.waiting(s.failures, last_failure_s(&s.name), now_s) {
+            if s.health != Health::Healthy || s.failures == 0 {
+                continue;
+            }
+            let last = last_failure_s(&s.name);
+            if self.waiting(s.failures, last, now_s)
+                && let Some(at) = last
+            {
                 s.health = Health::Failed;
+                let end = at.saturating_add(self.after(s.failures));
+                first_end = Some(first_end.map_or(end, |f| f.min(end)));
             }
         }
+        first_end
     }
 }
 

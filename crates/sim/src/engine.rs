@@ -64,6 +64,8 @@ pub struct Prepared {
     /// Per pod: why no server of the inventory can ever host it.
     pub unplaceable: Vec<Option<String>>,
     pub end_s: Seconds,
+    /// Per pod: its key (`namespace/name`).
+    keys: Vec<String>,
     pod_index: HashMap<String, usize>,
     server_index: HashMap<String, usize>,
 }
@@ -92,9 +94,10 @@ impl Prepared {
             pod_index.insert(pod.key(), i);
             pods.push(pod);
         }
+        let keys = pods.iter().map(Pod::key).collect();
         let server_index = w.servers.iter().enumerate().map(|(i, s)| (s.server.name.clone(), i)).collect();
         let end_s = duration_s.unwrap_or(w.end_s);
-        let mut p = Prepared { classes, class_of, pool_of, unplaceable: vec![None; pods.len()], pods, end_s, pod_index, server_index };
+        let mut p = Prepared { classes, class_of, pool_of, unplaceable: vec![None; pods.len()], pods, end_s, keys, pod_index, server_index };
         p.find_unplaceable(w);
         p
     }
@@ -559,7 +562,9 @@ pub fn autoscaler_settings(cfg: &SimConfig, scale_down: bool) -> Settings {
     s.claims.quarantine_after = cfg.quarantine_after_failures;
     s.name_seed = cfg.seed;
     s.held_notes = false;
-    s.scale_down = scale_down.then(|| ScaleDownSettings { quiet_max: Some(Duration::from_secs(cfg.quiet_max_s.max(1))), ..Default::default() });
+    let quiet_max = Duration::from_secs(cfg.quiet_max_s.max(1));
+    s.redecide_quiet_max = Some(quiet_max);
+    s.scale_down = scale_down.then(|| ScaleDownSettings { quiet_max: Some(quiet_max), ..Default::default() });
     s
 }
 
@@ -842,7 +847,10 @@ impl<'a> Engine<'a> {
         if !self.lagging.is_empty() {
             let now = self.now;
             let pods = &self.pods;
+            let before = self.lagging.len();
             self.lagging.retain(|&p| now < pods[p].seen_until);
+            // The watch caught up on a pod: the world as shown changed.
+            self.changed |= self.lagging.len() < before;
             // What the watch shows changes when a lag runs out.
             if let Some(next) = self.lagging.iter().map(|&p| self.pods[p].seen_until).min() {
                 self.schedule_wake(next);
@@ -1897,7 +1905,7 @@ impl<'a> Engine<'a> {
         for p in overdue {
             if let Some(host) = self.could_host(p) {
                 let waited = self.now - self.w.pods[p].arrival_s.max(until);
-                let key = self.prep.pods[p].key();
+                let key = self.prep.keys[p].clone();
                 self.checker.pending_too_long(self.now, &key, waited, bound, &host);
             }
         }
@@ -2096,7 +2104,7 @@ impl<'a> Engine<'a> {
 
 impl World for Engine<'_> {
     fn pending(&self) -> Vec<String> {
-        self.shown_pending().into_iter().map(|p| self.prep.pods[p].key()).collect()
+        self.shown_pending().into_iter().map(|p| self.prep.keys[p].clone()).collect()
     }
 
     fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {
