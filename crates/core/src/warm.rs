@@ -189,12 +189,14 @@ pub fn next_change_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
     if snapshot.arrivals.is_empty() {
         return None;
     }
-    let m = Membership::of(snapshot);
+    // Only the arrivals' servers and their pools matter: no classes.
+    let servers: foldhash::HashMap<&str, &Server> = snapshot.servers.iter().map(|s| (s.name.as_str(), s)).collect();
     snapshot
         .arrivals
         .iter()
         .filter_map(|a| {
-            let window_s = m.pool(m.index(&a.server)?)?.warm.adaptive.as_ref()?.window_s.max(MIN_WINDOW_S);
+            let server = servers.get(a.server.as_str())?;
+            let window_s = pool_of(&snapshot.pools, server, None)?.warm.adaptive.as_ref()?.window_s.max(MIN_WINDOW_S);
             let leaves = a.at_s.saturating_add(window_s).saturating_add(1);
             (leaves > now_s).then_some(leaves)
         })

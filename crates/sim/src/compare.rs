@@ -1,7 +1,7 @@
 //! Runs every policy on one workload with one seed and builds the report.
 
 use crate::config::SimConfig;
-use crate::engine::{Prepared, RunStats, run_policy};
+use crate::engine::{Prepared, RunStats, run_policy, sample_times};
 use crate::oracle::oracle_bound;
 use crate::policy::PolicyKind;
 use crate::report::*;
@@ -62,10 +62,15 @@ pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress:
         let label = format!("ironclaim ({})", other.scoring);
         jobs.push((PolicyKind::Ironclaim, other, label));
     }
-    let mut runs = run_all(w, &prep, &jobs, progress);
+    // The oracle needs only the sample times: it runs beside the policies.
+    let at_s = sample_times(&prep, cfg);
+    let (mut runs, oracle) = std::thread::scope(|scope| {
+        let oracle = scope.spawn(|| oracle_bound(w, &prep, &at_s));
+        let runs = run_all(w, &prep, &jobs, progress);
+        (runs, oracle.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+    });
+    debug_assert!(runs.iter().all(|r| r.timeline.at_s == at_s));
     let alt = if scored { runs.pop() } else { None };
-    let at_s: Vec<u64> = runs.first().map(|r| r.timeline.at_s.clone()).unwrap_or_default();
-    let oracle = oracle_bound(w, &prep, &at_s);
     let scoring = alt.map(|alt| {
         let base = runs.iter().find(|r| r.policy == PolicyKind::Ironclaim);
         let (mut least, mut most) = (alt.clone(), alt);

@@ -549,6 +549,17 @@ fn windows(rng: &mut SimRng, per_hour: f64, max_s: Seconds, until: Seconds) -> V
     }
 }
 
+/// How far apart a run's timeline samples are.
+fn sample_every(prep: &Prepared, cfg: &SimConfig) -> Seconds {
+    (prep.end_s / cfg.timeline_points.max(2) as u64).max(1)
+}
+
+/// When every run of `prep` under `cfg` samples its timeline: from 0 to the
+/// end, [`SimConfig::timeline_points`] apart.
+pub fn sample_times(prep: &Prepared, cfg: &SimConfig) -> Vec<Seconds> {
+    (0..=prep.end_s).step_by(sample_every(prep, cfg) as usize).collect()
+}
+
 /// The autoscaler's settings in the simulator: the controller's defaults,
 /// with the run's batch windows, failure backoff and quarantine, stepped on
 /// every change of the rack rather than on a fixed tick.
@@ -599,7 +610,6 @@ impl<'a> Engine<'a> {
             })
             .collect();
         let end = prep.end_s;
-        let points = cfg.timeline_points.max(2) as u64;
         let deadlines = ironclaim_driver::claim::ClaimSettings::default().deadlines;
         let max_cold: Seconds = w
             .servers
@@ -683,7 +693,7 @@ impl<'a> Engine<'a> {
             peak_powered: 0,
             checker,
             timeline: Timeline::default(),
-            sample_every: (end / points).max(1),
+            sample_every: sample_every(prep, cfg),
             next_sample: 0,
             failures: BTreeMap::new(),
             failed_claims: Vec::new(),
@@ -2097,7 +2107,7 @@ impl<'a> Engine<'a> {
             });
         }
         snap.arrivals = self.arrivals.values().cloned().collect();
-        snap.arrivals.sort_by(|a, b| a.at_s.cmp(&b.at_s).then(a.server.cmp(&b.server)));
+        snap.arrivals.sort_by(|a, b| a.at_s.cmp(&b.at_s).then_with(|| a.server.cmp(&b.server)));
         snap
     }
 }
