@@ -286,11 +286,7 @@ impl Index {
         for server in self.servers.values() {
             match server_to_core(server) {
                 Ok(mut s) => {
-                    if s.health == Health::Healthy
-                        && s.failures > 0
-                        && let Some(failed_s) = last_failure_s(server)
-                        && now_s < failed_s.saturating_add(backoff.after(s.failures))
-                    {
+                    if s.health == Health::Healthy && backoff.waiting(s.failures, last_failure_s(server), now_s) {
                         s.health = Health::Failed;
                     }
                     // Locked but not yet written: taken all the same.

@@ -505,10 +505,6 @@ impl Autoscaler {
         self.claims.get_mut(&name)
     }
 
-    /// Marks in `snap` what is under way here: servers being taken are
-    /// claimed (their pods the claim's), spares being powered on or off
-    /// are in their new state, drained nodes are disrupting; and servers
-    /// still waiting out a failure's backoff are not chosen.
     /// When pending pods are next decided again with nothing new pending:
     /// `redecide_every` after the last decision, or, stepped on change
     /// after a quiet decision with nothing changed since, when a backoff
@@ -525,8 +521,11 @@ impl Autoscaler {
         }
     }
 
-    /// Readies a snapshot for the core; returns the first end of a failure
-    /// backoff it marked.
+    /// Marks in `snap` what is under way here: servers being taken are
+    /// claimed (their pods the claim's), spares being powered on or off
+    /// are in their new state, drained nodes are disrupting; and servers
+    /// still waiting out a failure's backoff are not chosen. Returns when
+    /// the first of those backoffs ends.
     fn prepare(&self, snap: &mut Snapshot, world: &dyn World, now_s: Seconds) -> Option<Seconds> {
         let backoff_ends = self.settings.backoff.apply(snap, |s| world.last_failure_s(s), now_s);
         for s in snap.servers.iter_mut() {
@@ -683,16 +682,13 @@ impl Autoscaler {
                 self.counters.claims_opened += 1;
                 out.push(Effect::TakeServer { claim: record });
             }
-            self.settled = plan.pods.iter().all(|d| match &d.outcome {
+            let on_its_way = |o: &ironclaim_core::Outcome| match o {
                 ironclaim_core::Outcome::InFlight { .. } => true,
                 ironclaim_core::Outcome::NewClaim { server, .. } => opened.contains(server),
                 _ => false,
-            });
-            self.quiet = plan.pods.iter().all(|d| match &d.outcome {
-                ironclaim_core::Outcome::InFlight { .. } | ironclaim_core::Outcome::Unschedulable { .. } => true,
-                ironclaim_core::Outcome::NewClaim { server, .. } => opened.contains(server),
-                ironclaim_core::Outcome::Existing { .. } => false,
-            });
+            };
+            self.settled = plan.pods.iter().all(|d| on_its_way(&d.outcome));
+            self.quiet = plan.pods.iter().all(|d| on_its_way(&d.outcome) || matches!(d.outcome, ironclaim_core::Outcome::Unschedulable { .. }));
             self.waiting = !self.settled;
             if self.settings.decision_notes {
                 out.extend(plan.pods.iter().filter_map(decision_note));

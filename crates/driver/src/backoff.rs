@@ -52,7 +52,14 @@ impl FailureBackoff {
     /// Whether a server with `failures` in a row, the last at
     /// `last_failure_s`, still waits out its backoff at `now_s`.
     pub fn waiting(&self, failures: u32, last_failure_s: Option<Seconds>, now_s: Seconds) -> bool {
-        failures > 0 && last_failure_s.is_some_and(|at| now_s < at.saturating_add(self.after(failures)))
+        self.ends_at(failures, last_failure_s).is_some_and(|end| now_s < end)
+    }
+
+    /// When the backoff of a server with `failures` in a row, the last at
+    /// `last_failure_s`, ends; None with no failure or no time recorded.
+    pub fn ends_at(&self, failures: u32, last_failure_s: Option<Seconds>) -> Option<Seconds> {
+        let at = last_failure_s.filter(|_| failures > 0)?;
+        Some(at.saturating_add(self.after(failures)))
     }
 
     /// Marks the healthy servers of `snapshot` that still wait out their
@@ -65,12 +72,10 @@ impl FailureBackoff {
             if s.health != Health::Healthy || s.failures == 0 {
                 continue;
             }
-            let last = last_failure_s(&s.name);
-            if self.waiting(s.failures, last, now_s)
-                && let Some(at) = last
+            if let Some(end) = self.ends_at(s.failures, last_failure_s(&s.name))
+                && now_s < end
             {
                 s.health = Health::Failed;
-                let end = at.saturating_add(self.after(s.failures));
                 first_end = Some(first_end.map_or(end, |f| f.min(end)));
             }
         }

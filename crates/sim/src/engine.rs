@@ -81,6 +81,7 @@ impl Prepared {
         let mut seen: HashMap<String, u32> = HashMap::new();
         let mut pods = Vec::with_capacity(w.pods.len());
         let mut pod_index = HashMap::with_capacity(w.pods.len());
+        let mut keys = Vec::with_capacity(w.pods.len());
         for (i, tp) in w.pods.iter().enumerate() {
             let mut pod = tp.pod.clone();
             let n = seen.entry(pod.key()).or_insert(0);
@@ -91,10 +92,11 @@ impl Prepared {
             pod.created_s = tp.arrival_s;
             pod.node_name = None;
             pod.phase = PodPhase::Pending;
-            pod_index.insert(pod.key(), i);
+            let key = pod.key();
+            pod_index.insert(key.clone(), i);
+            keys.push(key);
             pods.push(pod);
         }
-        let keys = pods.iter().map(Pod::key).collect();
         let server_index = w.servers.iter().enumerate().map(|(i, s)| (s.server.name.clone(), i)).collect();
         let end_s = duration_s.unwrap_or(w.end_s);
         let mut p = Prepared { classes, class_of, pool_of, unplaceable: vec![None; pods.len()], pods, end_s, keys, pod_index, server_index };
@@ -1915,8 +1917,8 @@ impl<'a> Engine<'a> {
         for p in overdue {
             if let Some(host) = self.could_host(p) {
                 let waited = self.now - self.w.pods[p].arrival_s.max(until);
-                let key = self.prep.keys[p].clone();
-                self.checker.pending_too_long(self.now, &key, waited, bound, &host);
+                let prep = self.prep;
+                self.checker.pending_too_long(self.now, &prep.keys[p], waited, bound, &host);
             }
         }
     }
