@@ -261,10 +261,32 @@ impl Claims {
         PowerFailure { reason: driver_reason(err.reason), message: err.message }
     }
 
-    /// Carries out [`ironclaim_driver::Effect::PowerOn`] for a claim, and
-    /// tells `pods` the server is on as soon as the provider confirms it.
+    /// Carries out [`ironclaim_driver::Effect::PowerOn`] for a claim or a
+    /// spare, and tells `pods` the server is on as soon as the provider
+    /// confirms it.
+    ///
+    /// # Guarantees
+    /// A server the BMC reads off is recorded as powered on by ironclaim
+    /// before the power-on is sent (and nothing is sent when that write
+    /// fails): only then is it ironclaim's to power off again. One the BMC
+    /// already reads on is left unrecorded: that power was not ironclaim's,
+    /// and whatever runs there keeps it until a node links to the server.
     pub async fn power_on(&self, server: Server, pods: &[PodKey]) -> Report {
         let name = server.name_any();
+        let answer = |result| Report::PoweredOn { server: name.clone(), result };
+        match self.power.power_state(&server).await {
+            Ok(PowerState::On | PowerState::PoweringOn) => {}
+            Ok(_) => {
+                let patch = serde_json::json!({"status": {"powerState": PowerState::PoweringOn, "poweredOnByIronclaim": true}});
+                if let Err(source) = self.servers_api().patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    let err = Error::ServerStatusFailed { server: name.clone(), source };
+                    self.metrics.error(err.metric_label());
+                    let message = format!("{err:#}; not powered on until ironclaim has recorded that it did");
+                    return answer(Err(PowerFailure { reason: ironclaim_driver::FailureReason::PowerActionFailed, message }));
+                }
+            }
+            Err(err) => return answer(Err(self.power_failure(&name, err))),
+        }
         let result = match self.power.power_on(&server).await {
             Ok(()) => {
                 let note = timeline::powered_on_note(&name, 0, &durations_of(&server));
@@ -275,7 +297,7 @@ impl Claims {
             }
             Err(err) => Err(self.power_failure(&name, err)),
         };
-        Report::PoweredOn { server: name, result }
+        answer(result)
     }
 
     /// Carries out [`ironclaim_driver::Effect::ReadPower`].
@@ -305,17 +327,27 @@ impl Claims {
             let holder = holder.unwrap_or("nothing");
             return answer(Ok(()), Some(format!("server {server} is held by {holder}, not by {}", claim.unwrap_or("nothing"))));
         }
-        if node.is_none() {
-            // A claim's server or a spare is powered off only while it is
-            // no node: the index may be behind the API.
-            match Api::<Node>::all(self.client.clone()).list(&ListParams::default()).await {
-                Ok(nodes) => {
-                    if let Some(n) = nodes.items.iter().find(|n| crate::index::node_server(n).as_deref() == Some(server)) {
-                        return answer(Ok(()), Some(format!("server {server} is node {}", n.name_any())));
-                    }
-                }
-                Err(err) => return answer(Ok(()), Some(format!("the nodes could not be listed: {err}"))),
-            }
+        // Whose the machine is, on the Nodes as the API lists them now:
+        // the index may be behind, and a node may run on the server under
+        // another name (by system UUID) or twice (a stale twin).
+        let nodes = match Api::<Node>::all(self.client.clone()).list(&ListParams::default()).await {
+            Ok(nodes) => nodes.items,
+            Err(err) => return answer(Ok(()), Some(format!("the nodes could not be listed: {err}"))),
+        };
+        let state = match self.power.power_state(&current).await {
+            Ok(state) => state,
+            Err(err) => return answer(Err(self.power_failure(server, err)), None),
+        };
+        if state == PowerState::Off {
+            return answer(Ok(()), None);
+        }
+        let (recorded, reported) = crate::index::recorded_identity(&current);
+        let mut facts = crate::index::power_facts(&current, false);
+        facts.on = true;
+        if let Some(why) =
+            ironclaim_core::identity::refuse_power_off(server, recorded, reported, facts, nodes.iter().map(crate::index::node_says), node)
+        {
+            return answer(Ok(()), Some(why));
         }
         if let Some(node) = node {
             match self.workload_on(node).await {
@@ -329,10 +361,7 @@ impl Claims {
                 Err(err) => return answer(Ok(()), Some(format!("the volume attachments could not be listed: {err}"))),
             }
         }
-        let result = match self.power.power_state(&current).await {
-            Ok(PowerState::Off) => Ok(()),
-            _ => self.power.power_off(&current).await.map_err(|err| self.power_failure(server, err)),
-        };
+        let result = self.power.power_off(&current).await.map_err(|err| self.power_failure(server, err));
         answer(result, None)
     }
 
@@ -633,6 +662,12 @@ impl Claims {
         if current.spec.maintenance || status.quarantined {
             return Err(Error::ServerHeld { server: server.into(), holder: "maintenance or quarantine".into() });
         }
+        // On and not ironclaim's: whatever runs there is not a claim's to
+        // take. (A node linked to it is no free server either: the index
+        // keeps the core from choosing it.)
+        if ironclaim_core::identity::unadopted(crate::index::power_facts(&current, false)).is_some() {
+            return Err(Error::ServerHeld { server: server.into(), holder: "nothing ironclaim knows: the server is not adopted".into() });
+        }
         let taken = self.locks.take(&current, claim).await?;
         Ok((current, taken == Taken::Now))
     }
@@ -723,6 +758,7 @@ impl Claims {
                     c.last_transition_time = timeline::time(now);
                 }
                 status.power_state = Some(PowerState::Off);
+                status.powered_on_by_ironclaim = false;
             }
             current.status = Some(status);
             match api.replace_status(&server_name, &PostParams::default(), &current).await {

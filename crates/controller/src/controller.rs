@@ -17,12 +17,13 @@ use ironclaim_core::model::Seconds;
 use ironclaim_core::provision;
 use ironclaim_driver::autoscaler::Autoscaler;
 use ironclaim_driver::{Effect, Report, Settings as DriverSettings};
-use ironclaim_k8s::api::server::{PowerState, ServerStatus};
+use ironclaim_k8s::api::server::{Identity, PowerState, ServerStatus};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -43,6 +44,7 @@ use crate::metrics::Metrics;
 use crate::pools;
 use crate::provider::Power;
 use crate::scaledown::notes::Notes;
+use crate::timeline;
 use crate::world::IndexWorld;
 
 /// Everything configurable about a controller.
@@ -526,23 +528,121 @@ fn orphaned_claim(server: &Server, claims: &BTreeMap<String, NodeClaim>, now: ji
     (!opening).then_some(claim)
 }
 
+/// The condition on a Server that says whether ironclaim may act on it.
+pub const ADOPTED_CONDITION: &str = "Adopted";
+/// The condition on a Server whose identity is contradicted.
+pub const IDENTITY_MISMATCH_CONDITION: &str = "IdentityMismatch";
+
+/// What the sweep learnt of one server: its BMC's readings and where it
+/// stands.
+#[derive(Clone, Debug, Default)]
+struct Reading {
+    state: Option<PowerState>,
+    watts: Option<f64>,
+    /// The identity its BMC reported, when it was asked (first contact, or
+    /// a BMC address that changed since).
+    identity: Option<crate::provider::SystemIdentity>,
+}
+
+/// The identity to record after a read: the first one, or the reported
+/// UUID when a changed BMC address answers for another machine. None: no
+/// change.
+fn identity_patch(recorded: Option<&Identity>, address: Option<&str>, read: &crate::provider::SystemIdentity) -> Option<Identity> {
+    let fresh = || Identity {
+        system_uuid: read.uuid.clone(),
+        serial_number: read.serial_number.clone(),
+        bmc_address: address.map(str::to_string),
+        reported_system_uuid: None,
+    };
+    let Some(recorded) = recorded.filter(|r| r.system_uuid.is_some()) else {
+        return read.uuid.is_some().then(fresh);
+    };
+    let same = read.uuid.as_deref().zip(recorded.system_uuid.as_deref()).is_some_and(|(a, b)| ironclaim_core::identity::same_uuid(a, b));
+    let next = if same {
+        Identity { bmc_address: address.map(str::to_string), reported_system_uuid: None, ..recorded.clone() }
+    } else {
+        Identity { reported_system_uuid: read.uuid.clone().or_else(|| Some("none".into())), ..recorded.clone() }
+    };
+    (next != *recorded).then_some(next)
+}
+
 /// What the sweep writes on a server's status after reading its BMC, if
-/// anything changed. A claimed server in `PoweringOn` or `PoweringOff` keeps
-/// that state: the claim's own power action writes where it ends, and a
-/// reading taken just before the action reaches the BMC would say the
-/// opposite.
-fn sweep_patch(status: &ServerStatus, read: Option<PowerState>, watts: Option<f64>) -> Option<serde_json::Value> {
-    let read = read.unwrap_or(PowerState::Unknown);
-    let in_transition = matches!(status.power_state, Some(PowerState::PoweringOn | PowerState::PoweringOff))
-        && status.claim.as_deref().is_some_and(|c| !c.is_empty());
-    let state = if in_transition { status.power_state } else { Some(read) };
-    let rounded = watts.map(|w| w.round() as i64);
+/// anything changed. A server in `PoweringOn` or `PoweringOff` for a claim
+/// or a spare ironclaim is powering keeps that state: the power action
+/// writes where it ends, and a reading taken just before the action
+/// reaches the BMC would say the opposite. A server read off is no longer
+/// one ironclaim powered on. `standing` is (adopted, why not; mismatch).
+fn sweep_patch(
+    status: &ServerStatus,
+    address: Option<&str>,
+    read: &Reading,
+    standing: (Option<&str>, Option<&str>),
+    now_s: Seconds,
+) -> Option<serde_json::Value> {
+    let state_read = read.state.unwrap_or(PowerState::Unknown);
+    let ours = status.claim.as_deref().is_some_and(|c| !c.is_empty()) || status.powered_on_by_ironclaim;
+    let in_transition = matches!(status.power_state, Some(PowerState::PoweringOn | PowerState::PoweringOff)) && ours;
+    let state = if in_transition { status.power_state } else { Some(state_read) };
+    let rounded = read.watts.map(|w| w.round() as i64);
     let mut patch = serde_json::json!({"status": {}});
     if status.power_state != state {
         patch["status"]["powerState"] = serde_json::json!(state);
     }
+    if state == Some(PowerState::Off) && status.powered_on_by_ironclaim {
+        patch["status"]["poweredOnByIronclaim"] = serde_json::json!(false);
+    }
     if rounded.is_some() && status.watts != rounded {
         patch["status"]["watts"] = serde_json::json!(rounded);
+    }
+    if let Some(identity) = read.identity.as_ref().and_then(|i| identity_patch(status.identity.as_ref(), address, i)) {
+        patch["status"]["identity"] = serde_json::json!(identity);
+    }
+    let (unadopted, mismatch) = standing;
+    let mut conditions = status.conditions.clone();
+    match unadopted {
+        None => timeline::set_condition(
+            &mut conditions,
+            ADOPTED_CONDITION,
+            true,
+            "Adopted",
+            "ironclaim may claim it and power it off when idle",
+            now_s,
+            None,
+        ),
+        Some(why) => timeline::set_condition(&mut conditions, ADOPTED_CONDITION, false, "Unadopted", why, now_s, None),
+    }
+    match mismatch {
+        None => {
+            if conditions.iter().any(|c| c.type_ == IDENTITY_MISMATCH_CONDITION) {
+                timeline::set_condition(
+                    &mut conditions,
+                    IDENTITY_MISMATCH_CONDITION,
+                    false,
+                    "IdentityConfirmed",
+                    "nothing contradicts its identity",
+                    now_s,
+                    None,
+                );
+            }
+        }
+        Some(why) => timeline::set_condition(
+            &mut conditions,
+            IDENTITY_MISMATCH_CONDITION,
+            true,
+            "IdentityMismatch",
+            &format!(
+                "{why}; no power action, claim or drain reaches it until this is resolved (fix the node or the Server, then clear status.identity to have it read again)"
+            ),
+            now_s,
+            None,
+        ),
+    }
+    let same = |a: &[Condition], b: &[Condition]| {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| x.type_ == y.type_ && x.status == y.status && x.reason == y.reason && x.message == y.message)
+    };
+    if !same(&conditions, &status.conditions) {
+        patch["status"]["conditions"] = serde_json::json!(conditions);
     }
     (patch["status"].as_object().is_some_and(|o| !o.is_empty())).then_some(patch)
 }
@@ -598,22 +698,29 @@ impl Sweeper {
             }
         }
         let power = self.claims.power();
-        let readings: Vec<(Server, Option<PowerState>, Option<f64>)> = futures::stream::iter(servers)
+        let readings: Vec<(Server, Reading)> = futures::stream::iter(servers)
             .map(|server| {
                 let power = power.clone();
                 async move {
                     let state = power.power_state(&server).await.ok();
                     let watts = if state == Some(PowerState::On) { power.watts(&server).await.ok().flatten() } else { None };
-                    (server, state, watts)
+                    let recorded = server.status.as_ref().and_then(|s| s.identity.as_ref());
+                    let address = server.spec.bmc.as_ref().map(|b| b.address.as_str());
+                    let ask = recorded.is_none_or(|r| r.system_uuid.is_none() || r.bmc_address.as_deref() != address);
+                    let identity = if ask { power.identity(&server).await.ok().flatten() } else { None };
+                    (server, Reading { state, watts, identity })
                 }
             })
             .buffer_unordered(16)
             .collect()
             .await;
+        let links = self.index.lock().unwrap_or_else(PoisonError::into_inner).links();
         let api: Api<Server> = Api::all(self.client.clone());
         let mut by_state: HashMap<&'static str, i64> = HashMap::new();
         let mut fleet = 0.0;
-        for (server, state, watts) in &readings {
+        let now = now_s();
+        for (server, read) in &readings {
+            let state = &read.state;
             let label = match state {
                 Some(PowerState::On) => "on",
                 Some(PowerState::Off) => "off",
@@ -623,12 +730,19 @@ impl Sweeper {
             };
             *by_state.entry(label).or_default() += 1;
             let off_watts = server_to_core(server).map(|s| s.power.off_watts).unwrap_or(0.0);
-            fleet += watts.unwrap_or(if *state == Some(PowerState::Off) { off_watts } else { 0.0 });
+            fleet += read.watts.unwrap_or(if *state == Some(PowerState::Off) { off_watts } else { 0.0 });
+            let name = server.name_any();
             let status = server.status.clone().unwrap_or_default();
-            if let Some(patch) = sweep_patch(&status, *state, *watts)
-                && let Err(err) = api.patch_status(&server.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+            let mut facts = crate::index::power_facts(server, links.node_of(&name).is_some());
+            if let Some(read) = state {
+                facts.on = *read != PowerState::Off;
+            }
+            let standing = (ironclaim_core::identity::unadopted(facts), links.mismatch(&name));
+            let address = server.spec.bmc.as_ref().map(|b| b.address.as_str());
+            if let Some(patch) = sweep_patch(&status, address, read, standing, now)
+                && let Err(err) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
             {
-                tracing::warn!(server = %server.name_any(), error = %err, "writing the power state failed");
+                tracing::warn!(server = %name, error = %err, "writing the server's status failed");
             }
         }
         self.metrics.servers.clear();
@@ -729,22 +843,64 @@ mod tests {
 
     #[test]
     fn the_sweep_writes_changes_only_and_never_undoes_a_claimed_transition() {
+        let adopted = |now_s| {
+            let mut c = Vec::new();
+            timeline::set_condition(&mut c, ADOPTED_CONDITION, true, "Adopted", "ironclaim may claim it and power it off when idle", now_s, None);
+            c
+        };
         let status = |power: Option<PowerState>, claim: Option<&str>, watts: Option<i64>| ServerStatus {
             power_state: power,
             claim: claim.map(str::to_string),
             watts,
+            conditions: adopted(1),
             ..ServerStatus::default()
         };
+        let read = |state: Option<PowerState>, watts: Option<f64>| Reading { state, watts, identity: None };
+        let patch = |s: &ServerStatus, state, watts| sweep_patch(s, None, &read(state, watts), (None, None), 2);
         use PowerState::*;
-        assert_eq!(sweep_patch(&status(Some(On), None, Some(200)), Some(On), Some(200.2)), None);
-        assert_eq!(sweep_patch(&status(Some(On), None, Some(200)), Some(On), Some(250.0)), Some(json!({"status": {"watts": 250}})));
-        assert_eq!(sweep_patch(&status(Some(On), None, None), Some(Off), None), Some(json!({"status": {"powerState": "Off"}})));
-        assert_eq!(sweep_patch(&status(None, None, None), None, None), Some(json!({"status": {"powerState": "Unknown"}})));
+        assert_eq!(patch(&status(Some(On), None, Some(200)), Some(On), Some(200.2)), None);
+        assert_eq!(patch(&status(Some(On), None, Some(200)), Some(On), Some(250.0)), Some(json!({"status": {"watts": 250}})));
+        assert_eq!(patch(&status(Some(On), None, None), Some(Off), None), Some(json!({"status": {"powerState": "Off"}})));
+        assert_eq!(patch(&status(None, None, None), None, None), Some(json!({"status": {"powerState": "Unknown"}})));
         // Claimed and powering on: the BMC still says Off until the power-on lands.
-        assert_eq!(sweep_patch(&status(Some(PoweringOn), Some("c1"), None), Some(Off), None), None);
-        assert_eq!(sweep_patch(&status(Some(PoweringOff), Some("c1"), None), Some(On), Some(90.0)), Some(json!({"status": {"watts": 90}})));
+        assert_eq!(patch(&status(Some(PoweringOn), Some("c1"), None), Some(Off), None), None);
+        assert_eq!(patch(&status(Some(PoweringOff), Some("c1"), None), Some(On), Some(90.0)), Some(json!({"status": {"watts": 90}})));
         // Unclaimed, a stale transition is corrected.
-        assert_eq!(sweep_patch(&status(Some(PoweringOn), None, None), Some(Off), None), Some(json!({"status": {"powerState": "Off"}})));
+        assert_eq!(patch(&status(Some(PoweringOn), None, None), Some(Off), None), Some(json!({"status": {"powerState": "Off"}})));
+        // A spare ironclaim is powering on keeps its transition; once read
+        // off, it is no longer ironclaim's doing.
+        let spare = ServerStatus { powered_on_by_ironclaim: true, ..status(Some(PoweringOn), None, None) };
+        assert_eq!(patch(&spare, Some(Off), None), None);
+        let spare = ServerStatus { powered_on_by_ironclaim: true, ..status(Some(On), None, None) };
+        assert_eq!(patch(&spare, Some(Off), None), Some(json!({"status": {"powerState": "Off", "poweredOnByIronclaim": false}})));
+    }
+
+    #[test]
+    fn the_sweep_records_identity_once_and_a_bmc_answering_for_another_machine_as_reported() {
+        let read = |uuid: &str| crate::provider::SystemIdentity { uuid: Some(uuid.into()), serial_number: Some("SN1".into()) };
+        let first = identity_patch(None, Some("https://bmc/redfish/v1/Systems/1"), &read("AAAA")).expect("recorded on first contact");
+        assert_eq!((first.system_uuid.as_deref(), first.serial_number.as_deref()), (Some("AAAA"), Some("SN1")));
+        assert_eq!(identity_patch(Some(&first), Some("https://bmc/redfish/v1/Systems/1"), &read("aaaa")), None, "the same machine");
+        let moved = identity_patch(Some(&first), Some("https://other/redfish/v1/Systems/1"), &read("BBBB")).expect("another machine");
+        assert_eq!((moved.system_uuid.as_deref(), moved.reported_system_uuid.as_deref()), (Some("AAAA"), Some("BBBB")));
+        assert_eq!(moved.bmc_address, first.bmc_address, "kept, so it is read again until resolved");
+        let back = identity_patch(Some(&moved), Some("https://bmc/redfish/v1/Systems/1"), &read("AAAA")).expect("pointed back");
+        assert_eq!(back, first);
+        let none = crate::provider::SystemIdentity::default();
+        assert_eq!(identity_patch(None, None, &none), None, "nothing to record");
+    }
+
+    #[test]
+    fn the_sweep_says_on_the_server_why_it_is_held_back() {
+        let status = ServerStatus { power_state: Some(PowerState::On), ..ServerStatus::default() };
+        let read = Reading { state: Some(PowerState::On), watts: None, identity: None };
+        let patch = sweep_patch(&status, None, &read, (Some("it is on and not ironclaim's"), Some("node n says it is a")), 5).expect("conditions");
+        let conditions: Vec<Condition> = serde_json::from_value(patch["status"]["conditions"].clone()).unwrap();
+        let of = |t: &str| conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.as_str(), c.reason.as_str(), c.message.clone()));
+        assert_eq!(of(ADOPTED_CONDITION).map(|c| (c.0, c.1)), Some(("False", "Unadopted")));
+        let (st, reason, message) = of(IDENTITY_MISMATCH_CONDITION).unwrap();
+        assert_eq!((st, reason), ("True", "IdentityMismatch"));
+        assert!(message.contains("node n says it is a"), "{message}");
     }
 
     #[test]

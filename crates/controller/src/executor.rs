@@ -281,21 +281,23 @@ impl Executor {
         report
     }
 
-    /// A spare's power-on: recorded on the server, and counted.
+    /// A spare's power-on: recorded on the server, and counted. A failed
+    /// one leaves the power Unknown, for the sweep to read again.
     async fn spare_powered_on(&self, report: &Report) {
+        use ironclaim_k8s::api::server::PowerState;
         let Report::PoweredOn { server, result } = report else { return };
-        let outcome = match result {
-            Ok(()) => {
-                let patch = serde_json::json!({"status": {"powerState": ironclaim_k8s::api::server::PowerState::On}});
-                let api = kube::Api::<Server>::all(self.claims_client());
-                if let Err(err) = api.patch_status(server, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
-                    tracing::warn!(%server, error = %err, "writing the power state failed; the sweep will");
-                }
-                "done"
-            }
-            Err(failure) if failure.reason == FailureReason::ServerUnavailable => "claimed",
-            Err(_) => "power_on_failed",
+        let (outcome, state) = match result {
+            Ok(()) => ("done", Some(PowerState::On)),
+            Err(failure) if failure.reason == FailureReason::ServerUnavailable => ("claimed", None),
+            Err(_) => ("power_on_failed", Some(PowerState::Unknown)),
         };
+        if let Some(state) = state {
+            let patch = serde_json::json!({"status": {"powerState": state}});
+            let api = kube::Api::<Server>::all(self.claims_client());
+            if let Err(err) = api.patch_status(server, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+                tracing::warn!(%server, error = %err, "writing the power state failed; the sweep will");
+            }
+        }
         self.claims.metrics().scaledown.action("power_on", "spare", outcome);
     }
 
@@ -309,7 +311,10 @@ impl Executor {
         if state != want {
             return Err(failed(format!("server {name} still reports {state:?} after its power action")));
         }
-        let patch = serde_json::json!({"status": {"powerState": state}});
+        let mut patch = serde_json::json!({"status": {"powerState": state}});
+        if state == ironclaim_k8s::api::server::PowerState::Off {
+            patch["status"]["poweredOnByIronclaim"] = serde_json::json!(false);
+        }
         if let Err(err) = api.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
             tracing::warn!(server = %name, error = %err, "writing the power state failed; the sweep will");
         }

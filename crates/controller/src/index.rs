@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use ironclaim_core::identity::{self, Links};
 use ironclaim_core::model::{self as core, Health, Seconds, Snapshot};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::node::SERVER_LABEL;
@@ -159,9 +160,41 @@ pub struct BadPod {
 /// The server a node says it is: `spec.providerID` `ironclaim://NAME`, else
 /// the `ironclaim.dev/server` label its bootstrap set.
 pub fn node_server(node: &Node) -> Option<String> {
-    let from_provider_id =
+    node_says(node).server.map(str::to_string)
+}
+
+/// What a node says of itself: the server it names, and the firmware UUID
+/// its kubelet reported.
+pub fn node_says(node: &Node) -> identity::NodeSays<'_> {
+    let named =
         node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).and_then(|id| id.strip_prefix(PROVIDER_ID_PREFIX)).filter(|s| !s.is_empty());
-    from_provider_id.map(str::to_string).or_else(|| node.labels().get(SERVER_LABEL).cloned())
+    identity::NodeSays {
+        node: node.metadata.name.as_deref().unwrap_or_default(),
+        server: named.or_else(|| node.labels().get(SERVER_LABEL).map(String::as_str)),
+        system_uuid: node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.system_uuid.as_str()).filter(|u| !u.trim().is_empty()),
+    }
+}
+
+/// The power facts of a server as its status records them; `linked` as
+/// given.
+pub fn power_facts(server: &Server, linked: bool) -> identity::PowerFacts {
+    use ironclaim_k8s::api::server::PowerState as P;
+    let status = server.status.as_ref();
+    identity::PowerFacts {
+        // Unknown is an unreadable BMC: nothing is powered through it, and
+        // a power-on reads it first (see `Claims::power_on`).
+        on: status.and_then(|s| s.power_state).is_some_and(|p| matches!(p, P::On | P::PoweringOn | P::PoweringOff)),
+        powered_on_by_ironclaim: status.is_some_and(|s| s.powered_on_by_ironclaim),
+        linked,
+        adopt: server.spec.adopt.to_core(),
+    }
+}
+
+/// The identity a server's status recorded: (recorded UUID, the UUID its
+/// BMC answered with last where that differs).
+pub fn recorded_identity(server: &Server) -> (Option<&str>, Option<&str>) {
+    let id = server.status.as_ref().and_then(|s| s.identity.as_ref());
+    (id.and_then(|i| i.system_uuid.as_deref()), id.and_then(|i| i.reported_system_uuid.as_deref()))
 }
 
 /// How long a server that failed a claim waits before it is tried again:
@@ -192,16 +225,28 @@ impl Index {
         K::reset(objects, self);
     }
 
-    /// The node registered for a server, if any.
-    pub fn node_of_server(&self, server: &str) -> Option<&Node> {
-        // The node named after the server is the common case; any node
-        // linked by providerID or label counts.
-        if let Some(node) = self.nodes.get(server)
-            && node_server(node).as_deref() == Some(server)
-        {
-            return Some(node);
+    /// Which node runs on which server, and which servers are in doubt
+    /// (see [`identity::link`]).
+    pub fn links(&self) -> Links {
+        let mut inventory = identity::Servers::default();
+        for (name, server) in &self.servers {
+            let (recorded, reported) = recorded_identity(server);
+            inventory.add(name, recorded, reported);
         }
-        self.nodes.values().find(|n| node_server(n).as_deref() == Some(server))
+        identity::link(self.nodes.values().map(node_says), &inventory)
+    }
+
+    /// The node registered for a server, if any, and nothing contradicts
+    /// it: by providerID, label or system UUID.
+    pub fn node_of_server(&self, server: &str) -> Option<&Node> {
+        self.links().node_of(server).and_then(|n| self.nodes.get(n))
+    }
+
+    /// Whether anything says a node runs on the server, trusted or not: a
+    /// power-off of it waits for the API's word.
+    pub fn may_have_node(&self, server: &str) -> bool {
+        let links = self.links();
+        links.node_of(server).is_some() || links.mismatch(server).is_some()
     }
 
     /// The claim that holds a node through its server, if any.
@@ -244,10 +289,13 @@ impl Index {
             }
         }
         let claims = self.claim_of_server();
+        let links = self.links();
         for node in self.nodes.values() {
             match node_from_k8s(node) {
                 Ok(mut n) => {
-                    n.server = node_server(node).or(n.server);
+                    // Only a link nothing contradicts: a node in doubt is
+                    // no server's, so nothing drains it to power one off.
+                    n.server = links.server_of(&n.name).map(str::to_string);
                     if let Some(claim) = n.server.as_deref().and_then(|s| claims.get(s))
                         && !gates::claim_passed_gates(claim)
                     {
@@ -295,9 +343,11 @@ impl Index {
                     {
                         s.claim = Some(lock.holder.clone());
                     }
-                    if s.node.is_none() && self.node_of_server(&s.name).is_some() {
-                        s.node = self.node_of_server(&s.name).map(|n| n.name_any());
+                    let linked = links.node_of(&s.name);
+                    if s.node.is_none() {
+                        s.node = linked.map(str::to_string);
                     }
+                    s.health = identity::health(s.health, links.mismatch(&s.name).is_some(), power_facts(server, linked.is_some()));
                     snap.servers.push(s);
                 }
                 Err(err) => problems.push(Problem { object: format!("Server {}", server.name_any()), error: err.to_string() }),
@@ -444,5 +494,97 @@ mod tests {
         let bound = snap.pods.iter().find(|p| p.name == "bound").unwrap();
         assert!(!bound.do_not_disrupt && bound.requests.cpu_milli == 1000);
         assert_eq!(snap.pods.iter().filter(|p| p.name == "bound").count(), 1);
+    }
+
+    fn server(name: &str, uuid: Option<&str>, power: &str, ours: bool) -> Server {
+        let identity = uuid.map(|u| json!({"systemUUID": u}));
+        serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server",
+            "metadata": {"name": name},
+            "spec": {"bmc": {"address": "https://10.0.0.1/redfish/v1/Systems/1", "credentialsSecretRef": {"name": "bmc", "namespace": "ns"}},
+                     "hardware": {"cpu": "16", "memory": "64Gi"}},
+            "status": {"powerState": power, "poweredOnByIronclaim": ours, "identity": identity}
+        }))
+        .expect("server")
+    }
+
+    fn node(name: &str, server_label: Option<&str>, uuid: &str) -> Node {
+        let labels = server_label.map(|s| json!({ "ironclaim.dev/server": s }));
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}],
+                       "nodeInfo": {"systemUUID": uuid, "machineID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+                                    "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "",
+                                    "operatingSystem": "linux", "architecture": "amd64"}}
+        }))
+        .expect("node")
+    }
+
+    fn planned_power_offs(index: &Index) -> Vec<String> {
+        let (mut snap, problems) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+        assert!(problems.is_empty(), "{problems:?}");
+        snap.pools.push(core::NodePool::new("general"));
+        // Idle for a day: past any break-even.
+        snap.servers.iter_mut().for_each(|s| s.idle_since_s = Some(NOW_S - 86_400));
+        ironclaim_core::disruption::disrupt(&snap, NOW_S)
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                ironclaim_core::disruption::Action::PowerOff { server, .. } => Some(server.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const UUID_A: &str = "4c4c4544-0041-1010-8000-b1c04f000001";
+    const UUID_B: &str = "4c4c4544-0042-1010-8000-b1c04f000002";
+
+    #[test]
+    fn hole_1_a_running_worker_ironclaim_cannot_link_is_never_powered_off_as_an_idle_spare() {
+        let mut index = Index::default();
+        // An existing worker listed as a Server: on, not powered on by
+        // ironclaim, its Node carrying no ironclaim label.
+        index.apply(server("worker-1", None, "On", false));
+        index.apply(node("w1.example", None, UUID_A));
+        index.apply(pod("app", NOW, Some("w1.example")));
+        // A spare ironclaim powered on itself, with nothing on it.
+        index.apply(server("spare-1", Some(UUID_B), "On", true));
+        assert_eq!(planned_power_offs(&index), ["spare-1"], "the worker is unadopted: what runs on it is unknown");
+        let (snap, _) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+        let worker = snap.servers.iter().find(|s| s.name == "worker-1").unwrap();
+        assert_eq!(worker.health, Health::Unadopted);
+
+        // Once its identity is read, the Node links to it by system UUID:
+        // a node with a pod, not a spare.
+        index.apply(server("worker-1", Some(UUID_A), "On", false));
+        let (snap, _) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+        let worker = snap.servers.iter().find(|s| s.name == "worker-1").unwrap();
+        assert_eq!((worker.node.as_deref(), worker.health), (Some("w1.example"), Health::Healthy));
+        assert_eq!(planned_power_offs(&index), ["spare-1"]);
+    }
+
+    #[test]
+    fn hole_2_a_node_that_names_one_server_and_runs_on_another_puts_both_in_doubt() {
+        let mut index = Index::default();
+        index.apply(server("a", Some(UUID_A), "On", true));
+        index.apply(server("b", Some(UUID_B), "On", true));
+        // A cloned image: the node on machine b says it is server a.
+        index.apply(node("n", Some("a"), UUID_B));
+        let (snap, _) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+        let health: Vec<(&str, Health)> = snap.servers.iter().map(|s| (s.name.as_str(), s.health)).collect();
+        assert_eq!(health, [("a", Health::IdentityMismatch), ("b", Health::IdentityMismatch)]);
+        assert_eq!(snap.nodes[0].server, None, "a node in doubt is no server's: nothing drains it to power one off");
+        assert!(planned_power_offs(&index).is_empty());
+
+        // A stale node of a reinstall beside the live one: the server is in doubt.
+        let mut index = Index::default();
+        index.apply(server("a", Some(UUID_A), "On", true));
+        index.apply(node("a-old", Some("a"), UUID_A));
+        index.apply(node("a", Some("a"), UUID_A));
+        let (snap, _) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+        assert_eq!(snap.servers[0].health, Health::IdentityMismatch);
+        assert!(snap.nodes.iter().all(|n| n.server.is_none()));
+        assert!(planned_power_offs(&index).is_empty());
     }
 }

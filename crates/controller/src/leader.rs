@@ -207,6 +207,10 @@ impl Power for FencedPower {
     fn watts<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<f64>> {
         self.inner.watts(server)
     }
+
+    fn identity<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<crate::provider::SystemIdentity>> {
+        self.inner.identity(server)
+    }
 }
 
 /// Renews the lease every [`LeaseSettings::renew_every`] in its own task

@@ -97,7 +97,14 @@ pub trait Power: Send + Sync {
     fn power_off<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()>;
     fn power_state<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, PowerState>;
     fn watts<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<f64>>;
+    /// The machine's hardware identity, as its provider reports it; None
+    /// where the provider has none to give.
+    fn identity<'a>(&'a self, _server: &'a Server) -> PowerFuture<'a, Option<SystemIdentity>> {
+        Box::pin(async { Ok(None) })
+    }
 }
+
+pub use ironclaim_redfish::SystemIdentity;
 
 fn state_from_redfish(state: ironclaim_redfish::PowerState) -> PowerState {
     use ironclaim_redfish::PowerState as R;
@@ -222,6 +229,13 @@ impl Power for RedfishPower {
                 Err(err) if err.metric_label() == "watts_unavailable" => Ok(None),
                 Err(err) => Err(err.into()),
             }
+        })
+    }
+
+    fn identity<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<SystemIdentity>> {
+        Box::pin(async move {
+            let (bmc, system) = self.target(server).await?;
+            Ok(Some(bmc.identity(&system).await?))
         })
     }
 }
@@ -477,6 +491,9 @@ impl Power for ProviderRouter {
     }
     fn watts<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<f64>> {
         self.pick(server).watts(server)
+    }
+    fn identity<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<SystemIdentity>> {
+        self.pick(server).identity(server)
     }
 }
 

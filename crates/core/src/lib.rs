@@ -7,6 +7,7 @@
 
 pub mod disruption;
 pub mod ffd;
+pub mod identity;
 pub mod labels;
 pub mod model;
 pub mod outcome;

@@ -291,6 +291,19 @@ pub enum Health {
     Quarantined,
     /// Taken out by an operator.
     Maintenance,
+    /// On, not powered on by ironclaim, and no node is linked to it: what
+    /// runs on it is unknown (see [`crate::identity`]).
+    Unadopted,
+    /// What its nodes or its BMC say contradicts its recorded identity.
+    IdentityMismatch,
+}
+
+impl Health {
+    /// Kept as it is: never idle, never given up as a spare, never powered
+    /// off for idling.
+    pub fn hands_off(self) -> bool {
+        matches!(self, Health::Maintenance | Health::Unadopted | Health::IdentityMismatch)
+    }
 }
 
 /// One physical machine in the inventory.

@@ -33,7 +33,16 @@ pub enum Unschedulable {
     /// rules them out, most common first.
     NoMatchingHardware { servers: usize, constraints: Vec<(String, usize)> },
     /// Servers match, but none is free now.
-    AllMatchingBusy { matching: usize, in_use: usize, claimed_now: usize, failed: usize, quarantined: usize, maintenance: usize },
+    AllMatchingBusy {
+        matching: usize,
+        in_use: usize,
+        claimed_now: usize,
+        failed: usize,
+        quarantined: usize,
+        maintenance: usize,
+        unadopted: usize,
+        mismatched: usize,
+    },
     /// A free matching server exists, but opening it would cross a NodePool
     /// limit.
     PoolLimit { pool: String, limit: String },
@@ -72,7 +81,7 @@ impl fmt::Display for Unschedulable {
                 }
                 Ok(())
             }
-            Unschedulable::AllMatchingBusy { matching, in_use, claimed_now, failed, quarantined, maintenance } => {
+            Unschedulable::AllMatchingBusy { matching, in_use, claimed_now, failed, quarantined, maintenance, unadopted, mismatched } => {
                 write!(f, "no matching spare: 0 of {matching} matching servers free (")?;
                 let mut parts = Vec::new();
                 for (n, what) in [
@@ -81,6 +90,8 @@ impl fmt::Display for Unschedulable {
                     (*failed, "failed"),
                     (*quarantined, "quarantined"),
                     (*maintenance, "in maintenance"),
+                    (*unadopted, "not adopted"),
+                    (*mismatched, "in identity mismatch"),
                 ] {
                     if n > 0 {
                         parts.push(format!("{n} {what}"));

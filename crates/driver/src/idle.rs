@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use ironclaim_core::model::{Health, PowerState, Seconds, Snapshot};
+use ironclaim_core::model::{PowerState, Seconds, Snapshot};
 
 /// What one pass sees of one server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,7 +137,7 @@ pub fn stamp(
             if s.power_state != PowerState::On && s.node.is_none() && recorded.is_none() && !clock.knows(&s.name) {
                 return None;
             }
-            let idle = s.health != Health::Maintenance
+            let idle = !s.health.hands_off()
                 && match &s.node {
                     Some(node) => !busy_nodes.contains(node.as_str()) && !not_serving.contains(s.name.as_str()),
                     None => s.power_state == PowerState::On && s.claim.is_none(),

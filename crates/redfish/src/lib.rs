@@ -44,5 +44,7 @@ pub use credentials::{Credentials, SecretRef};
 pub use error::{Error, Result, Step};
 pub use fleet::{BmcFleet, FleetOptions};
 pub use power::{PowerOutcome, PowerState, ResetType};
-pub use provider::{FleetWatts, LabeledError, PowerProvider, ProviderOptions, RedfishProvider, ServerSpec, ServerStatus, Watts, WattsSource};
+pub use provider::{
+    FleetWatts, LabeledError, PowerProvider, ProviderOptions, RedfishProvider, ServerSpec, ServerStatus, SystemIdentity, Watts, WattsSource,
+};
 pub use tls::{TlsSettings, ca_bundle_file, install_crypto_provider};

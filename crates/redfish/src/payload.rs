@@ -177,6 +177,7 @@ pub struct System {
     pub odata_id: Option<String>,
     pub id: Option<String>,
     pub uuid: Option<String>,
+    pub serial_number: Option<String>,
     pub power_state: Option<PowerState>,
     pub reset: Option<ResetAction>,
     /// `Links.Chassis`, where the power readings live.
@@ -207,6 +208,7 @@ pub fn system(value: &Value) -> PayloadResult<System> {
         odata_id: at.str_field("@odata.id")?.map(str::to_owned),
         id: at.str_field("Id")?.map(str::to_owned),
         uuid: at.str_field("UUID")?.map(str::to_owned),
+        serial_number: at.str_field("SerialNumber")?.map(str::to_owned),
         power_state: at.str_field("PowerState")?.map(PowerState::from_redfish),
         reset,
         chassis,

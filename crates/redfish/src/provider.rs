@@ -236,6 +236,13 @@ impl RedfishProvider {
     }
 }
 
+/// What a BMC says a system is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SystemIdentity {
+    pub uuid: Option<String>,
+    pub serial_number: Option<String>,
+}
+
 async fn read_power_state(bmc: &Bmc, selector: &SystemSelector) -> Result<PowerState> {
     let path = bmc.resolve(selector).await?;
     power::PowerApi::read_state(&SystemHandle::new(bmc, path), Step::ReadSystem).await
@@ -307,6 +314,17 @@ impl Bmc {
         let path = self.resolve(selector).await?;
         let _one_sequence_per_system = self.sequence_lock(&path).await;
         power::power_off(&SystemHandle::new(self, path), self.timing()).await
+    }
+
+    /// The system's hardware identity: its `UUID` (the SMBIOS UUID the
+    /// node's kubelet reports as `systemUUID`) and `SerialNumber`.
+    pub async fn identity(&self, selector: &SystemSelector) -> Result<SystemIdentity> {
+        let path = self.resolve(selector).await?;
+        let system = payload::system(&self.get_json(Step::ReadSystem, &path).await?).map_err(|err| malformed(&path, err))?;
+        Ok(SystemIdentity {
+            uuid: system.uuid.filter(|u| !u.trim().is_empty()),
+            serial_number: system.serial_number.filter(|s| !s.trim().is_empty()),
+        })
     }
 
     /// The power draw of one system.

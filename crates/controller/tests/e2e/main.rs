@@ -26,6 +26,7 @@ mod e2e_restart_lock;
 mod e2e_restart_opening;
 mod e2e_stuck;
 mod e2e_worked_example;
+mod safety_unlinked_worker;
 mod scaledown_budget;
 mod scaledown_do_not_disrupt;
 mod scaledown_floor;

@@ -70,6 +70,38 @@ pub struct ServerSpec {
     /// Taken out by an operator: never claimed while set.
     #[serde(default)]
     pub maintenance: bool,
+    /// What ironclaim may do with a server it finds on without having
+    /// powered it on. `Auto` (the default): it is adopted once ironclaim
+    /// knows what runs on it (a node is linked to it by system UUID,
+    /// providerID or label, or it is off); until then it is neither
+    /// claimed nor powered off. `PowerOffWhenIdle`: adopted now; the
+    /// operator vouches that it runs nothing ironclaim cannot see.
+    /// `Never`: never claimed, drained or powered off.
+    #[serde(default, skip_serializing_if = "Adopt::is_auto")]
+    pub adopt: Adopt,
+}
+
+/// See [`ServerSpec::adopt`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Adopt {
+    #[default]
+    Auto,
+    PowerOffWhenIdle,
+    Never,
+}
+
+impl Adopt {
+    pub fn is_auto(&self) -> bool {
+        *self == Adopt::Auto
+    }
+
+    pub fn to_core(self) -> ironclaim_core::identity::Adopt {
+        match self {
+            Adopt::Auto => ironclaim_core::identity::Adopt::Auto,
+            Adopt::PowerOffWhenIdle => ironclaim_core::identity::Adopt::PowerOffWhenIdle,
+            Adopt::Never => ironclaim_core::identity::Adopt::Never,
+        }
+    }
 }
 
 /// How to reach the machine's baseboard management controller.
@@ -280,6 +312,14 @@ pub struct ServerStatus {
     /// Failed too often: not claimed until an operator clears this.
     #[serde(default)]
     pub quarantined: bool,
+    /// The machine as its BMC described it on first contact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
+    /// ironclaim powered the server on and has not seen it off since: it
+    /// knows what runs on it. Set before its power-on, cleared once it
+    /// reads the server off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub powered_on_by_ironclaim: bool,
     /// The last power reading from the BMC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
@@ -287,6 +327,28 @@ pub struct ServerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
+}
+
+/// A machine's hardware identity, recorded once. A node is linked to the
+/// server whose `systemUUID` it reports (`nodeInfo.systemUUID`); a BMC
+/// that later answers with another UUID puts the server in
+/// `IdentityMismatch`. Clearing this record (after fixing the mapping)
+/// has it read again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Identity {
+    /// The Redfish System's `UUID`: the SMBIOS UUID the kubelet reports.
+    #[serde(default, rename = "systemUUID", skip_serializing_if = "Option::is_none")]
+    pub system_uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial_number: Option<String>,
+    /// The BMC address it was read through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmc_address: Option<String>,
+    /// The UUID the BMC at `spec.bmc.address` answered with when last read
+    /// there, where it is not `systemUUID`.
+    #[serde(default, rename = "reportedSystemUUID", skip_serializing_if = "Option::is_none")]
+    pub reported_system_uuid: Option<String>,
 }
 
 /// Measured stage durations of one server.
