@@ -107,6 +107,24 @@ pub struct Faults {
     /// writes the lease's renew time by it).
     #[serde(default)]
     pub clock_skew_s: Seconds,
+    /// Machines of the inventory that are already on when the run starts,
+    /// not powered on by ironclaim: existing workers whose Node carries no
+    /// ironclaim label (tainted, running pods nothing may disrupt). They
+    /// stay for the whole run: faults that stop do not undo them.
+    #[serde(default)]
+    pub foreign_workers: u32,
+    /// Each existing worker's image was cloned from another machine: its
+    /// Node names another server of the inventory by label.
+    #[serde(default)]
+    pub cloned_label_probability: f64,
+    /// A server's BMC reports no system UUID, so no Node links to it by
+    /// its firmware.
+    #[serde(default)]
+    pub identity_unread_probability: f64,
+    /// A node that turns Ready gets a stale twin: a NotReady Node left by
+    /// an earlier install, naming the same server, with its UUID.
+    #[serde(default)]
+    pub stale_node_probability: f64,
     /// Faults stop at this time (liveness checks start then); None: never.
     pub faults_until_s: Option<Seconds>,
 }
@@ -147,6 +165,10 @@ impl Faults {
             partitions_per_hour: 0.0,
             partition_max_s: 0,
             clock_skew_s: 0,
+            foreign_workers: 0,
+            cloned_label_probability: 0.0,
+            identity_unread_probability: 0.0,
+            stale_node_probability: 0.0,
             faults_until_s: None,
         }
     }
@@ -177,6 +199,9 @@ impl fmt::Display for Faults {
             ("node_lost_probability", self.node_lost_probability),
             ("crash_probability", self.crash_probability),
             ("api_write_failure_probability", self.api_write_failure_probability),
+            ("cloned_label_probability", self.cloned_label_probability),
+            ("identity_unread_probability", self.identity_unread_probability),
+            ("stale_node_probability", self.stale_node_probability),
         ];
         for (name, p) in extra {
             if p > 0.0 {
@@ -197,6 +222,9 @@ impl fmt::Display for Faults {
         }
         if self.clock_skew_s > 0 {
             write!(f, " clock_skew_s={}", self.clock_skew_s)?;
+        }
+        if self.foreign_workers > 0 {
+            write!(f, " foreign_workers={}", self.foreign_workers)?;
         }
         if let Some(until) = self.faults_until_s {
             write!(f, " faults_until_s={until}")?;
@@ -240,6 +268,9 @@ pub enum Broken {
     /// The replicas judge the lease's expiry by their own wall clock
     /// against the writer's renew time, not by what they observed.
     WallClockLease,
+    /// Nodes are linked to servers by their label alone, and a server on
+    /// that ironclaim did not power on counts as adopted.
+    LabelOnlyIdentity,
 }
 
 /// Everything that shapes a run besides the workload and the policy.

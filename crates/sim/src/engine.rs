@@ -34,6 +34,7 @@ use crate::policy::{PolicyKind, Setup};
 use crate::rng::{SimRng, chance, lognormal_s, stream};
 use crate::workload::{HardwareClass, Workload, gpu_milli_of};
 use foldhash::{HashMap, HashMapExt};
+use ironclaim_core::identity::{self, Links, NodeSays};
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint};
 use ironclaim_core::model::Arrival;
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
@@ -206,6 +207,56 @@ struct Srv {
     /// by who asked.
     on_waiting: Vec<Asker>,
     off_waiting: Vec<Asker>,
+    /// Its BMC reports its system UUID (recorded on the Server).
+    uuid_read: bool,
+    /// ironclaim powered it on and has not seen it off since.
+    powered_by_ironclaim: bool,
+    /// An existing worker runs on it, ironclaim's or not.
+    foreign: Option<Foreign>,
+    /// A NotReady Node an earlier install left, naming this server.
+    stale_twin: Option<String>,
+}
+
+/// An existing worker on a machine of the inventory: its Node carries no
+/// ironclaim label (or, from a cloned image, another server's), a taint
+/// that keeps ironclaim's pods off, and pods nothing may disrupt.
+#[derive(Clone, Debug)]
+struct Foreign {
+    node: String,
+    /// The server its label names, if any.
+    says: Option<String>,
+    pods: u32,
+}
+
+/// The firmware UUID of machine `s`, as its BMC and its kubelet report it.
+fn machine_uuid(s: usize) -> String {
+    format!("5e7a0000-0000-4000-8000-{s:012x}")
+}
+
+fn machine_of_uuid(uuid: &str) -> Option<usize> {
+    uuid.strip_prefix("5e7a0000-0000-4000-8000-").and_then(|h| usize::from_str_radix(h, 16).ok())
+}
+
+/// No BMC of the rack is ever pointed at another machine.
+static NONE_MOVED: BTreeMap<String, String> = BTreeMap::new();
+
+/// The rack's inventory as identity sees it: each server's recorded UUID.
+struct RackInventory<'e, 'a> {
+    engine: &'e Engine<'a>,
+}
+
+impl identity::Inventory for RackInventory<'_, '_> {
+    fn uuid_of(&self, server: &str) -> Option<Option<&str>> {
+        let s = self.engine.index(server)?;
+        Some(self.engine.srv[s].uuid_read.then(|| self.engine.uuids[s].as_str()))
+    }
+    fn server_with_uuid(&self, uuid: &str) -> Option<&str> {
+        let s = machine_of_uuid(uuid).filter(|&s| s < self.engine.srv.len() && self.engine.srv[s].uuid_read)?;
+        Some(self.engine.w.servers[s].server.name.as_str())
+    }
+    fn moved(&self) -> &BTreeMap<String, String> {
+        &NONE_MOVED
+    }
 }
 
 /// Who asked for something: a replica, in one of its lives. An answer to
@@ -504,6 +555,8 @@ pub struct Engine<'a> {
     nodes_lost: u64,
     /// Pods whose state the autoscaler's watch shows late.
     lagging: BTreeSet<usize>,
+    /// Each machine's firmware UUID.
+    uuids: Vec<String>,
     /// Told every effect, answer and crash, for a replay that shows them.
     trace: Option<&'a mut Trace<'a>>,
 }
@@ -585,7 +638,7 @@ impl<'a> Engine<'a> {
     pub fn new(w: &'a Workload, prep: &'a Prepared, cfg: &'a SimConfig, kind: PolicyKind) -> Self {
         let setup = crate::policy::setup(kind, w, prep, &cfg.policy);
         let n = w.servers.len();
-        let srv = (0..n)
+        let mut srv: Vec<Srv> = (0..n)
             .map(|i| Srv {
                 power: Power::Off,
                 booted: false,
@@ -609,8 +662,18 @@ impl<'a> Engine<'a> {
                 attempt: None,
                 on_waiting: Vec::new(),
                 off_waiting: Vec::new(),
+                uuid_read: true,
+                powered_by_ironclaim: false,
+                foreign: None,
+                stale_twin: None,
             })
             .collect();
+        if cfg.faults.identity_unread_probability > 0.0 {
+            let mut r = stream(cfg.seed, "identity", 0);
+            for x in srv.iter_mut() {
+                x.uuid_read = !chance(&mut r, cfg.faults.identity_unread_probability);
+            }
+        }
         let end = prep.end_s;
         let deadlines = ironclaim_driver::claim::ClaimSettings::default().deadlines;
         let max_cold: Seconds = w
@@ -710,6 +773,7 @@ impl<'a> Engine<'a> {
             takeovers: 0,
             nodes_lost: 0,
             lagging: BTreeSet::new(),
+            uuids: (0..n).map(machine_uuid).collect(),
             trace: None,
         }
     }
@@ -748,9 +812,12 @@ impl<'a> Engine<'a> {
                 self.push(d, Event::Depart(i));
             }
         }
+        self.start_foreign_workers();
         if self.setup.all_on_at_start {
             for s in 0..self.srv.len() {
-                if let Some(pool) = self.prep.pool_of[s] {
+                if let Some(pool) = self.prep.pool_of[s]
+                    && self.srv[s].foreign.is_none()
+                {
                     self.start_as_node(s, pool);
                 }
             }
@@ -1232,6 +1299,12 @@ impl<'a> Engine<'a> {
         if self.srv[s].health != Health::Healthy && self.srv[s].health != Health::Failed {
             return Report::Held { claim: name, holder: format!("{:?}", self.srv[s].health).to_lowercase() };
         }
+        if self.cfg.broken != Some(Broken::LabelOnlyIdentity) {
+            let linked = self.links().node_of(&claim.server).is_some();
+            if identity::unadopted(self.power_facts(s, linked)).is_some() {
+                return Report::Held { claim: name, holder: "nothing ironclaim knows: the server is not adopted".into() };
+            }
+        }
         self.srv[s].holder = Some(name.clone());
         self.srv[s].business_s = Some(self.now);
         self.checker.claim_opened(s);
@@ -1297,6 +1370,7 @@ impl<'a> Engine<'a> {
                 let srv = &mut self.srv[s];
                 srv.attempt = Some(a);
                 srv.power = Power::PoweringOn;
+                srv.powered_by_ironclaim = true;
                 srv.epoch += 1;
                 srv.on_waiting = vec![self.actor];
                 let epoch = srv.epoch;
@@ -1421,6 +1495,12 @@ impl<'a> Engine<'a> {
         self.checker.node_ready(s);
         self.refresh_watts(s);
         self.bind_pending();
+        if self.srv[s].stale_twin.is_none() && self.fault(self.cfg.faults.stale_node_probability) {
+            let twin = format!("{}-old", self.w.servers[s].server.name);
+            self.tell(|| format!("rack: a stale Node {twin} appears"));
+            self.srv[s].stale_twin = Some(twin);
+            self.changed = true;
+        }
         if self.srv[s].holder.is_some() && self.fault(self.cfg.faults.node_lost_probability) {
             let after = self.fault_rng.random_range(60..=4 * 3600);
             let epoch = self.srv[s].epoch;
@@ -1471,6 +1551,100 @@ impl<'a> Engine<'a> {
         self.bind_pending();
     }
 
+    /// The existing workers of the faults: machines already on when the
+    /// run starts, each with a Node ironclaim did not make.
+    fn start_foreign_workers(&mut self) {
+        let f = &self.cfg.faults;
+        if f.foreign_workers == 0 {
+            return;
+        }
+        let (wanted, cloned) = (f.foreign_workers as usize, f.cloned_label_probability);
+        let mut r = stream(self.cfg.seed, "identity", 1);
+        let mut off: Vec<usize> = (0..self.srv.len()).filter(|&s| self.srv[s].power == Power::Off).collect();
+        let n = self.srv.len();
+        for _ in 0..wanted.min(off.len()) {
+            let s = off.swap_remove(r.random_range(0..off.len()));
+            let name = self.w.servers[s].server.name.clone();
+            let says = (n > 1 && chance(&mut r, cloned)).then(|| {
+                let other = (s + 1 + r.random_range(0..n - 1)) % n;
+                self.w.servers[other].server.name.clone()
+            });
+            let pods = 1 + r.random_range(0..3u32);
+            self.tell(|| {
+                format!(
+                    "rack: {name} already runs worker-{name} with {pods} pod(s){}",
+                    says.as_ref().map(|o| format!(", labelled as server {o}")).unwrap_or_default()
+                )
+            });
+            let srv = &mut self.srv[s];
+            srv.power = Power::On;
+            srv.booted = true;
+            srv.foreign = Some(Foreign { node: format!("worker-{name}"), says, pods });
+            self.powered.insert(s);
+            self.peak_powered = self.peak_powered.max(self.powered.len());
+            self.checker.powered_idle(s);
+            self.checker.node_ready(s);
+            for _ in 0..pods {
+                self.checker.bound(s);
+            }
+            self.refresh_watts(s);
+        }
+    }
+
+    /// What every Node of the rack says of itself, as the API lists them.
+    fn node_says(&self) -> Vec<NodeSays<'_>> {
+        let label_only = self.cfg.broken == Some(Broken::LabelOnlyIdentity);
+        let mut out = Vec::with_capacity(self.powered.len());
+        for (s, srv) in self.srv.iter().enumerate() {
+            let name = self.w.servers[s].server.name.as_str();
+            let system_uuid = (!label_only).then(|| self.uuids[s].as_str());
+            if srv.node.is_some() {
+                out.push(NodeSays { node: name, server: Some(name), system_uuid });
+            }
+            if let Some(f) = &srv.foreign {
+                out.push(NodeSays { node: &f.node, server: f.says.as_deref(), system_uuid });
+            }
+            if let Some(t) = &srv.stale_twin {
+                out.push(NodeSays { node: t, server: Some(name), system_uuid });
+            }
+        }
+        out
+    }
+
+    /// Which node runs on which server, by the shipping rules (or, broken,
+    /// by the label alone).
+    fn links(&self) -> Links {
+        let nodes = self.node_says();
+        if self.cfg.broken == Some(Broken::LabelOnlyIdentity) {
+            let mut links = Links::default();
+            for n in nodes {
+                if let Some(server) = n.server.filter(|s| self.index(s).is_some()) {
+                    links.node_server.insert(n.node.to_string(), server.to_string());
+                    links.server_node.entry(server.to_string()).or_insert_with(|| n.node.to_string());
+                }
+            }
+            return links;
+        }
+        identity::link(nodes, &RackInventory { engine: self })
+    }
+
+    /// What identity knows of server `s`'s power.
+    fn power_facts(&self, s: usize, linked: bool) -> identity::PowerFacts {
+        let srv = &self.srv[s];
+        identity::PowerFacts { on: srv.power != Power::Off, powered_on_by_ironclaim: srv.powered_by_ironclaim, linked, adopt: identity::Adopt::Auto }
+    }
+
+    /// The last check before a power-off of `s`, on the Nodes as listed
+    /// now: the same rules as the controller's.
+    fn identity_refusal(&self, s: usize, node: Option<&str>) -> Option<String> {
+        if self.cfg.broken == Some(Broken::LabelOnlyIdentity) {
+            return None;
+        }
+        let name = self.w.servers[s].server.name.as_str();
+        let recorded = self.srv[s].uuid_read.then(|| self.uuids[s].as_str());
+        identity::refuse_power_off(name, recorded, None, self.power_facts(s, false), self.node_says(), node)
+    }
+
     /// A server that was a Ready node before the run began.
     fn start_as_node(&mut self, s: usize, pool: usize) {
         let a = self.draw_attempt(s);
@@ -1478,6 +1652,7 @@ impl<'a> Engine<'a> {
         let srv = &mut self.srv[s];
         srv.attempt = Some(a);
         srv.power = Power::On;
+        srv.powered_by_ironclaim = true;
         srv.booted = true;
         srv.node = Some(NodeRun { ready_since: Some(0), gates_passed: true, cordoned: false, disrupting: false });
         self.powered.insert(s);
@@ -1518,6 +1693,8 @@ impl<'a> Engine<'a> {
         } else if node.is_none() && self.srv[s].node.is_some() {
             // Named no node, the server is listed against the Nodes.
             Some(format!("server {server} is node {server}"))
+        } else if self.srv[s].power != Power::Off {
+            self.identity_refusal(s, node)
         } else {
             None
         };
@@ -1571,6 +1748,11 @@ impl<'a> Engine<'a> {
             counts
         });
         self.checker.powering_off(self.now, s, &self.w.servers[s].server.name, shown.as_deref());
+        if let Some(f) = self.srv[s].foreign.take() {
+            for _ in 0..f.pods {
+                self.checker.unbound(s);
+            }
+        }
         self.ready.remove(&s);
         // Pods on a machine that loses power fail; their controllers (here,
         // the trace) want them back, so they wait again.
@@ -1597,6 +1779,7 @@ impl<'a> Engine<'a> {
 
     fn stop_done(&mut self, s: usize) {
         self.srv[s].power = Power::Off;
+        self.srv[s].powered_by_ironclaim = false;
         self.srv[s].attempt = None;
         self.powered.remove(&s);
         self.refresh_watts(s);
@@ -1835,7 +2018,7 @@ impl<'a> Engine<'a> {
 
     // ---- what the autoscaler reads -------------------------------------------
 
-    fn node_of(&self, s: usize) -> Option<Node> {
+    fn node_of(&self, s: usize, links: &Links) -> Option<Node> {
         let n = self.srv[s].node.as_ref()?;
         let name = &self.w.servers[s].server.name;
         Some(Node {
@@ -1845,9 +2028,54 @@ impl<'a> Engine<'a> {
             allocatable: self.w.servers[s].server.capacity.clone(),
             unschedulable: n.cordoned || !n.gates_passed,
             ready: n.ready_since.is_some(),
-            server: Some(name.clone()),
+            server: links.server_of(name).map(str::to_string),
             disrupting: n.disrupting,
         })
+    }
+
+    /// The Nodes on `s` that ironclaim did not make, and their pods: an
+    /// existing worker (Ready, tainted, its pods nothing may disrupt) and a
+    /// stale twin (NotReady, empty).
+    fn other_nodes_of(&self, s: usize, links: &Links, snap: &mut Snapshot) {
+        let srv = &self.srv[s];
+        let sim = &self.w.servers[s].server;
+        let node = |name: &str, says: Option<&str>, ready: bool, taints: Vec<Taint>| {
+            let mut labels = Labels::new();
+            labels.insert(HOSTNAME.to_string(), name.to_string());
+            if let Some(other) = says {
+                labels.insert(SERVER_LABEL.to_string(), other.to_string());
+            }
+            Node {
+                name: name.to_string(),
+                labels,
+                taints,
+                allocatable: sim.capacity.clone(),
+                unschedulable: false,
+                ready,
+                server: links.server_of(name).map(str::to_string),
+                disrupting: false,
+            }
+        };
+        if let Some(f) = &srv.foreign {
+            let taint = Taint { key: "legacy.example/dedicated".into(), value: String::new(), effect: ironclaim_core::TaintEffect::NoSchedule };
+            snap.nodes.push(node(&f.node, f.says.as_deref(), true, vec![taint]));
+            self.foreign_pods(f, &mut snap.pods);
+        }
+        if let Some(t) = &srv.stale_twin {
+            snap.nodes.push(node(t, Some(&sim.name), false, Vec::new()));
+        }
+    }
+
+    /// An existing worker's pods: running, owned, and not to be disrupted.
+    fn foreign_pods(&self, f: &Foreign, out: &mut Vec<Pod>) {
+        for k in 0..f.pods {
+            let mut pod = Pod::new("legacy", &format!("{}-app-{k}", f.node), Resources::new(1000, 1 << 30));
+            pod.node_name = Some(f.node.clone());
+            pod.phase = PodPhase::Running;
+            pod.owner = Some(Owner { kind: "ReplicaSet".into(), name: format!("{}-app", f.node) });
+            pod.do_not_disrupt = true;
+            out.push(pod);
+        }
     }
 
     fn pods_of(&self, s: usize, out: &mut Vec<Pod>) {
@@ -1874,13 +2102,18 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn server_for_core(&self, s: usize) -> Server {
+    fn server_for_core(&self, s: usize, links: &Links) -> Server {
         let mut server = self.w.servers[s].server.clone();
         let srv = &self.srv[s];
         server.failures = srv.in_row;
-        server.health = srv.health;
+        let linked = links.node_of(&server.name);
+        server.health = if self.cfg.broken == Some(Broken::LabelOnlyIdentity) {
+            srv.health
+        } else {
+            identity::health(srv.health, links.mismatch(&server.name).is_some(), self.power_facts(s, linked.is_some()))
+        };
         server.claim = srv.holder.clone().filter(|_| self.cfg.broken != Some(Broken::UnfencedTakes));
-        server.node = srv.node.as_ref().map(|_| server.name.clone());
+        server.node = srv.node.as_ref().map(|_| server.name.clone()).or_else(|| linked.map(str::to_string));
         // A server on its way down reads as off: nothing is asked of it.
         server.power_state = match srv.power {
             Power::On | Power::PoweringOn => PowerState::On,
@@ -1927,8 +2160,15 @@ impl<'a> Engine<'a> {
     /// or a healthy free powered-off server whose NodePool admits the pod.
     fn could_host(&self, p: usize) -> Option<String> {
         let pod = &self.prep.pods[p];
+        let links = self.links();
         for (s, srv) in self.srv.iter().enumerate() {
             let sim = &self.w.servers[s].server;
+            // A server in doubt, or one another machine's Node claims to
+            // be (a cloned label ironclaim cannot disprove), is no free
+            // server to ironclaim: the fault made it so.
+            if links.mismatch(&sim.name).is_some() || links.node_of(&sim.name).is_some_and(|n| n != sim.name) {
+                continue;
+            }
             let fits = if self.ready.contains(&s) {
                 pod.requests.fits(&sim.capacity.minus(&srv.allocated))
                     && check_node_affinity(pod, &srv.labels, &sim.name).is_ok()
@@ -2051,11 +2291,13 @@ impl<'a> Engine<'a> {
     /// group one pass powers on (the next pass powers on more).
     fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {
         let mut snap = Snapshot { pools: self.setup.pools.clone(), daemonsets: self.w.daemonsets.clone(), ..Default::default() };
+        let links = self.links();
         for s in 0..self.srv.len() {
-            if let Some(node) = self.node_of(s) {
+            if let Some(node) = self.node_of(s, &links) {
                 snap.nodes.push(node);
                 self.pods_of(s, &mut snap.pods);
             }
+            self.other_nodes_of(s, &links, &mut snap);
         }
         for p in self.shown_pending() {
             snap.pods.push(self.prep.pods[p].clone());
@@ -2069,7 +2311,7 @@ impl<'a> Engine<'a> {
             groups.clear();
             for &s in &class.members {
                 if !self.free_off(s) {
-                    snap.servers.push(self.server_for_core(s));
+                    snap.servers.push(self.server_for_core(s, &links));
                     continue;
                 }
                 let in_row = self.srv[s].in_row;
@@ -2091,7 +2333,7 @@ impl<'a> Engine<'a> {
             }
             groups.sort_unstable_by_key(|g| g.0);
             for (_, best) in &groups {
-                snap.servers.extend(best.iter().map(|&(_, s)| self.server_for_core(s)));
+                snap.servers.extend(best.iter().map(|&(_, s)| self.server_for_core(s, &links)));
             }
         }
         for r in self.claims.values() {
@@ -2180,6 +2422,8 @@ impl World for Engine<'_> {
             && self.srv[s].node.is_some()
         {
             self.pods_of(s, &mut out);
+        } else if let Some(f) = self.srv.iter().find_map(|srv| srv.foreign.as_ref().filter(|f| f.node == node)) {
+            self.foreign_pods(f, &mut out);
         }
         out
     }

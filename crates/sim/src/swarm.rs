@@ -102,6 +102,19 @@ pub fn faults(seed: u64, until_s: Seconds) -> Faults {
     if r.random_bool(0.5) {
         f.clock_skew_s = r.random_range(1..=3600);
     }
+    // Identity: existing workers on machines of the inventory, cloned
+    // labels, BMCs that report no UUID, stale Nodes of a reinstall.
+    let mut r = rng::stream(seed, "swarm-faults", 4);
+    if r.random_bool(0.5) {
+        f.foreign_workers = r.random_range(1..=2);
+        f.cloned_label_probability = if r.random_bool(0.5) { r.random_range(0.3..1.0) } else { 0.0 };
+    }
+    if r.random_bool(0.5) {
+        f.identity_unread_probability = r.random_range(0.0..0.6);
+    }
+    if r.random_bool(0.4) {
+        f.stale_node_probability = r.random_range(0.0..0.1);
+    }
     f
 }
 

@@ -72,3 +72,31 @@ fn the_checkers_catch_replicas_that_judge_the_lease_by_their_wall_clocks() {
     let honest = SimConfig { seed: 3, replicas: 2, faults: Faults { clock_skew_s: 3600, ..Faults::none() }, ..Default::default() };
     broken_trips(&common::rack_with_load(3, 3, 120), honest, PolicyKind::Ironclaim, Broken::WallClockLease, "acted-without-lease");
 }
+
+/// Issue 14, hole 1 in the swarm: existing workers on machines of the
+/// inventory, their Nodes without an ironclaim label, some of their BMCs
+/// reporting no UUID. Linked by system UUID, or held back as unadopted,
+/// none is powered off; linked by label alone and taken as adopted, an
+/// idle-looking worker is powered off with its pods on it.
+#[test]
+fn the_checkers_catch_a_rack_that_links_nodes_by_label_alone() {
+    let faults = Faults { foreign_workers: 2, identity_unread_probability: 0.5, ..Faults::none() };
+    let honest = SimConfig { seed: 5, faults, ..Default::default() };
+    broken_trips(&common::rack_with_load(5, 3, 120), honest, PolicyKind::Ironclaim, Broken::LabelOnlyIdentity, "powered-off-busy");
+}
+
+/// Cloned labels and stale twins beside existing workers: the honest rack
+/// keeps every checker quiet, for every policy.
+#[test]
+fn cloned_labels_and_stale_nodes_never_power_off_a_machine_running_work() {
+    let faults = Faults { foreign_workers: 2, cloned_label_probability: 1.0, stale_node_probability: 0.2, ..Faults::none() };
+    for seed in 1..=4 {
+        let w = common::rack_with_load(seed, 3, 120);
+        let prep = Prepared::new(&w, None);
+        let cfg = SimConfig { seed, faults: faults.clone(), ..Default::default() };
+        for kind in PolicyKind::ALL {
+            let stats = ironclaim_sim::run_policy(&w, &prep, &cfg, kind, &mut |_| {});
+            assert!(stats.violations.is_empty(), "seed {seed} {}: {:?}", kind.name(), stats.violations);
+        }
+    }
+}
