@@ -204,6 +204,9 @@ pub struct Autoscaler {
     /// The stage (and failure) each claim was last written at, until the
     /// world shows it: an older view is stale and waits.
     written: BTreeMap<String, (bool, Stage)>,
+    /// Each claim's record writes refused in a row (an API outage, a
+    /// conflict), and when it is stepped again to write once more.
+    write_failures: BTreeMap<String, (u32, Duration, (bool, Stage))>,
     spares: BTreeMap<String, SpareOp>,
     drains: BTreeMap<String, Drain>,
     /// Drains ended since the runner last took them ([`Autoscaler::drain_ends`]).
@@ -274,6 +277,7 @@ impl Autoscaler {
             claims: BTreeMap::new(),
             live: BTreeSet::new(),
             written: BTreeMap::new(),
+            write_failures: BTreeMap::new(),
             spares: BTreeMap::new(),
             drains: BTreeMap::new(),
             ended: Vec::new(),
@@ -487,9 +491,14 @@ impl Autoscaler {
             }
             Report::WriteFailed { claim: Some(claim), .. } => {
                 // The write will never show in the world: step the claim
-                // again from what the world does show.
-                if self.written.remove(&claim).is_some() {
-                    self.claim_due.insert(claim, now);
+                // again from what the world does show, after a wait that
+                // doubles while writes keep failing (an API outage).
+                if let Some(wanted) = self.written.remove(&claim) {
+                    let w = self.write_failures.entry(claim.clone()).or_insert((0, now, wanted));
+                    w.0 += 1;
+                    w.1 = now + claim::write_again_after(w.0);
+                    w.2 = wanted;
+                    self.claim_due.insert(claim, w.1);
                 }
             }
             Report::WriteFailed { claim: None, .. } => {}
@@ -590,9 +599,18 @@ impl Autoscaler {
                     continue;
                 }
                 self.written.remove(&name);
+                self.write_failures.remove(&name);
             }
             if self.taking.contains_key(&name) {
                 continue;
+            }
+            if let Some(&(_, at, wanted)) = self.write_failures.get(&name) {
+                if (v.record.failure.is_some(), v.record.stage) >= wanted {
+                    self.write_failures.remove(&name);
+                } else if now < at {
+                    self.claim_due.insert(name.clone(), at);
+                    continue;
+                }
             }
             let io = self.claims.entry(name.clone()).or_default();
             if !reconcile && io.finished.is_none() {
@@ -627,6 +645,7 @@ impl Autoscaler {
         self.claims.retain(|k, _| present.contains(k) || self.taking.contains_key(k));
         self.claim_due.retain(|k, _| present.contains(k));
         self.written.retain(|k, _| present.contains(k) || self.taking.contains_key(k));
+        self.write_failures.retain(|k, _| present.contains(k));
         if self.live.iter().any(|c| !live.contains(c)) {
             // Claims that failed or vanished hand their pods back.
             self.batcher.forget();
@@ -1180,6 +1199,48 @@ mod tests {
             rewritten.iter().any(|e| matches!(e, Effect::EnterStage { claim: c, stage: Stage::Booting, .. } if *c == claim.name)),
             "{rewritten:?}"
         );
+    }
+
+    /// Issue 13: during an API outage a claim's record write was sent
+    /// again at every reconcile, once a second.
+    #[test]
+    fn a_claim_write_that_keeps_failing_is_sent_again_after_a_doubling_wait_not_every_second() {
+        let (mut world, mut a, claim) = one_claim_taken();
+        world.claims = vec![ClaimView {
+            record: record(&claim.name, &claim.server, Stage::PoweringOn, None),
+            server: facts(&claim.name),
+            node: None,
+            pods_pending: vec!["ns/web".into()],
+            pods_bound: 0,
+        }];
+        a.step(&world, s(2_002));
+        a.report(Report::PoweredOn { server: claim.server.clone(), result: Ok(()) }, s(2_060));
+        // Two minutes of an API that refuses every write, stepped each second.
+        let mut writes = Vec::new();
+        for t in 2_060..2_180 {
+            let mut effects = a.step(&world, s(t));
+            while let Some(e) = effects.pop() {
+                let more = match e {
+                    Effect::ReadPower { server } => a.report(Report::PowerRead { server, result: Ok(true) }, s(t)),
+                    Effect::EnterStage { stage: Stage::Booting, .. } => {
+                        writes.push(t);
+                        let failed =
+                            Report::WriteFailed { claim: Some(claim.name.clone()), effect: "EnterStage".into(), message: "unavailable".into() };
+                        a.report(failed, s(t))
+                    }
+                    _ => Vec::new(),
+                };
+                effects.extend(more);
+            }
+        }
+        let gaps: Vec<u64> = writes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(writes.len() <= 9, "{} writes in two minutes at {writes:?}", writes.len());
+        assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "the wait never shortens while writes fail: {gaps:?}");
+        assert!(gaps.iter().all(|&g| g <= 32), "and is at most 30 s (and a read of the power): {gaps:?}");
+        // The write lands: the next failure waits a second again.
+        world.claims[0].record.stage = Stage::Booting;
+        a.step(&world, s(2_200));
+        assert!(a.write_failures.is_empty(), "{:?}", a.write_failures);
     }
 
     #[test]

@@ -114,6 +114,12 @@ pub struct ClaimIo {
     pub not_ready_since: Option<Duration>,
 }
 
+/// How long a claim whose record writes failed `failed` times in a row
+/// waits before it writes again: 1 s, doubling, at most 30 s.
+pub fn write_again_after(failed: u32) -> Duration {
+    Duration::from_secs(1u64 << failed.saturating_sub(1).min(5)).min(Duration::from_secs(30))
+}
+
 impl ClaimIo {
     fn retry_due(&self, now: Duration) -> bool {
         self.next_at.is_none_or(|at| now >= at)
