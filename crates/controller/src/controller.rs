@@ -496,6 +496,11 @@ impl Controller {
             index: self.index.clone(),
             claims: self.claims.clone(),
             metrics: self.metrics.clone(),
+            notes: if self.settings.publish_events {
+                Notes::new(self.client.clone(), "ironclaim", &self.settings.instance)
+            } else {
+                Notes::disabled()
+            },
         }
     }
 }
@@ -655,6 +660,7 @@ struct Sweeper {
     index: Arc<Mutex<Index>>,
     claims: Arc<Claims>,
     metrics: Arc<Metrics>,
+    notes: Notes,
 }
 
 impl Sweeper {
@@ -714,7 +720,13 @@ impl Sweeper {
             .buffer_unordered(16)
             .collect()
             .await;
-        let links = self.index.lock().unwrap_or_else(PoisonError::into_inner).links();
+        let links = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            self.metrics.claim_locks.set(index.locks.len() as i64);
+            self.metrics.claim_lock_ledger_bytes.set(index.locks.values().map(Lock::bytes).sum::<usize>() as i64);
+            index.links()
+        };
+        let mut held: HashMap<&'static str, i64> = HashMap::from([("unadopted", 0), ("identity_mismatch", 0)]);
         let api: Api<Server> = Api::all(self.client.clone());
         let mut by_state: HashMap<&'static str, i64> = HashMap::new();
         let mut fleet = 0.0;
@@ -738,6 +750,11 @@ impl Sweeper {
                 facts.on = *read != PowerState::Off;
             }
             let standing = (ironclaim_core::identity::unadopted(facts), links.mismatch(&name));
+            if standing.1.is_some() {
+                *held.entry("identity_mismatch").or_default() += 1;
+            } else if standing.0.is_some() {
+                *held.entry("unadopted").or_default() += 1;
+            }
             let address = server.spec.bmc.as_ref().map(|b| b.address.as_str());
             if let Some(patch) = sweep_patch(&status, address, read, standing, now)
                 && let Err(err) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
@@ -750,30 +767,52 @@ impl Sweeper {
             self.metrics.servers.get_or_create(&vec![("power_state".into(), label.into())]).set(n);
         }
         self.metrics.fleet_watts.set(fleet);
+        for (reason, n) in held {
+            self.metrics.servers_held.get_or_create(&vec![("reason".into(), reason.into())]).set(n);
+        }
         self.write_pool_statuses().await;
     }
 
-    /// Each NodePool's status, written where it changed.
+    /// Each NodePool's status, written where it changed: its usage, and
+    /// whether its spec could be read. A pool or pod the index could not
+    /// read is said, not dropped: the pool's `Valid` condition and a
+    /// Warning Event on it, a Warning Event on the pod.
     async fn write_pool_statuses(&self) {
         let now = now_s();
-        let changed: Vec<(String, ironclaim_k8s::api::nodepool::NodePoolStatus)> = {
+        let (changed, invalid_pods) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-            let (snapshot, _) = index.snapshot(now, self.backoff);
-            provision::pool_usage(&snapshot)
-                .iter()
-                .filter_map(|usage| {
-                    let pool = index.pools.get(&usage.pool)?;
-                    let status = pools::status_of(usage, pool.status.as_ref(), pool.metadata.generation, now);
-                    (pool.status.as_ref() != Some(&status)).then(|| (usage.pool.clone(), status))
-                })
-                .collect()
+            let (snapshot, problems) = index.snapshot(now, self.backoff);
+            let usage = provision::pool_usage(&snapshot);
+            let mut changed: Vec<(String, ironclaim_k8s::api::nodepool::NodePoolStatus, Option<String>)> = Vec::new();
+            for (name, pool) in &index.pools {
+                let invalid = problems.iter().find(|p| p.object == format!("NodePool {name}")).map(|p| p.error.clone());
+                let mut status = match usage.iter().find(|u| u.pool == *name) {
+                    Some(u) => pools::status_of(u, pool.status.as_ref(), pool.metadata.generation, now),
+                    None => pool.status.clone().unwrap_or_default(),
+                };
+                pools::set_valid(&mut status, invalid.as_deref(), pool.metadata.generation, now);
+                if pool.status.as_ref() != Some(&status) {
+                    changed.push((name.clone(), status, invalid));
+                }
+            }
+            let invalid_pods: Vec<(String, String)> =
+                problems.iter().filter_map(|p| Some((p.object.strip_prefix("Pod ")?.to_string(), p.error.clone()))).collect();
+            (changed, invalid_pods)
         };
         let api: Api<NodePool> = Api::all(self.client.clone());
-        for (name, status) in changed {
+        for (name, status, invalid) in changed {
+            if let Some(error) = &invalid {
+                tracing::warn!(pool = %name, %error, "the NodePool cannot be read; its servers are claimed by no other pool");
+                self.notes.warn(crate::scaledown::notes::Kind::NodePool, &name, "InvalidSpec", error).await;
+            }
             let patch = serde_json::json!({"status": status});
             if let Err(err) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 tracing::warn!(pool = %name, error = %err, "writing the pool's status failed");
             }
+        }
+        for (key, error) in invalid_pods {
+            let (namespace, name) = key.split_once('/').unwrap_or(("default", &key));
+            self.claims.events().warn(namespace, name, None, "InvalidPod", &format!("ironclaim cannot read this pod: {error}")).await;
         }
     }
 }

@@ -12,8 +12,11 @@
 //! together: a lock wanted while a write is in flight queues, and the next
 //! write carries every queued change (a group commit). A burst of claims
 //! costs a few writes instead of one each, and each power-on waits for the
-//! write carrying its lock. An entry is about 100 bytes, so the ledger
-//! holds some 9,000 locks under the API server's 1 MiB object limit.
+//! write carrying its lock. An entry is about 100 bytes; the ledger's data
+//! is capped at [`LEDGER_CAP_BYTES`] (some 8,000 locks), under the API
+//! server's 1 MiB object limit. A take that would pass the cap is refused
+//! on its own ([`Error::ClaimLockFailed`], "the claim lock ledger is
+//! full"); the other changes of its write go through.
 //!
 //! # Invariant
 //! The lock is held at least as long as the Server names the claim: it is
@@ -39,6 +42,14 @@ use ironclaim_k8s::api::Server;
 pub const LEDGER_NAME: &str = "ironclaim-claim-locks";
 /// The label the ledger carries, for operators' selectors.
 pub const LEDGER_LABEL: &str = "ironclaim.dev/claim-locks";
+/// The most the ledger's entries (names and values) may add up to: room
+/// under the API server's 1 MiB object limit for its metadata.
+pub const LEDGER_CAP_BYTES: usize = 800 * 1024;
+
+/// The size of a ledger's data, as counted against [`LEDGER_CAP_BYTES`].
+pub fn ledger_bytes<'a>(entries: impl IntoIterator<Item = (&'a String, &'a String)>) -> usize {
+    entries.into_iter().map(|(k, v)| k.len() + v.len()).sum()
+}
 
 /// A lock as the index holds it.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +87,11 @@ impl Lock {
         serde_json::to_string(&entry).unwrap_or_else(|_| self.holder.clone())
     }
 
+    /// The bytes this lock takes in the ledger.
+    pub fn bytes(&self) -> usize {
+        self.server.len() + self.entry().len()
+    }
+
     /// Every lock a ledger holds (nothing for any other ConfigMap).
     pub fn all_in(ledger: &ConfigMap) -> BTreeMap<String, Lock> {
         if ledger.metadata.name.as_deref() != Some(LEDGER_NAME) {
@@ -107,6 +123,8 @@ enum Change {
 struct Outcome {
     holder: Option<String>,
     wrote: bool,
+    /// A take refused because the ledger is at its cap.
+    full: bool,
 }
 
 /// Applies `changes` in order to the ledger's `entries`: the values to
@@ -116,6 +134,7 @@ fn apply(entries: &BTreeMap<String, String>, changes: &[Change], now: jiff::Time
     let mut holders: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut writes: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut outcomes = Vec::with_capacity(changes.len());
+    let mut bytes = ledger_bytes(entries);
     for change in changes {
         let (server, claim) = match change {
             Change::Take { server, claim } | Change::GiveUp { server, claim } => (server, claim),
@@ -124,16 +143,24 @@ fn apply(entries: &BTreeMap<String, String>, changes: &[Change], now: jiff::Time
         let outcome = match (change, holder) {
             (Change::Take { .. }, None) => {
                 let lock = Lock { server: server.clone(), holder: claim.clone(), acquired: Some(now) };
-                writes.insert(server.clone(), Some(lock.entry()));
-                holders.insert(server.clone(), Some(claim.clone()));
-                Outcome { holder: Some(claim.clone()), wrote: true }
+                if bytes + lock.bytes() > LEDGER_CAP_BYTES {
+                    Outcome { holder: None, wrote: false, full: true }
+                } else {
+                    bytes += lock.bytes();
+                    writes.insert(server.clone(), Some(lock.entry()));
+                    holders.insert(server.clone(), Some(claim.clone()));
+                    Outcome { holder: Some(claim.clone()), wrote: true, full: false }
+                }
             }
             (Change::GiveUp { .. }, Some(h)) if h == *claim => {
+                let was = entries.get(server).map_or(0, |v| server.len() + v.len());
+                let taken_now = writes.get(server).and_then(|w| w.as_ref()).map_or(0, |v| server.len() + v.len());
+                bytes = bytes.saturating_sub(if taken_now > 0 { taken_now } else { was });
                 writes.insert(server.clone(), None);
                 holders.insert(server.clone(), None);
-                Outcome { holder: None, wrote: true }
+                Outcome { holder: None, wrote: true, full: false }
             }
-            (_, holder) => Outcome { holder, wrote: false },
+            (_, holder) => Outcome { holder, wrote: false, full: false },
         };
         outcomes.push(outcome);
     }
@@ -181,10 +208,16 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::ServerHeld`] when another claim holds it;
-    /// [`Error::ClaimLockFailed`] when the ledger could not be written.
+    /// [`Error::ClaimLockFailed`] when the ledger could not be written, or
+    /// is full ([`LEDGER_CAP_BYTES`]).
     pub async fn take(&self, server: &Server, claim: &str) -> Result<Taken> {
         let server = server.name_any();
         let outcome = self.submit(Change::Take { server: server.clone(), claim: claim.to_string() }).await.map_err(|r| self.failed(&server, r))?;
+        if outcome.full {
+            let reason =
+                format!("the claim lock ledger is full: its entries would pass {LEDGER_CAP_BYTES} bytes; no server is claimed until claims end");
+            return Err(self.failed(&server, reason));
+        }
         match outcome.holder {
             Some(holder) if holder == claim => Ok(if outcome.wrote { Taken::Now } else { Taken::Already }),
             holder => Err(Error::ServerHeld { server, holder: holder.unwrap_or_default() }),
@@ -394,6 +427,37 @@ mod tests {
         );
         assert_eq!(writes.keys().collect::<Vec<_>>(), ["a"], "b untouched");
         assert_eq!(Lock::from_entry("a", writes["a"].as_deref().unwrap()).holder, "c3");
+    }
+
+    #[test]
+    fn a_take_past_the_ledgers_cap_is_refused_alone_and_a_give_up_makes_room() {
+        let now = jiff::Timestamp::now();
+        let one = Lock { server: "r1-u00001".into(), holder: "general-r1-u00001-abcde".into(), acquired: Some(now) }.bytes();
+        let room = LEDGER_CAP_BYTES / one;
+        let entries: BTreeMap<String, String> = (0..room - 1)
+            .map(|i| {
+                let lock = Lock { server: format!("r1-u{i:05}"), holder: format!("general-r1-u{i:05}-abcde"), acquired: Some(now) };
+                (lock.server.clone(), lock.entry())
+            })
+            .collect();
+        assert!(ledger_bytes(&entries) + one <= LEDGER_CAP_BYTES);
+        let last = format!("r1-u{:05}", room - 1);
+        let batch = [
+            take(&last, &format!("general-{last}-abcde")),
+            take("r9-u99999", "general-r9-u99999-abcde"),
+            give_up("r1-u00000", "general-r1-u00000-abcde"),
+            take("r9-u99999", "general-r9-u99999-abcde"),
+        ];
+        let (writes, outcomes) = apply(&entries, &batch, now);
+        let seen: Vec<(bool, bool)> = outcomes.iter().map(|o| (o.wrote, o.full)).collect();
+        assert_eq!(seen, [(true, false), (false, true), (true, false), (true, false)], "the full take alone is refused; the rest land");
+        assert_eq!(writes.len(), 3);
+        let after: BTreeMap<String, String> = entries
+            .into_iter()
+            .chain(writes.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))))
+            .filter(|(k, _)| writes.get(k) != Some(&None))
+            .collect();
+        assert!(ledger_bytes(&after) <= LEDGER_CAP_BYTES, "{} bytes", ledger_bytes(&after));
     }
 
     fn changes() -> impl Strategy<Value = Vec<Change>> {

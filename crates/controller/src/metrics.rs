@@ -46,6 +46,12 @@ pub struct Metrics {
     pub power_failures: Family<Labels, Counter>,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
+    /// Claim locks in the ledger, and the bytes its entries take against
+    /// [`crate::locks::LEDGER_CAP_BYTES`].
+    pub claim_locks: Gauge,
+    pub claim_lock_ledger_bytes: Gauge,
+    /// Servers held back by identity: `unadopted`, `identity_mismatch`.
+    pub servers_held: Family<Labels, Gauge>,
     /// Scale-down: energy saved, warm spares, drains and evictions.
     pub scaledown: crate::scaledown::energy::ScaleDownMetrics,
 }
@@ -68,6 +74,7 @@ impl Metrics {
         let errors = Family::<Labels, Counter>::default();
         let power_failures = Family::<Labels, Counter>::default();
         let leader = Gauge::default();
+        let (claim_locks, claim_lock_ledger_bytes, servers_held) = (Gauge::default(), Gauge::default(), Family::<Labels, Gauge>::default());
         registry.register("stage_duration_seconds", "Seconds each claim stage took", stage_duration.clone());
         registry.register("claims", "Claims that ended, by outcome and reason", claims.clone());
         registry.register("servers", "Servers by power state", servers.clone());
@@ -77,6 +84,13 @@ impl Metrics {
         registry.register("errors", "Failed controller steps by kind", errors.clone());
         registry.register("power_failures", "Failed power actions by provider error", power_failures.clone());
         registry.register("leader", "1 while this replica leads", leader.clone());
+        registry.register("claim_locks", "Claim locks in the lock ledger", claim_locks.clone());
+        registry.register(
+            "claim_lock_ledger_bytes",
+            format!("Bytes the lock ledger's entries take; takes are refused past {}", crate::locks::LEDGER_CAP_BYTES),
+            claim_lock_ledger_bytes.clone(),
+        );
+        registry.register("servers_held", "Servers ironclaim keeps its hands off, by reason", servers_held.clone());
         let scaledown = crate::scaledown::energy::ScaleDownMetrics::register(&mut registry);
         Metrics {
             registry,
@@ -90,6 +104,9 @@ impl Metrics {
             errors,
             power_failures,
             leader,
+            claim_locks,
+            claim_lock_ledger_bytes,
+            servers_held,
             scaledown,
         }
     }

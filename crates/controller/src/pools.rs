@@ -41,6 +41,26 @@ pub fn status_of(usage: &PoolUsage, current: Option<&NodePoolStatus>, generation
     NodePoolStatus { servers: usage.servers, resources, watts: Some(usage.watts.round() as i64), conditions }
 }
 
+/// The condition on a NodePool that says whether its spec could be read.
+pub const VALID_CONDITION: &str = "Valid";
+
+/// Sets `Valid` on a pool's status: False with the error (which names the
+/// field) when its spec could not be read.
+pub fn set_valid(status: &mut NodePoolStatus, invalid: Option<&str>, generation: Option<i64>, now_s: Seconds) {
+    match invalid {
+        Some(error) => timeline::set_condition(
+            &mut status.conditions,
+            VALID_CONDITION,
+            false,
+            "InvalidSpec",
+            &format!("{error}; no server is claimed for this pool until it is fixed"),
+            now_s,
+            generation,
+        ),
+        None => timeline::set_condition(&mut status.conditions, VALID_CONDITION, true, "Valid", "the spec was read", now_s, generation),
+    }
+}
+
 /// Exact CPU: whole cores, else millicores.
 fn cpu(milli: i64) -> String {
     if milli % 1000 == 0 { (milli / 1000).to_string() } else { format!("{milli}m") }
@@ -101,5 +121,27 @@ mod tests {
         assert_eq!(bytes(2 << 40), "2Ti");
         assert_eq!(cpu(32_000), "32");
         assert_eq!(cpu(500), "500m");
+    }
+
+    #[test]
+    fn a_pool_with_a_malformed_cron_schedule_says_so_on_its_status_naming_the_field() {
+        let pool: ironclaim_k8s::api::NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": "batch", "generation": 3},
+            "spec": {"disruption": {"budgets": [{"nodes": "1", "schedule": "61 * * * *", "duration": "1h"}]}}
+        }))
+        .expect("a pool the CRD admits");
+        let mut index = crate::index::Index::default();
+        index.apply(pool);
+        let (snapshot, problems) = index.snapshot(1_000, crate::index::FailureBackoff { base_s: 60, max_s: 600 });
+        assert!(snapshot.pools.is_empty(), "not planned with a schedule it cannot read");
+        let error = &problems.iter().find(|p| p.object == "NodePool batch").expect("reported").error;
+        let mut status = NodePoolStatus::default();
+        set_valid(&mut status, Some(error), Some(3), 1_000);
+        let c = status.conditions.iter().find(|c| c.type_ == VALID_CONDITION).expect("Valid");
+        assert_eq!((c.status.as_str(), c.reason.as_str(), c.observed_generation), ("False", "InvalidSpec", Some(3)));
+        assert!(c.message.contains("spec.disruption.budgets[0].schedule"), "{}", c.message);
+        set_valid(&mut status, None, Some(4), 1_060);
+        assert_eq!(status.conditions.iter().find(|c| c.type_ == VALID_CONDITION).map(|c| c.status.as_str()), Some("True"));
     }
 }

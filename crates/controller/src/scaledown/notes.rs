@@ -20,6 +20,7 @@ const MAX_KEYS: usize = 10_000;
 pub enum Kind {
     Node,
     Server,
+    NodePool,
 }
 
 /// The last note sent per (object, reason), and when.
@@ -72,9 +73,9 @@ impl Notes {
             Kind::Node => {
                 ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.into()), ..Default::default() }
             }
-            Kind::Server => ObjectReference {
+            Kind::Server | Kind::NodePool => ObjectReference {
                 api_version: Some("ironclaim.dev/v1alpha1".into()),
-                kind: Some("Server".into()),
+                kind: Some(format!("{kind:?}")),
                 name: Some(name.into()),
                 ..Default::default()
             },
