@@ -342,11 +342,18 @@ impl Claims {
             return answer(Ok(()), None);
         }
         let (recorded, reported) = crate::index::recorded_identity(&current);
+        let host = current.spec.metal3_host();
+        let metal3 = |ns: &str, name: &str| host.filter(|h| h.namespace == ns && h.name == name).map(|_| server);
         let mut facts = crate::index::power_facts(&current, false);
         facts.on = true;
-        if let Some(why) =
-            ironclaim_core::identity::refuse_power_off(server, recorded, reported, facts, nodes.iter().map(crate::index::node_says), node)
-        {
+        if let Some(why) = ironclaim_core::identity::refuse_power_off(
+            server,
+            recorded,
+            reported,
+            facts,
+            nodes.iter().map(|n| crate::index::node_says_with(n, metal3)),
+            node,
+        ) {
             return answer(Ok(()), Some(why));
         }
         if let Some(node) = node {

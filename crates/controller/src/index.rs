@@ -163,14 +163,32 @@ pub fn node_server(node: &Node) -> Option<String> {
     node_says(node).server.map(str::to_string)
 }
 
+/// The prefix of a Cluster API Metal3 node's `spec.providerID`:
+/// `metal3://NAMESPACE/BAREMETALHOST/MACHINE`.
+pub const METAL3_PROVIDER_ID_PREFIX: &str = "metal3://";
+
+/// The BareMetalHost (namespace, name) a Metal3 providerID names.
+pub fn metal3_host_of(provider_id: &str) -> Option<(&str, &str)> {
+    let mut parts = provider_id.strip_prefix(METAL3_PROVIDER_ID_PREFIX)?.split('/');
+    let (namespace, host) = (parts.next()?, parts.next()?);
+    (!namespace.is_empty() && !host.is_empty()).then_some((namespace, host))
+}
+
 /// What a node says of itself: the server it names, and the firmware UUID
 /// its kubelet reported.
 pub fn node_says(node: &Node) -> identity::NodeSays<'_> {
-    let named =
-        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).and_then(|id| id.strip_prefix(PROVIDER_ID_PREFIX)).filter(|s| !s.is_empty());
+    node_says_with(node, |_, _| None)
+}
+
+/// [`node_says`], with a Metal3 providerID resolved by `metal3_server`
+/// (BareMetalHost namespace and name to the Server it powers).
+pub fn node_says_with<'a>(node: &'a Node, metal3_server: impl Fn(&str, &str) -> Option<&'a str>) -> identity::NodeSays<'a> {
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    let named = provider_id.and_then(|id| id.strip_prefix(PROVIDER_ID_PREFIX)).filter(|s| !s.is_empty());
+    let metal3 = || provider_id.and_then(metal3_host_of).and_then(|(ns, host)| metal3_server(ns, host));
     identity::NodeSays {
         node: node.metadata.name.as_deref().unwrap_or_default(),
-        server: named.or_else(|| node.labels().get(SERVER_LABEL).map(String::as_str)),
+        server: named.or_else(metal3).or_else(|| node.labels().get(SERVER_LABEL).map(String::as_str)),
         system_uuid: node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.system_uuid.as_str()).filter(|u| !u.trim().is_empty()),
     }
 }
@@ -233,7 +251,12 @@ impl Index {
             let (recorded, reported) = recorded_identity(server);
             inventory.add(name, recorded, reported);
         }
-        identity::link(self.nodes.values().map(node_says), &inventory)
+        let hosts: HashMap<(&str, &str), &str> = self
+            .servers
+            .iter()
+            .filter_map(|(name, s)| s.spec.metal3_host().map(|h| ((h.namespace.as_str(), h.name.as_str()), name.as_str())))
+            .collect();
+        identity::link(self.nodes.values().map(|n| node_says_with(n, |ns, host| hosts.get(&(ns, host)).copied())), &inventory)
     }
 
     /// The node registered for a server, if any, and nothing contradicts
@@ -586,5 +609,25 @@ mod tests {
         assert_eq!(snap.servers[0].health, Health::IdentityMismatch);
         assert!(snap.nodes.iter().all(|n| n.server.is_none()));
         assert!(planned_power_offs(&index).is_empty());
+    }
+
+    #[test]
+    fn a_cluster_api_metal3_node_links_to_the_server_of_its_baremetalhost_by_provider_id() {
+        assert_eq!(metal3_host_of("metal3://hosts/bmh-1/m3m-x"), Some(("hosts", "bmh-1")));
+        assert_eq!(metal3_host_of("metal3://4f2a"), None, "the older uid form names no host");
+        let mut index = Index::default();
+        let server: Server = serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": "m1"},
+            "spec": {"provider": {"type": "Metal3", "metal3": {"namespace": "hosts", "name": "bmh-1"}}, "hardware": {"cpu": "16", "memory": "64Gi"}},
+            "status": {"powerState": "On"}
+        }))
+        .expect("server");
+        index.apply(server);
+        let mut n = node("w-7", None, "");
+        n.spec = Some(k8s_openapi::api::core::v1::NodeSpec { provider_id: Some("metal3://hosts/bmh-1/m3m-x".into()), ..Default::default() });
+        index.apply(n);
+        let (snap, _) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+        assert_eq!((snap.servers[0].node.as_deref(), snap.servers[0].health), (Some("w-7"), Health::Healthy), "linked, so adopted");
+        assert_eq!(snap.nodes[0].server.as_deref(), Some("m1"));
     }
 }
