@@ -79,6 +79,13 @@ impl Servers {
     pub fn add(&mut self, server: &str, recorded: Option<&str>, reported: Option<&str>) {
         let recorded = recorded.map(normal);
         if let Some(u) = &recorded {
+            // Two Servers for one machine: a power action on either reaches
+            // the other's node.
+            if let Some(other) = self.by_uuid.get(u).filter(|o| *o != server) {
+                let why = format!("servers {other} and {server} both record system UUID {u}: they are one machine");
+                self.moved.insert(other.clone(), why.clone());
+                self.moved.insert(server.to_string(), why);
+            }
             self.by_uuid.insert(u.clone(), server.to_string());
             if let Some(now) = reported
                 && !same_uuid(u, now)
@@ -323,6 +330,17 @@ mod tests {
         let links = link([says("n", Some("a"), Some(A))], &inv);
         assert!(links.node_server.is_empty());
         assert!(links.mismatch("a").is_some_and(|w| w.contains(B)), "{links:?}");
+    }
+
+    #[test]
+    fn two_servers_that_record_one_machine_are_both_in_doubt() {
+        let mut inv = Servers::default();
+        inv.add("a", Some(A), None);
+        inv.add("a-again", Some(&A.to_ascii_uppercase()), None);
+        inv.add("b", Some(B), None);
+        let links = link([says("n", Some("a"), Some(A)), says("m", Some("b"), Some(B))], &inv);
+        assert_eq!(links.mismatches.keys().map(String::as_str).collect::<Vec<_>>(), ["a", "a-again"]);
+        assert_eq!(linked(&links), [("m", "b")]);
     }
 
     fn facts(on: bool, ours: bool, linked: bool, adopt: Adopt) -> PowerFacts {

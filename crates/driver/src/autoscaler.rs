@@ -1171,16 +1171,21 @@ mod tests {
         (world, a, claim)
     }
 
-    #[test]
-    fn a_stage_write_that_failed_has_its_claim_stepped_again_from_what_the_world_shows() {
-        let (mut world, mut a, claim) = one_claim_taken();
-        world.claims = vec![ClaimView {
+    /// The world's view of a taken claim whose server is powering on.
+    fn powering_on(claim: &ClaimRecord) -> ClaimView {
+        ClaimView {
             record: record(&claim.name, &claim.server, Stage::PoweringOn, None),
             server: facts(&claim.name),
             node: None,
             pods_pending: vec!["ns/web".into()],
             pods_bound: 0,
-        }];
+        }
+    }
+
+    #[test]
+    fn a_stage_write_that_failed_has_its_claim_stepped_again_from_what_the_world_shows() {
+        let (mut world, mut a, claim) = one_claim_taken();
+        world.claims = vec![powering_on(&claim)];
         a.step(&world, s(2_002));
         a.report(Report::PoweredOn { server: claim.server.clone(), result: Ok(()) }, s(2_060));
         let booting = a.step(&world, s(2_060));
@@ -1206,13 +1211,7 @@ mod tests {
     #[test]
     fn a_claim_write_that_keeps_failing_is_sent_again_after_a_doubling_wait_not_every_second() {
         let (mut world, mut a, claim) = one_claim_taken();
-        world.claims = vec![ClaimView {
-            record: record(&claim.name, &claim.server, Stage::PoweringOn, None),
-            server: facts(&claim.name),
-            node: None,
-            pods_pending: vec!["ns/web".into()],
-            pods_bound: 0,
-        }];
+        world.claims = vec![powering_on(&claim)];
         a.step(&world, s(2_002));
         a.report(Report::PoweredOn { server: claim.server.clone(), result: Ok(()) }, s(2_060));
         // Two minutes of an API that refuses every write, stepped each second.
