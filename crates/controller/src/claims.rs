@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use ironclaim_core::identity;
 use ironclaim_core::model::{Seconds, StageDurations};
 use ironclaim_driver::{ClaimRecord, PowerFailure, Report};
 use ironclaim_k8s::api::nodeclaim::{FailureReason, NodeClaimSpec, NodeClaimStatus, PodReference, Stage};
@@ -327,49 +328,54 @@ impl Claims {
             let holder = holder.unwrap_or("nothing");
             return answer(Ok(()), Some(format!("server {server} is held by {holder}, not by {}", claim.unwrap_or("nothing"))));
         }
-        // Whose the machine is, on the Nodes as the API lists them now:
-        // the index may be behind, and a node may run on the server under
-        // another name (by system UUID) or twice (a stale twin).
+        match self.power_off_if_safe(&current, node).await {
+            Ok(refused) => answer(Ok(()), refused),
+            Err(err) => answer(Err(self.power_failure(server, err)), None),
+        }
+    }
+
+    /// Cuts the power of `current` (read fresh by the caller) only if
+    /// nothing says it runs work, by what the API and its BMC say now:
+    /// Ok(Some(why)) refuses, Ok(None) once it is off (or was).
+    ///
+    /// # Guarantees
+    /// The Nodes are listed fresh (the index may be behind): a node on the
+    /// server other than `node` (by label, provider ID or system UUID), an
+    /// identity in doubt, or a server on that ironclaim did not power on
+    /// and no node links to, refuses ([`identity::refuse_power_off`]). For
+    /// `node`, a pod that is not a DaemonSet's or finished, or a volume
+    /// still attached, refuses. A server the BMC reads off is sent nothing.
+    async fn power_off_if_safe(&self, current: &Server, node: Option<&str>) -> std::result::Result<Option<String>, PowerError> {
+        let server = current.metadata.name.as_deref().unwrap_or_default();
         let nodes = match Api::<Node>::all(self.client.clone()).list(&ListParams::default()).await {
             Ok(nodes) => nodes.items,
-            Err(err) => return answer(Ok(()), Some(format!("the nodes could not be listed: {err}"))),
+            Err(err) => return Ok(Some(format!("the nodes could not be listed: {err}"))),
         };
-        let state = match self.power.power_state(&current).await {
-            Ok(state) => state,
-            Err(err) => return answer(Err(self.power_failure(server, err)), None),
-        };
-        if state == PowerState::Off {
-            return answer(Ok(()), None);
+        if self.power.power_state(current).await? == PowerState::Off {
+            return Ok(None);
         }
-        let (recorded, reported) = crate::index::recorded_identity(&current);
+        let (recorded, reported) = crate::index::recorded_identity(current);
         let host = current.spec.metal3_host();
         let metal3 = |ns: &str, name: &str| host.filter(|h| h.namespace == ns && h.name == name).map(|_| server);
-        let mut facts = crate::index::power_facts(&current, false);
-        facts.on = true;
-        if let Some(why) = ironclaim_core::identity::refuse_power_off(
-            server,
-            recorded,
-            reported,
-            facts,
-            nodes.iter().map(|n| crate::index::node_says_with(n, metal3)),
-            node,
-        ) {
-            return answer(Ok(()), Some(why));
+        let facts = identity::PowerFacts { on: true, ..crate::index::power_facts(current, false) };
+        let says = nodes.iter().map(|n| crate::index::node_says_with(n, metal3));
+        if let Some(why) = identity::refuse_power_off(server, recorded, reported, facts, says, node) {
+            return Ok(Some(why));
         }
         if let Some(node) = node {
             match self.workload_on(node).await {
                 Ok(None) => {}
-                Ok(Some(pod)) => return answer(Ok(()), Some(format!("node {node} still runs pod {pod}"))),
-                Err(err) => return answer(Ok(()), Some(format!("the pods on node {node} could not be listed: {err}"))),
+                Ok(Some(pod)) => return Ok(Some(format!("node {node} still runs pod {pod}"))),
+                Err(err) => return Ok(Some(format!("the pods on node {node} could not be listed: {err}"))),
             }
             match self.volume_on(node).await {
                 Ok(None) => {}
-                Ok(Some(volume)) => return answer(Ok(()), Some(format!("node {node} still has {volume} attached"))),
-                Err(err) => return answer(Ok(()), Some(format!("the volume attachments could not be listed: {err}"))),
+                Ok(Some(volume)) => return Ok(Some(format!("node {node} still has {volume} attached"))),
+                Err(err) => return Ok(Some(format!("the volume attachments could not be listed: {err}"))),
             }
         }
-        let result = self.power.power_off(&current).await.map_err(|err| self.power_failure(server, err));
-        answer(result, None)
+        self.power.power_off(current).await?;
+        Ok(None)
     }
 
     /// A volume attached to `node` or being detached from it, listed from
@@ -821,18 +827,25 @@ impl Claims {
     /// claim was removed, the server did nothing wrong.
     pub async fn release_orphan(&self, server: &Server, claim: &str, has_node: bool) -> Result<()> {
         if !has_node {
-            self.power_off_unless_off(server).await?;
+            self.power_off_unless_in_doubt(server).await?;
         }
         self.release_server(server, claim, false, false).await
     }
 
-    /// Powers `server` off unless its BMC already reads Off: a power-on
-    /// nobody follows up may have reached it.
-    async fn power_off_unless_off(&self, server: &Server) -> Result<()> {
-        let failed = |source| Error::PowerFailed { server: server.name_any(), source };
-        match self.power.power_state(server).await.map_err(failed)? {
-            PowerState::Off => Ok(()),
-            _ => self.power.power_off(server).await.map_err(failed),
+    /// Powers `server` off, read fresh, unless its BMC already reads Off or
+    /// the last check refuses (a power-on nobody follows up may have
+    /// reached it; a machine that runs work it cannot rule out stays on,
+    /// and its Server's conditions say why).
+    async fn power_off_unless_in_doubt(&self, server: &Server) -> Result<()> {
+        let name = server.name_any();
+        let current = self.servers_api().get(&name).await.map_err(|source| Error::ServerStatusFailed { server: name.clone(), source })?;
+        match self.power_off_if_safe(&current, None).await {
+            Ok(None) => Ok(()),
+            Ok(Some(why)) => {
+                tracing::warn!(server = %name, %why, "not powered off");
+                Ok(())
+            }
+            Err(source) => Err(Error::PowerFailed { server: name, source }),
         }
     }
 
@@ -863,7 +876,7 @@ impl Claims {
             && !has_node
             && named.is_none()
         {
-            self.power_off_unless_off(current).await?;
+            self.power_off_unless_in_doubt(current).await?;
         }
         self.locks.give_up(name, &lock.holder).await
     }

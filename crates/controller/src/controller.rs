@@ -572,11 +572,12 @@ fn identity_patch(recorded: Option<&Identity>, address: Option<&str>, read: &cra
 }
 
 /// What the sweep writes on a server's status after reading its BMC, if
-/// anything changed. A server in `PoweringOn` or `PoweringOff` for a claim
-/// or a spare ironclaim is powering keeps that state: the power action
-/// writes where it ends, and a reading taken just before the action
-/// reaches the BMC would say the opposite. A server read off is no longer
-/// one ironclaim powered on. `standing` is (adopted, why not; mismatch).
+/// anything changed. A claimed server in `PoweringOn` or `PoweringOff`
+/// keeps that state: the claim's power action writes where it ends, and a
+/// reading taken just before the action reaches the BMC would say the
+/// opposite. A server read off twice in a row (the first reading may
+/// precede a power-on ironclaim recorded and sent) is no longer one
+/// ironclaim powered on. `standing` is (adopted, why not; mismatch).
 fn sweep_patch(
     status: &ServerStatus,
     address: Option<&str>,
@@ -585,15 +586,15 @@ fn sweep_patch(
     now_s: Seconds,
 ) -> Option<serde_json::Value> {
     let state_read = read.state.unwrap_or(PowerState::Unknown);
-    let ours = status.claim.as_deref().is_some_and(|c| !c.is_empty()) || status.powered_on_by_ironclaim;
-    let in_transition = matches!(status.power_state, Some(PowerState::PoweringOn | PowerState::PoweringOff)) && ours;
+    let in_transition = matches!(status.power_state, Some(PowerState::PoweringOn | PowerState::PoweringOff))
+        && status.claim.as_deref().is_some_and(|c| !c.is_empty());
     let state = if in_transition { status.power_state } else { Some(state_read) };
     let rounded = read.watts.map(|w| w.round() as i64);
     let mut patch = serde_json::json!({"status": {}});
     if status.power_state != state {
         patch["status"]["powerState"] = serde_json::json!(state);
     }
-    if state == Some(PowerState::Off) && status.powered_on_by_ironclaim {
+    if state == Some(PowerState::Off) && status.power_state == Some(PowerState::Off) && status.powered_on_by_ironclaim {
         patch["status"]["poweredOnByIronclaim"] = serde_json::json!(false);
     }
     if rounded.is_some() && status.watts != rounded {
@@ -906,12 +907,15 @@ mod tests {
         assert_eq!(patch(&status(Some(PoweringOff), Some("c1"), None), Some(On), Some(90.0)), Some(json!({"status": {"watts": 90}})));
         // Unclaimed, a stale transition is corrected.
         assert_eq!(patch(&status(Some(PoweringOn), None, None), Some(Off), None), Some(json!({"status": {"powerState": "Off"}})));
-        // A spare ironclaim is powering on keeps its transition; once read
-        // off, it is no longer ironclaim's doing.
+        // A spare ironclaim recorded powering on and reads off: its power-on
+        // may not have landed yet, so it stays ironclaim's; read off again,
+        // it no longer is.
         let spare = ServerStatus { powered_on_by_ironclaim: true, ..status(Some(PoweringOn), None, None) };
-        assert_eq!(patch(&spare, Some(Off), None), None);
+        assert_eq!(patch(&spare, Some(Off), None), Some(json!({"status": {"powerState": "Off"}})));
+        let spare = ServerStatus { powered_on_by_ironclaim: true, ..status(Some(Off), None, None) };
+        assert_eq!(patch(&spare, Some(Off), None), Some(json!({"status": {"poweredOnByIronclaim": false}})));
         let spare = ServerStatus { powered_on_by_ironclaim: true, ..status(Some(On), None, None) };
-        assert_eq!(patch(&spare, Some(Off), None), Some(json!({"status": {"powerState": "Off", "poweredOnByIronclaim": false}})));
+        assert_eq!(patch(&spare, Some(On), None), None);
     }
 
     #[test]

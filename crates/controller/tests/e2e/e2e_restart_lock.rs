@@ -17,7 +17,7 @@ async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_
     use ironclaim_controller::locks::{LEDGER_LABEL, LEDGER_NAME};
     use k8s_openapi::api::core::v1::ConfigMap;
     let (env, client) = setup().await;
-    let (machines, sushy) = two_machines_the_second_on(&env, 51);
+    let (machines, sushy) = two_machines_the_second_on(&env, 51, true);
     let ledgers: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let acquired = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
     let entry = json!({"holder": "default-r1-u02-gone2", "acquired": acquired}).to_string();
@@ -64,5 +64,46 @@ async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_
     let holder = lock_of("r1-u01").await.unwrap();
     assert!(holder.is_some(), "r1-u01 is not locked");
     assert_eq!(server(&client, "r1-u01").await.status.unwrap().claim, holder);
+    controller.stop().await;
+}
+
+/// The same lock, left on a machine that was on before and that ironclaim
+/// never recorded powering on: the lock is broken after the grace, and
+/// the machine, whatever it runs, stays on, its Server saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_lock_left_on_a_machine_ironclaim_did_not_power_on_is_broken_and_the_machine_left_on() {
+    use ironclaim_controller::controller::ADOPTED_CONDITION;
+    use ironclaim_controller::locks::{LEDGER_LABEL, LEDGER_NAME};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (env, client) = setup().await;
+    let (machines, sushy) = two_machines_the_second_on(&env, 56, false);
+    let ledgers: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let acquired = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    let entry = json!({"holder": "default-r1-u02-gone3", "acquired": acquired}).to_string();
+    let ledger: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": LEDGER_NAME, "labels": {LEDGER_LABEL: "true"}},
+        "data": {"r1-u02": entry}
+    }))
+    .unwrap();
+    ledgers.create(&Default::default(), &ledger).await.unwrap();
+    let grace = Duration::from_secs(5);
+    let (controller, _harness) = restart_after_dead_opening(&env, &client, &sushy, &machines, "restarted-lock-unadopted", grace).await;
+    let (c, l) = (client.clone(), ledgers.clone());
+    eventually("the lock broken and r1-u02 said to be unadopted", Duration::from_secs(40), || {
+        let (c, l) = (c.clone(), l.clone());
+        async move {
+            let locked = l.get(LEDGER_NAME).await.map_err(|e| e.to_string())?.data.unwrap_or_default().contains_key("r1-u02");
+            let status = server(&c, "r1-u02").await.status.unwrap_or_default();
+            let adopted = status.conditions.iter().find(|c| c.type_ == ADOPTED_CONDITION).map(|c| (c.status.clone(), c.reason.clone()));
+            match (locked, adopted) {
+                (false, Some((s, r))) if s == "False" && r == "Unadopted" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    await_bound(&client, "app", Duration::from_secs(40)).await;
+    assert_eq!(pod_node(&client, "app").await.as_deref(), Some("r1-u01"), "the app went to the free server");
+    assert_eq!(sushy.resets(&machines[1].uuid), 0, "r1-u02 was powered off: {}", sushy.log_text());
     controller.stop().await;
 }

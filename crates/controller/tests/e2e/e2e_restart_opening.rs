@@ -16,7 +16,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_left_without_its_nodeclaim_waits_out_the_grace_then_is_released_without_a_second_power_on() {
     let (env, client) = setup().await;
-    let (machines, sushy) = two_machines_the_second_on(&env, 41);
+    let (machines, sushy) = two_machines_the_second_on(&env, 41, true);
     let grace = Duration::from_secs(20);
     let claimed_at = jiff::Timestamp::now();
     let servers: Api<ironclaim_k8s::api::Server> = Api::all(client.clone());

@@ -314,13 +314,20 @@ async fn reset(env: &TestEnv, client: &Client) {
     .await;
 }
 
-/// r1-u01 (off) and r1-u02, whose power-on from the dead controller
-/// reached the BMC; one NodePool over both.
-pub fn two_machines_the_second_on(env: &TestEnv, first_index: usize) -> (Vec<Machine>, Sushy) {
+/// r1-u01 (off) and r1-u02, on. With `recorded`, r1-u02's power-on came
+/// from the dead controller, recorded on its Server before it was sent,
+/// as every power-on of ironclaim's is; without, r1-u02 was on before.
+/// One NodePool over both.
+pub fn two_machines_the_second_on(env: &TestEnv, first_index: usize, recorded: bool) -> (Vec<Machine>, Sushy) {
     let machines = vec![Machine::new("r1-u01", first_index, 16, 32), Machine::new("r1-u02", first_index + 1, 16, 32)];
     let sushy = start_sushy([(machines[0].uuid.clone(), SystemPower::Off), (machines[1].uuid.clone(), SystemPower::On)]);
     for m in &machines {
         apply(env, &m.server_json(&sushy));
+    }
+    if recorded {
+        let patch = json!({"status": {"poweredOnByIronclaim": true}}).to_string();
+        env.kubectl(["patch", "server", "r1-u02", "--subresource=status", "--type=merge", "-p", patch.as_str()])
+            .unwrap_or_else(|e| panic!("recording r1-u02's power-on: {e}"));
     }
     apply(env, &nodepool("default", json!([]), json!({})));
     (machines, sushy)
