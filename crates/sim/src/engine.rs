@@ -557,6 +557,10 @@ pub struct Engine<'a> {
     lagging: BTreeSet<usize>,
     /// Each machine's firmware UUID.
     uuids: Vec<String>,
+    /// Bumped whenever a Node appears or goes: the links of
+    /// [`Engine::links`] are made again only then.
+    nodes_epoch: u64,
+    links_cache: std::cell::RefCell<Option<(u64, std::sync::Arc<Links>)>>,
     /// Told every effect, answer and crash, for a replay that shows them.
     trace: Option<&'a mut Trace<'a>>,
 }
@@ -774,6 +778,8 @@ impl<'a> Engine<'a> {
             nodes_lost: 0,
             lagging: BTreeSet::new(),
             uuids: (0..n).map(machine_uuid).collect(),
+            nodes_epoch: 0,
+            links_cache: std::cell::RefCell::new(None),
             trace: None,
         }
     }
@@ -1271,6 +1277,7 @@ impl<'a> Engine<'a> {
                 if let Some(s) = self.index(&node) {
                     self.ready.remove(&s);
                     self.srv[s].node = None;
+                    self.nodes_epoch += 1;
                     self.srv[s].daemon_pods.clear();
                 }
                 self.changed = true;
@@ -1455,6 +1462,7 @@ impl<'a> Engine<'a> {
         self.label_node(s, pool);
         let srv = &mut self.srv[s];
         srv.node = Some(NodeRun { ready_since: None, gates_passed: false, cordoned: false, disrupting: false });
+        self.nodes_epoch += 1;
         srv.business_s = Some(self.now);
         let epoch = srv.epoch;
         self.push(self.now + a.join_s, Event::NodeReady { server: s, epoch });
@@ -1499,6 +1507,7 @@ impl<'a> Engine<'a> {
             let twin = format!("{}-old", self.w.servers[s].server.name);
             self.tell(|| format!("rack: a stale Node {twin} appears"));
             self.srv[s].stale_twin = Some(twin);
+            self.nodes_epoch += 1;
             self.changed = true;
         }
         if self.srv[s].holder.is_some() && self.fault(self.cfg.faults.node_lost_probability) {
@@ -1522,6 +1531,7 @@ impl<'a> Engine<'a> {
             self.tell(|| format!("rack: node {name} deleted"));
             self.evict_all(s);
             self.srv[s].node = None;
+            self.nodes_epoch += 1;
             self.srv[s].daemon_pods.clear();
         } else {
             self.tell(|| format!("rack: node {name} NotReady"));
@@ -1580,6 +1590,7 @@ impl<'a> Engine<'a> {
             srv.power = Power::On;
             srv.booted = true;
             srv.foreign = Some(Foreign { node: format!("worker-{name}"), says, pods });
+            self.nodes_epoch += 1;
             self.powered.insert(s);
             self.peak_powered = self.peak_powered.max(self.powered.len());
             self.checker.powered_idle(s);
@@ -1612,8 +1623,19 @@ impl<'a> Engine<'a> {
     }
 
     /// Which node runs on which server, by the shipping rules (or, broken,
-    /// by the label alone).
-    fn links(&self) -> Links {
+    /// by the label alone); made again only once the Nodes changed.
+    fn links(&self) -> std::sync::Arc<Links> {
+        if let Some((epoch, links)) = self.links_cache.borrow().as_ref()
+            && *epoch == self.nodes_epoch
+        {
+            return links.clone();
+        }
+        let links = std::sync::Arc::new(self.make_links());
+        *self.links_cache.borrow_mut() = Some((self.nodes_epoch, links.clone()));
+        links
+    }
+
+    fn make_links(&self) -> Links {
         let nodes = self.node_says();
         if self.cfg.broken == Some(Broken::LabelOnlyIdentity) {
             let mut links = Links::default();
@@ -1655,6 +1677,7 @@ impl<'a> Engine<'a> {
         srv.powered_by_ironclaim = true;
         srv.booted = true;
         srv.node = Some(NodeRun { ready_since: Some(0), gates_passed: true, cordoned: false, disrupting: false });
+        self.nodes_epoch += 1;
         self.powered.insert(s);
         self.peak_powered = self.peak_powered.max(self.powered.len());
         self.place_daemonsets(s);
@@ -1749,6 +1772,7 @@ impl<'a> Engine<'a> {
         });
         self.checker.powering_off(self.now, s, &self.w.servers[s].server.name, shown.as_deref());
         if let Some(f) = self.srv[s].foreign.take() {
+            self.nodes_epoch += 1;
             for _ in 0..f.pods {
                 self.checker.unbound(s);
             }
