@@ -94,6 +94,8 @@ pub enum DrainError {
     },
     #[error("server {server} still reports {state:?} after its power-off")]
     NotConfirmedOff { server: String, state: PowerState },
+    #[error("server {server} was not powered off: {why}")]
+    PowerOffRefused { server: String, why: String },
     #[error("deleting node {node} failed")]
     DeleteNodeFailed {
         node: String,
@@ -118,6 +120,7 @@ impl DrainError {
             DrainError::PowerOffFailed { .. } => "power_off_failed",
             DrainError::PowerOnFailed { .. } => "power_on_failed",
             DrainError::NotConfirmedOff { .. } => "power_off_not_confirmed",
+            DrainError::PowerOffRefused { .. } => "power_off_refused",
             DrainError::DeleteNodeFailed { .. } => "delete_node_failed",
             DrainError::ReleaseFailed { .. } => "release_failed",
         }
@@ -482,7 +485,7 @@ impl Drainer {
             .get(server_name)
             .await
             .map_err(|source| DrainError::ReadServerFailed { server: server_name.to_string(), source })?;
-        self.power_off_confirmed(&server).await?;
+        self.power_off_confirmed(&server, node).await?;
         if let Some(node) = node {
             match self.nodes().delete(node, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -495,10 +498,20 @@ impl Drainer {
         Ok(())
     }
 
-    /// Powers off through the provider and reads the state back.
-    pub async fn power_off_confirmed(&self, server: &Server) -> Result<()> {
+    /// Powers off through the last check every power-off passes
+    /// ([`Claims::power_off`]: the claim still the server's, no node on it
+    /// but `node`, no workload pod or volume on `node`, its identity and
+    /// adoption not in doubt), and reads the state back.
+    pub async fn power_off_confirmed(&self, server: &Server, node: Option<&str>) -> Result<()> {
         let name = server.name_any();
-        self.power.power_off(server).await.map_err(|source| DrainError::PowerOffFailed { server: name.clone(), source })?;
+        let holder = server.status.as_ref().and_then(|s| s.claim.as_deref()).filter(|c| !c.is_empty());
+        match self.claims.power_off(&name, holder, node).await {
+            ironclaim_driver::Report::PoweredOff { refused: Some(why), .. } => return Err(DrainError::PowerOffRefused { server: name, why }),
+            ironclaim_driver::Report::PoweredOff { result: Err(failure), .. } => {
+                return Err(DrainError::PowerOffRefused { server: name, why: failure.message });
+            }
+            _ => {}
+        }
         let state = self.power.power_state(server).await.map_err(|source| DrainError::PowerOffFailed { server: name.clone(), source })?;
         if state != PowerState::Off {
             return Err(DrainError::NotConfirmedOff { server: name, state });
