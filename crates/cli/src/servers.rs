@@ -47,7 +47,9 @@ struct Row {
     /// before it was powered off is not shown).
     #[serde(skip_serializing_if = "Option::is_none")]
     watts: Option<i64>,
-    /// `healthy`, `N failure(s)`, `quarantined (N failures)` or `maintenance`.
+    /// `identity mismatch`, `not adopted` (ironclaim keeps its hands off;
+    /// the Server's conditions say why), `maintenance`, `quarantined (N
+    /// failures)`, `N failure(s)` or `healthy`.
     health: String,
     cpu: String,
     memory: String,
@@ -121,6 +123,7 @@ fn provider(server: &Server) -> String {
 fn inventory(index: &Index) -> Inventory {
     let mut summary = Summary { servers: index.servers.len(), ..Summary::default() };
     let mut rows = Vec::new();
+    let links = index.links();
     for server in index.servers.values() {
         let status = server.status.clone().unwrap_or_default();
         let profile = server_to_core(server).map(|s| s.power).unwrap_or_default();
@@ -173,8 +176,13 @@ fn inventory(index: &Index) -> Inventory {
                 (None, None) => "selected".into(),
             },
         });
-        let node = status.node.clone().or_else(|| index.node_of_server(&server.name_any()).map(|n| n.name_any()));
-        let health = if server.spec.maintenance {
+        let node = status.node.clone().or_else(|| links.node_of(&server.name_any()).map(str::to_string));
+        let facts = ironclaim_controller::index::power_facts(server, links.node_of(&server.name_any()).is_some());
+        let health = if links.mismatch(&server.name_any()).is_some() {
+            "identity mismatch".to_string()
+        } else if ironclaim_core::identity::unadopted(facts).is_some() {
+            "not adopted".to_string()
+        } else if server.spec.maintenance {
             "maintenance".to_string()
         } else if status.quarantined {
             format!("quarantined ({} failures)", status.failures)

@@ -141,7 +141,12 @@ async fn setup() -> (TestEnv, Client) {
 
     let now = now_s();
     server_status(&client, "s-on", json!({"powerState": "On", "node": "n-general", "watts": 210})).await;
-    server_status(&client, "s-booting", json!({"powerState": "On", "claim": "c-wait", "claimedAt": at(now - 90), "watts": 180})).await;
+    server_status(
+        &client,
+        "s-booting",
+        json!({"powerState": "On", "poweredOnByIronclaim": true, "claim": "c-wait", "claimedAt": at(now - 90), "watts": 180}),
+    )
+    .await;
     server_status(&client, "s-off", json!({"powerState": "Off"})).await;
     server_status(&client, "s-quarantined", json!({"powerState": "Off", "failures": 3, "quarantined": true})).await;
     // A reading from before it was powered off: stale, not shown.
