@@ -1,24 +1,23 @@
-//! Drains against a real PodDisruptionBudget: a refused eviction (429) is
-//! waited out, availability never drops below `minAvailable`, and the
-//! drain completes once the budget allows; past its timeout a drain is
-//! abandoned and the node uncordoned.
+//! The API side of a drain against a real PodDisruptionBudget, as the
+//! executor carries out the driver's drain effects: an eviction the
+//! budget refuses comes back as a 429 (`Evicted::Blocked`) and evicts
+//! nothing, availability never drops below `minAvailable`, and evictions
+//! go through once the budget allows; an abandoned drain's uncordon leaves
+//! the node schedulable and stamps its cool-down. How the drain waits out
+//! a 429, times out and powers off is the driver's, tested in
+//! `ironclaim_driver::drain` and end to end by the scale-down tests.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::scaledown_support::*;
 use crate::support::*;
-use ironclaim_controller::claims::{ClaimSettings, Claims};
-use ironclaim_controller::events::Events;
-use ironclaim_controller::metrics::Metrics;
-use ironclaim_controller::scaledown::drain::{DRAIN_ABANDONED_ANNOTATION, DrainOutcome, DrainRequest, DrainSettings, Drainer};
-use ironclaim_controller::scaledown::notes::Notes;
+use ironclaim_controller::scaledown::drain::{self, DRAIN_ABANDONED_ANNOTATION, Evicted};
 use ironclaim_testenv::eventually;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 fn deployment(name: &str, replicas: i32, selector: &str) -> serde_json::Value {
@@ -53,20 +52,6 @@ async fn set_unschedulable(client: &Client, node: &str, on: bool) {
     Api::<Node>::all(client.clone()).patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch node");
 }
 
-fn drainer(client: &Client) -> Drainer {
-    let metrics = Arc::new(Metrics::new());
-    let power = redfish(client);
-    let claims = Arc::new(Claims::new(client.clone(), power.clone(), ClaimSettings::default(), metrics.clone(), Events::disabled()));
-    Drainer {
-        client: client.clone(),
-        power,
-        claims,
-        notes: Notes::new(client.clone(), "ironclaim", "sd-pdb"),
-        metrics: metrics.scaledown.clone(),
-        settings: DrainSettings { retry_initial: Duration::from_millis(200), retry_max: Duration::from_secs(1), ..DrainSettings::default() },
-    }
-}
-
 /// Two replicas on the first machine, the second machine free but
 /// schedulable, a PDB at its floor.
 async fn two_replicas_on_the_first(env: &ironclaim_testenv::TestEnv, client: &Client, app: &str, machines: &[Machine]) {
@@ -98,7 +83,7 @@ async fn start(env: &ironclaim_testenv::TestEnv, client: &Client, prefix: &str, 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pdb_at_its_floor_holds_the_drain_which_completes_once_the_budget_allows() {
+async fn a_pdb_at_its_floor_refuses_evictions_with_429_until_a_replica_more_lets_one_go() {
     let (env, client) = setup().await;
     let app = "sd-pdb";
     let (machines, sushy, _harness) = start(&env, &client, app, 1).await;
@@ -116,68 +101,86 @@ async fn a_pdb_at_its_floor_holds_the_drain_which_completes_once_the_budget_allo
         }
     });
 
-    let drainer = drainer(&client);
-    let metrics = drainer.metrics.clone();
-    let request = DrainRequest {
-        node: machines[0].name.clone(),
-        server: Some(machines[0].name.clone()),
-        reason: "underutilized".into(),
-        planned: BTreeSet::new(),
-        timeout: Duration::from_secs(45),
-        power_off: true,
-    };
-    let d = drainer.clone();
-    let draining = tokio::spawn(async move { d.drain(&request).await });
-
-    // The budget refuses: the drain waits, both replicas stay.
-    sleep_s(5).await;
-    assert!(!draining.is_finished(), "the drain ended while the PDB refused every eviction");
-    let blocked = metrics.evictions.get_or_create(&vec![("outcome".into(), "blocked".into())]).get();
-    assert!(blocked >= 2, "no eviction was refused with 429 ({blocked})");
+    // The drain's first step: cordon. Then each eviction the budget refuses.
+    drain::cordon(&client, &machines[0].name, "underutilized").await.expect("cordon");
     let n = node(&client, &machines[0].name).await.expect("node");
     assert!(is_disrupting(&n) && is_unschedulable(&n), "the draining node is not cordoned");
-    let on_first = pods(&client, NAMESPACE, &format!("app={app}")).await.iter().filter(|p| ready(p)).count();
-    assert_eq!(on_first, 2);
+    let on_first: Vec<String> = pods(&client, NAMESPACE, &format!("app={app}")).await.iter().map(|p| p.name_any()).collect();
+    assert_eq!(on_first.len(), 2);
+    for pod in &on_first {
+        let answer = drain::evict(&client, NAMESPACE, pod, Duration::from_secs(5)).await;
+        assert!(matches!(&answer, Evicted::Blocked(why) if why.contains("disruption budget")), "{pod}: {answer:?}");
+    }
+    sleep_s(2).await;
+    assert_eq!(pods(&client, NAMESPACE, &format!("app={app}")).await.iter().filter(|p| ready(p)).count(), 2, "a refused eviction evicted");
 
-    // A third replica lands on the other node: the budget allows one at a time.
+    // A third replica lands on the other node: the budget lets one go at a
+    // time, each once its replacement is ready, as the drain asks again.
     env.kubectl(["-n", NAMESPACE, "scale", "deployment", app, "--replicas=3"]).expect("scale");
-    let outcome = tokio::time::timeout(Duration::from_secs(45), draining).await.expect("drain finished").expect("task").expect("drain");
-    assert_eq!(outcome, DrainOutcome::Done { evicted: 2 });
+    for pod in &on_first {
+        let (c, pod) = (client.clone(), pod.clone());
+        eventually("the budget lets the eviction through", Duration::from_secs(45), || {
+            let (c, pod) = (c.clone(), pod.clone());
+            async move {
+                match drain::evict(&c, NAMESPACE, &pod, Duration::from_secs(5)).await {
+                    Evicted::Yes | Evicted::Gone => Ok(()),
+                    other => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        Err(format!("{other:?}"))
+                    }
+                }
+            }
+        })
+        .await;
+    }
+    let c = client.clone();
+    let first = machines[0].name.clone();
+    eventually("no replica left on the drained node", Duration::from_secs(30), || {
+        let (c, first) = (c.clone(), first.clone());
+        async move {
+            let left = pods(&c, NAMESPACE, &format!("app={app}"))
+                .await
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(first.as_str()))
+                .count();
+            if left == 0 { Ok(()) } else { Err(format!("{left} left")) }
+        }
+    })
+    .await;
     watching.store(false, Ordering::SeqCst);
     let _ = watcher.await;
     assert!(lowest.load(Ordering::SeqCst) >= 2, "availability fell below minAvailable: {}", lowest.load(Ordering::SeqCst));
-    let bmcs = Bmcs::new(&sushy);
-    assert_eq!(bmcs.is_on(&machines[0]).await, Some(false), "the drained server is still on");
-    assert!(node(&client, &machines[0].name).await.is_none(), "the drained node was not deleted");
+    assert_eq!(Bmcs::new(&sushy).is_on(&machines[0]).await, Some(true), "nothing here powers a server off");
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "deployment,pdb", app, "--ignore-not-found"]);
     clean(&env, &client, &machines, app).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_drain_still_refused_at_its_timeout_is_abandoned_and_the_node_uncordoned() {
+async fn an_abandoned_drains_uncordon_leaves_the_node_as_it_was_and_stamps_its_cool_down() {
     let (env, client) = setup().await;
     let app = "sd-pdb-timeout";
     let (machines, sushy, _harness) = start(&env, &client, app, 11).await;
     two_replicas_on_the_first(&env, &client, app, &machines).await;
-    let drainer = drainer(&client);
-    let request = DrainRequest {
-        node: machines[0].name.clone(),
-        server: Some(machines[0].name.clone()),
-        reason: "underutilized".into(),
-        planned: BTreeSet::new(),
-        timeout: Duration::from_secs(4),
-        power_off: true,
-    };
-    let outcome = tokio::time::timeout(Duration::from_secs(30), drainer.drain(&request)).await.expect("drain returned").expect("drain");
-    assert!(matches!(&outcome, DrainOutcome::Abandoned { why } if why.contains("timed out")), "{outcome:?}");
+    drain::cordon(&client, &machines[0].name, "underutilized").await.expect("cordon");
+    for p in pods(&client, NAMESPACE, &format!("app={app}")).await {
+        assert!(matches!(drain::evict(&client, NAMESPACE, &p.name_any(), Duration::from_secs(5)).await, Evicted::Blocked(_)));
+    }
+    // Abandoned at its timeout: uncordoned, the cool-down stamped in the same write.
+    drain::uncordon_noting(&client, &machines[0].name, Some(jiff::Timestamp::now())).await.expect("uncordon");
     let n = node(&client, &machines[0].name).await.expect("node kept");
     assert!(!is_disrupting(&n) && !is_unschedulable(&n), "the abandoned node is still cordoned");
-    // The same write starts its cool-down: the controller leaves it alone for a while.
     let stamped = n.metadata.annotations.as_ref().and_then(|a| a.get(DRAIN_ABANDONED_ANNOTATION)).and_then(|v| v.parse::<jiff::Timestamp>().ok());
     let age = stamped.map(|t| jiff::Timestamp::now().as_second() - t.as_second());
     assert!(age.is_some_and(|a| (0..30).contains(&a)), "no fresh {DRAIN_ABANDONED_ANNOTATION} on the abandoned node: {:?}", n.metadata.annotations);
     assert_eq!(pods(&client, NAMESPACE, &format!("app={app}")).await.iter().filter(|p| ready(p)).count(), 2);
     assert_eq!(Bmcs::new(&sushy).is_on(&machines[0]).await, Some(true), "an abandoned drain powered the server off");
+
+    // A node the operator had cordoned before stays cordoned.
+    set_unschedulable(&client, &machines[1].name, true).await;
+    drain::cordon(&client, &machines[1].name, "empty").await.expect("cordon");
+    drain::uncordon_noting(&client, &machines[1].name, Some(jiff::Timestamp::now())).await.expect("uncordon");
+    let n = node(&client, &machines[1].name).await.expect("node kept");
+    assert!(!is_disrupting(&n) && is_unschedulable(&n), "the operator's cordon was undone");
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "deployment,pdb", app, "--ignore-not-found"]);
     clean(&env, &client, &machines, app).await;
 }
