@@ -20,11 +20,17 @@
 //!   [`ScaleDownSettings::revalidate_after`]; a node whose drain was
 //!   abandoned is held for [`ScaleDownSettings::cool_down`].
 //! - A node tainted as disrupting that no drain of this autoscaler owns
-//!   (a drain cut short by a restart) is uncordoned, unless its server's
-//!   power-off may be under way: then it stays cordoned.
+//!   (a drain cut short by a restart) is uncordoned only once its server's
+//!   BMC, read fresh, says it is on: a power-off that may be under way (a
+//!   BMC cut off in the middle of it) keeps it cordoned, read again every
+//!   [`UNCORDON_READ_AGAIN_S`] seconds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+
+/// How long a node left cordoned by a drain cut short waits before its
+/// server's power is read again, after a read that did not find it on.
+pub const UNCORDON_READ_AGAIN_S: u64 = 30;
 
 use ironclaim_core::disruption::{Action, disrupt};
 use ironclaim_core::model::{ClaimInFlight, Pod, PowerState, Seconds, Snapshot};
@@ -207,6 +213,9 @@ pub struct Autoscaler {
     /// Each claim's record writes refused in a row (an API outage, a
     /// conflict), and when it is stepped again to write once more.
     write_failures: BTreeMap<String, (u32, Duration, (bool, Stage))>,
+    /// Nodes left cordoned by a drain cut short, by server: whether a read
+    /// of its power is under way, and when it may be read again.
+    uncordon_reads: BTreeMap<String, UncordonRead>,
     spares: BTreeMap<String, SpareOp>,
     drains: BTreeMap<String, Drain>,
     /// Drains ended since the runner last took them ([`Autoscaler::drain_ends`]).
@@ -267,6 +276,15 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
+/// A node left cordoned by a drain cut short, waiting for its server's
+/// power to be read on.
+#[derive(Clone, Debug)]
+struct UncordonRead {
+    node: String,
+    asked: bool,
+    again_at: Duration,
+}
+
 impl Autoscaler {
     pub fn new(settings: Settings) -> Self {
         Autoscaler {
@@ -278,6 +296,7 @@ impl Autoscaler {
             live: BTreeSet::new(),
             written: BTreeMap::new(),
             write_failures: BTreeMap::new(),
+            uncordon_reads: BTreeMap::new(),
             spares: BTreeMap::new(),
             drains: BTreeMap::new(),
             ended: Vec::new(),
@@ -478,7 +497,22 @@ impl Autoscaler {
                 }
             }
             Report::PowerRead { server, result } => {
-                if let Some(io) = self.claim_io_of(&server) {
+                if let Some(read) = self.uncordon_reads.get_mut(&server).filter(|r| r.asked) {
+                    read.asked = false;
+                    if result == Ok(true) {
+                        let node = read.node.clone();
+                        self.uncordon_reads.remove(&server);
+                        out.push(Effect::Uncordon { node: node.clone(), abandoned: false });
+                        out.push(Effect::Note {
+                            subject: node,
+                            reason: "DrainAbandoned",
+                            message: format!("a drain cut short by a restart: uncordoned, server {server} read on"),
+                            warning: false,
+                        });
+                    } else {
+                        read.again_at = now + Duration::from_secs(UNCORDON_READ_AGAIN_S);
+                    }
+                } else if let Some(io) = self.claim_io_of(&server) {
                     io.running = None;
                     io.finished = Some((Io::Read, result));
                 }
@@ -741,12 +775,12 @@ impl Autoscaler {
         self.counters.scale_down_passes += 1;
         self.stamp_idle(&mut snap, &views, world, now_s, &mut out);
 
-        // Drains cut short by a restart: uncordoned, unless the machine
-        // may be shutting down (its recorded power is not On).
+        // Drains cut short by a restart: uncordoned once the machine is
+        // read on, fresh; one that may be shutting down stays cordoned.
         let power: BTreeMap<&str, PowerState> = snap.servers.iter().map(|s| (s.name.as_str(), s.power_state)).collect();
+        let mut cut_short: BTreeSet<String> = BTreeSet::new();
         for n in snap.nodes.iter().filter(|n| n.disrupting && !owned.contains(&n.name)) {
-            let on = n.server.as_deref().is_none_or(|s| power.get(s) == Some(&PowerState::On));
-            if on && !n.server.as_deref().is_some_and(|s| self.busy(s)) {
+            let Some(server) = n.server.as_deref() else {
                 out.push(Effect::Uncordon { node: n.name.clone(), abandoned: false });
                 out.push(Effect::Note {
                     subject: n.name.clone(),
@@ -754,8 +788,21 @@ impl Autoscaler {
                     message: "a drain cut short by a restart: uncordoned".into(),
                     warning: false,
                 });
+                continue;
+            };
+            cut_short.insert(server.to_string());
+            if power.get(server) != Some(&PowerState::On) || self.busy(server) {
+                continue;
             }
+            let read = self.uncordon_reads.entry(server.to_string()).or_insert(UncordonRead { node: n.name.clone(), asked: false, again_at: now });
+            if read.asked || now < read.again_at {
+                continue;
+            }
+            read.asked = true;
+            read.node = n.name.clone();
+            out.push(Effect::ReadPower { server: server.to_string() });
         }
+        self.uncordon_reads.retain(|s, _| cut_short.contains(s));
 
         let cooling = pacing::cooling(world.abandoned_drains().iter().map(|(n, at)| (n.as_str(), *at)), now_s, sd.cool_down.as_secs());
         // Pods of cooling nodes are held as must-not-disrupt; the snapshot
@@ -1015,6 +1062,54 @@ mod tests {
         a.report(Report::PoweredOff { server: "s1".into(), result: Ok(()), refused: None }, s(10_803));
         assert!(!a.busy("s1"));
         assert_eq!(a.counters.spares_powered_off, 1);
+    }
+
+    /// Issue 14, hole 7 after a restart: a node left cordoned by a drain
+    /// this process does not own was uncordoned while its server's
+    /// recorded power said On, even when a power-off cut off with its BMC
+    /// may have been under way. It is uncordoned only once the BMC, read
+    /// fresh, says on.
+    #[test]
+    fn a_drain_cut_short_by_a_restart_is_uncordoned_only_once_its_server_is_read_on() {
+        let mut world = toy();
+        world.snap.servers[0].power_state = PowerState::On;
+        world.snap.servers[0].node = Some("n1".into());
+        let mut node = ironclaim_core::model::Node::new("n1", Resources::new(16_000, 64 << 30));
+        node.server = Some("s1".into());
+        node.disrupting = true;
+        node.unschedulable = true;
+        world.snap.nodes.push(node);
+        let settings = Settings { scale_down: Some(ScaleDownSettings { every: s(1), ..ScaleDownSettings::default() }), ..Settings::default() };
+        let mut a = Autoscaler::new(settings);
+        let uncordons = |effects: &[Effect]| effects.iter().filter(|e| matches!(e, Effect::Uncordon { .. })).count();
+        let first = a.step(&world, s(5_000));
+        assert_eq!(uncordons(&first), 0, "uncordoned on the recorded power alone: {first:?}");
+        assert!(first.contains(&Effect::ReadPower { server: "s1".into() }), "{first:?}");
+        assert!(!a.step(&world, s(5_002)).contains(&Effect::ReadPower { server: "s1".into() }), "one read at a time");
+        // The BMC does not answer (cut off mid power-off): still cordoned, read again later.
+        let after = a.report(
+            Report::PowerRead {
+                server: "s1".into(),
+                result: Err(crate::PowerFailure { reason: crate::FailureReason::BmcUnreachable, message: "timeout".into() }),
+            },
+            s(5_010),
+        );
+        assert_eq!(uncordons(&after), 0);
+        assert!(!a.step(&world, s(5_020)).contains(&Effect::ReadPower { server: "s1".into() }), "waits before reading again");
+        let again = a.step(&world, s(5_010 + UNCORDON_READ_AGAIN_S));
+        assert!(again.contains(&Effect::ReadPower { server: "s1".into() }), "{again:?}");
+        // Read off (the power-off went through): still cordoned.
+        assert_eq!(uncordons(&a.report(Report::PowerRead { server: "s1".into(), result: Ok(false) }, s(5_041))), 0);
+        a.step(&world, s(5_041 + UNCORDON_READ_AGAIN_S));
+        // Read on: uncordoned, once.
+        let on = a.report(Report::PowerRead { server: "s1".into(), result: Ok(true) }, s(5_080));
+        assert_eq!(on.first(), Some(&Effect::Uncordon { node: "n1".into(), abandoned: false }), "{on:?}");
+        // With the server recorded off, nothing is asked at all.
+        let mut a =
+            Autoscaler::new(Settings { scale_down: Some(ScaleDownSettings { every: s(1), ..ScaleDownSettings::default() }), ..Settings::default() });
+        world.snap.servers[0].power_state = PowerState::Off;
+        let off = a.step(&world, s(6_000));
+        assert!(uncordons(&off) == 0 && !off.iter().any(|e| matches!(e, Effect::ReadPower { .. })), "{off:?}");
     }
 
     #[test]

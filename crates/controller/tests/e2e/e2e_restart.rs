@@ -56,10 +56,7 @@ async fn killed_between_power_on_and_status_write_then_restarted_powers_on_once_
     // left by an earlier run, which recorded its power-on as every run does.
     let servers: Api<Server> = Api::all(client.clone());
     let orphan = json!({"status": {"claim": "vanished-claim", "powerState": "On", "poweredOnByIronclaim": true}});
-    servers
-        .patch_status("r1-u02", &PatchParams::default(), &Patch::Merge(&orphan))
-        .await
-        .unwrap();
+    servers.patch_status("r1-u02", &PatchParams::default(), &Patch::Merge(&orphan)).await.unwrap();
     // Only the first server can play its part; the orphan must not boot into a node.
     let _harness = Machines::start(client.clone(), &sushy, vec![machines[0].clone()]);
 
