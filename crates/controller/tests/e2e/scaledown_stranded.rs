@@ -61,7 +61,9 @@ async fn stranded_servers_nodes_and_claims_are_found_and_repaired_after_the_grac
     // Break-even 1 s: an idle server here would be powered off at once.
     apply_servers(&env, &sushy, &machines, 10);
     apply_pool(&env, pool, 0, json!({"budgets": [{"nodes": "100%"}]}));
-    patch_status(&client, &quarantined.name, json!({"quarantined": true, "failures": 3, "powerState": "On"})).await;
+    // Quarantined after ironclaim's own power-on failed it three times,
+    // recorded as every power-on of ironclaim's is.
+    patch_status(&client, &quarantined.name, json!({"quarantined": true, "failures": 3, "powerState": "On", "poweredOnByIronclaim": true})).await;
     // A node that names a server the inventory never had, running nothing.
     let mut ghost_node = existing_node(ghost, 4, 8, &[], 0, &[]);
     ghost_node["spec"]["providerID"] = json!(format!("ironclaim://{ghost}"));
