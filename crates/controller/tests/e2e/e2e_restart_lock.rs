@@ -12,21 +12,28 @@ use ironclaim_testenv::eventually;
 use kube::Api;
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_and_the_server_powered_off() {
+/// A lock ledger whose only entry locks r1-u02 for `holder`, taken now,
+/// as an opening that died left it; the ledgers' API.
+async fn ledger_locking_r1_u02(client: &kube::Client, holder: &str) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
     use ironclaim_controller::locks::{LEDGER_LABEL, LEDGER_NAME};
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let (env, client) = setup().await;
-    let (machines, sushy) = two_machines_the_second_on(&env, 51, true);
-    let ledgers: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let ledgers: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let acquired = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-    let entry = json!({"holder": "default-r1-u02-gone2", "acquired": acquired}).to_string();
-    let ledger: ConfigMap = serde_json::from_value(json!({
+    let entry = json!({"holder": holder, "acquired": acquired}).to_string();
+    let ledger = serde_json::from_value(json!({
         "metadata": {"name": LEDGER_NAME, "labels": {LEDGER_LABEL: "true"}},
         "data": {"r1-u02": entry}
     }))
     .unwrap();
     ledgers.create(&Default::default(), &ledger).await.unwrap();
+    ledgers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_and_the_server_powered_off() {
+    use ironclaim_controller::locks::LEDGER_NAME;
+    let (env, client) = setup().await;
+    let (machines, sushy) = two_machines_the_second_on(&env, 51, true);
+    let ledgers = ledger_locking_r1_u02(&client, "default-r1-u02-gone2").await;
     let lock_of = |server: &'static str| {
         let ledgers = ledgers.clone();
         async move {
@@ -73,19 +80,10 @@ async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_lock_left_on_a_machine_ironclaim_did_not_power_on_is_broken_and_the_machine_left_on() {
     use ironclaim_controller::controller::ADOPTED_CONDITION;
-    use ironclaim_controller::locks::{LEDGER_LABEL, LEDGER_NAME};
-    use k8s_openapi::api::core::v1::ConfigMap;
+    use ironclaim_controller::locks::LEDGER_NAME;
     let (env, client) = setup().await;
     let (machines, sushy) = two_machines_the_second_on(&env, 56, false);
-    let ledgers: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    let acquired = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-    let entry = json!({"holder": "default-r1-u02-gone3", "acquired": acquired}).to_string();
-    let ledger: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": LEDGER_NAME, "labels": {LEDGER_LABEL: "true"}},
-        "data": {"r1-u02": entry}
-    }))
-    .unwrap();
-    ledgers.create(&Default::default(), &ledger).await.unwrap();
+    let ledgers = ledger_locking_r1_u02(&client, "default-r1-u02-gone3").await;
     let grace = Duration::from_secs(5);
     let (controller, _harness) = restart_after_dead_opening(&env, &client, &sushy, &machines, "restarted-lock-unadopted", grace).await;
     let (c, l) = (client.clone(), ledgers.clone());
