@@ -725,7 +725,7 @@ impl Sweeper {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             self.metrics.claim_locks.set(index.locks.len() as i64);
             self.metrics.claim_lock_ledger_bytes.set(index.locks.values().map(Lock::bytes).sum::<usize>() as i64);
-            index.links()
+            index.links().clone()
         };
         let mut held: HashMap<&'static str, i64> = HashMap::from([("unadopted", 0), ("identity_mismatch", 0)]);
         let api: Api<Server> = Api::all(self.client.clone());

@@ -56,6 +56,8 @@ pub struct Index {
     pub claims: BTreeMap<String, NodeClaim>,
     /// Claim locks by server (see [`crate::locks`]).
     pub locks: BTreeMap<String, Lock>,
+    /// [`Index::links`], made once per change of what the index holds.
+    links: std::sync::OnceLock<Links>,
 }
 
 /// A kind the index holds.
@@ -232,20 +234,28 @@ pub fn last_failure_s(server: &Server) -> Option<Seconds> {
 
 impl Index {
     pub fn apply<K: Indexed>(&mut self, object: K) {
+        self.links.take();
         object.apply(self);
     }
 
     pub fn delete<K: Indexed>(&mut self, object: &K) {
+        self.links.take();
         object.delete(self);
     }
 
     pub fn reset<K: Indexed>(&mut self, objects: Vec<K>) {
+        self.links.take();
         K::reset(objects, self);
     }
 
     /// Which node runs on which server, and which servers are in doubt
-    /// (see [`identity::link`]).
-    pub fn links(&self) -> Links {
+    /// (see [`identity::link`]): made once until the index changes, since
+    /// every claim view and scale-down pass asks it server by server.
+    pub fn links(&self) -> &Links {
+        self.links.get_or_init(|| self.make_links())
+    }
+
+    fn make_links(&self) -> Links {
         let mut inventory = identity::Servers::default();
         for (name, server) in &self.servers {
             let (recorded, reported) = recorded_identity(server);
@@ -263,13 +273,6 @@ impl Index {
     /// it: by providerID, label or system UUID.
     pub fn node_of_server(&self, server: &str) -> Option<&Node> {
         self.links().node_of(server).and_then(|n| self.nodes.get(n))
-    }
-
-    /// Whether anything says a node runs on the server, trusted or not: a
-    /// power-off of it waits for the API's word.
-    pub fn may_have_node(&self, server: &str) -> bool {
-        let links = self.links();
-        links.node_of(server).is_some() || links.mismatch(server).is_some()
     }
 
     /// The claim that holds a node through its server, if any.
