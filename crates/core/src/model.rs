@@ -208,7 +208,10 @@ fn yes() -> bool {
 }
 
 impl Node {
+    /// A Ready node; `allocatable` without pod slots gets the kubelet's
+    /// default.
     pub fn new(name: &str, allocatable: Resources) -> Self {
+        let allocatable = allocatable.with_default_pods();
         let mut labels = Labels::new();
         labels.insert(crate::labels::HOSTNAME.to_string(), name.to_string());
         Node { name: name.to_string(), labels, taints: Vec::new(), allocatable, unschedulable: false, ready: true, server: None, disrupting: false }

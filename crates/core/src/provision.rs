@@ -453,7 +453,7 @@ impl<'s> Scheduler<'s> {
                 let mut labels = node_labels_for(server, pool);
                 labels.remove(HOSTNAME);
                 let overhead = daemonset_overhead(snap, &labels, &pool.taints, &server.name);
-                let alloc = with_default_pod_slots(&server.capacity).minus(&overhead);
+                let alloc = server.capacity.with_default_pods().minus(&overhead);
                 let domains = self.topo.domains_of(&labels);
                 self.offerings.push(Offering {
                     class: c,
@@ -515,7 +515,9 @@ impl<'s> Scheduler<'s> {
                 labels: node.labels.clone(),
                 taints: node.taints.clone(),
                 cordoned: node.unschedulable,
-                free: with_default_pod_slots(&node.allocatable),
+                // A node's slots are what it reports: none reported, none
+                // free (kube-scheduler's NodeResourcesFit).
+                free: node.allocatable.clone(),
                 reserved: Resources::default(),
                 ports: Vec::new(),
                 domains,
@@ -542,7 +544,7 @@ impl<'s> Scheduler<'s> {
                 labels,
                 taints: pool_taints,
                 cordoned: false,
-                free: with_default_pod_slots(&server.capacity).minus(&overhead),
+                free: server.capacity.with_default_pods().minus(&overhead),
                 reserved: Resources::default(),
                 ports: Vec::new(),
                 domains,
@@ -1275,14 +1277,6 @@ impl<'s> Scheduler<'s> {
 
 /// Nodes and servers that do not state their pod slots get the kubelet's
 /// default of 110.
-fn with_default_pod_slots(r: &Resources) -> Resources {
-    let mut r = r.clone();
-    if r.pods == 0 {
-        r.pods = 110;
-    }
-    r
-}
-
 /// Turns a per-server mismatch into a statement about the inventory, so that
 /// servers failing the same way count together.
 fn generalize(m: &NodeMismatch) -> String {

@@ -6,6 +6,10 @@ use std::fmt;
 /// The GPU resource name the NVIDIA device plugin advertises.
 pub const GPU: &str = "nvidia.com/gpu";
 
+/// The kubelet's default `maxPods`: the pod slots of a node made from a
+/// server whose capacity names none.
+pub const DEFAULT_MAX_PODS: i64 = 110;
+
 /// A resource vector. Extended resources (`nvidia.com/gpu`, hugepages, any
 /// device plugin's) are kept sorted by name so that comparison and
 /// arithmetic are merges, not lookups.
@@ -51,6 +55,16 @@ impl Resources {
     pub fn with_pods(mut self, pods: i64) -> Self {
         self.pods = pods;
         self
+    }
+
+    /// A server's capacity as its node will report it: a server that says
+    /// nothing of pod slots gets the kubelet's default `maxPods`.
+    pub fn with_default_pods(&self) -> Self {
+        let mut r = self.clone();
+        if r.pods == 0 {
+            r.pods = DEFAULT_MAX_PODS;
+        }
+        r
     }
 
     pub fn with_extended(mut self, name: &str, amount: i64) -> Self {
