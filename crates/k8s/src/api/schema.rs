@@ -4,9 +4,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::{Schema, SchemaGenerator, json_schema};
 
-/// A non-negative Kubernetes quantity ("32", "500m", "128Gi", "1e3"). No
-/// sign is accepted, so limits and capacities cannot go negative.
-pub const QUANTITY_PATTERN: &str = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE]\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+/// A non-negative Kubernetes quantity ("32", "500m", "128Gi", "1e3",
+/// "5e-1"), exactly what `parse_quantity` reads: no minus sign, so limits
+/// and capacities cannot go negative, and integer exponents only.
+pub const QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$";
 
 /// A Go duration as `time.ParseDuration` reads it, without a sign: "90s",
 /// "10m", "1h30m", "1.5h".
