@@ -21,7 +21,7 @@ use ironclaim_k8s::api::server::{Identity, PowerState, ServerStatus};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
@@ -225,7 +225,7 @@ where
     }
 }
 
-const WATCHED_KINDS: usize = 8;
+const WATCHED_KINDS: usize = 9;
 
 impl Controller {
     pub fn new(client: Client, power: Arc<dyn Power>, settings: Settings) -> Self {
@@ -275,6 +275,7 @@ impl Controller {
         let (i, n, s) = (&self.index, &notify, &synced);
         watches.spawn(watch(Api::<Pod>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<Node>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<Namespace>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<DaemonSet>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<PodDisruptionBudget>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<Server>::all(c.clone()), i.clone(), n.clone(), s.clone()));

@@ -14,7 +14,7 @@ use ironclaim_k8s::node::SERVER_LABEL;
 use ironclaim_k8s::pod::{pod_from_k8s, pod_from_template};
 use ironclaim_k8s::{node_from_k8s, nodeclaim_in_flight, nodepool_to_core, pdb_from_k8s, server_to_core};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
@@ -49,6 +49,8 @@ pub struct Index {
     /// to: such a pod still holds its node (see [`Index::snapshot`]).
     pub bad_pods: BTreeMap<String, BadPod>,
     pub nodes: BTreeMap<String, Node>,
+    /// For their labels: `namespaceSelector` in pod affinity terms.
+    pub namespaces: BTreeMap<String, Namespace>,
     pub daemonsets: BTreeMap<String, DaemonSet>,
     pub pdbs: BTreeMap<String, PodDisruptionBudget>,
     pub servers: BTreeMap<String, Server>,
@@ -92,6 +94,7 @@ macro_rules! keyed {
 }
 
 keyed!(Node, nodes, false);
+keyed!(Namespace, namespaces, false);
 keyed!(DaemonSet, daemonsets, true);
 keyed!(PodDisruptionBudget, pdbs, true);
 keyed!(Server, servers, false);
@@ -297,7 +300,11 @@ impl Index {
     ///   longest adaptive warm-floor window, when a pool has one.
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
-        let mut snap = Snapshot { pods: self.pods.values().map(|e| e.pod.clone()).collect(), ..Snapshot::default() };
+        let mut snap = Snapshot {
+            pods: self.pods.values().map(|e| e.pod.clone()).collect(),
+            namespaces: self.namespaces.iter().map(|(name, ns)| (name.clone(), ns.metadata.labels.clone().unwrap_or_default().into())).collect(),
+            ..Snapshot::default()
+        };
         for (k, bad) in &self.bad_pods {
             problems.push(Problem { object: format!("Pod {k}"), error: bad.error.clone() });
             // Unread, a bound pod still runs: it stays on its node as a pod

@@ -24,13 +24,33 @@ pub enum PodPhase {
 pub struct PodAffinityTerm {
     /// None matches no pod, as a nil selector does in Kubernetes.
     pub label_selector: Option<LabelSelector>,
-    /// Empty means the pod's own namespace (unless `all_namespaces`).
+    /// Namespaces named outright. With neither names nor a selector, the
+    /// pod's own namespace.
     #[serde(default)]
     pub namespaces: Vec<String>,
-    /// An empty namespaceSelector (`{}`) selects every namespace.
+    /// Namespaces by their labels (see [`Snapshot::namespaces`]), ORed
+    /// with `namespaces`. An empty selector (`{}`) selects every namespace;
+    /// None (nil) selects none.
     #[serde(default)]
-    pub all_namespaces: bool,
+    pub namespace_selector: Option<LabelSelector>,
     pub topology_key: String,
+}
+
+/// Whether a spread constraint's domains count only the nodes that pass the
+/// pod's node affinity (or its taints): `nodeAffinityPolicy` and
+/// `nodeTaintsPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum InclusionPolicy {
+    Honor,
+    Ignore,
+}
+
+fn honor() -> InclusionPolicy {
+    InclusionPolicy::Honor
+}
+
+fn ignore() -> InclusionPolicy {
+    InclusionPolicy::Ignore
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -49,6 +69,28 @@ pub struct TopologySpread {
     pub label_selector: Option<LabelSelector>,
     #[serde(default)]
     pub min_domains: Option<u32>,
+    /// Kubernetes' default: Honor.
+    #[serde(default = "honor")]
+    pub node_affinity_policy: InclusionPolicy,
+    /// Kubernetes' default: Ignore (tainted nodes are domains too).
+    #[serde(default = "ignore")]
+    pub node_taints_policy: InclusionPolicy,
+}
+
+impl TopologySpread {
+    /// A constraint with Kubernetes' defaults: DoNotSchedule, minDomains 1,
+    /// node affinity honoured, taints ignored.
+    pub fn new(max_skew: u32, topology_key: &str, label_selector: Option<LabelSelector>) -> Self {
+        TopologySpread {
+            max_skew,
+            topology_key: topology_key.to_string(),
+            when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+            label_selector,
+            min_domains: None,
+            node_affinity_policy: InclusionPolicy::Honor,
+            node_taints_policy: InclusionPolicy::Ignore,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -56,7 +98,8 @@ pub struct HostPort {
     pub port: u16,
     #[serde(default = "tcp")]
     pub protocol: String,
-    /// Empty or 0.0.0.0 conflicts with every address.
+    /// Empty or 0.0.0.0 conflicts with every address (`::` does not: only
+    /// the IPv4 wildcard is one to kube-scheduler's NodePorts).
     #[serde(default)]
     pub host_ip: String,
 }
@@ -67,7 +110,7 @@ fn tcp() -> String {
 
 impl HostPort {
     pub fn conflicts(&self, other: &HostPort) -> bool {
-        let wildcard = |ip: &str| ip.is_empty() || ip == "0.0.0.0" || ip == "::";
+        let wildcard = |ip: &str| ip.is_empty() || ip == "0.0.0.0";
         self.port == other.port
             && self.protocol == other.protocol
             && (wildcard(&self.host_ip) || wildcard(&other.host_ip) || self.host_ip == other.host_ip)
@@ -97,6 +140,10 @@ pub struct Pod {
     /// Has a deletion timestamp: still holds its node's resources.
     #[serde(default)]
     pub terminating: bool,
+    /// Has `spec.schedulingGates`: kube-scheduler does not try it, so it is
+    /// not demand until the gates are lifted.
+    #[serde(default)]
+    pub scheduling_gated: bool,
     #[serde(default)]
     pub node_selector: Labels,
     /// Required node affinity terms, ORed. Empty means no constraint.
@@ -160,6 +207,7 @@ impl Pod {
         self.node_name.is_none()
             && self.phase == PodPhase::Pending
             && !self.terminating
+            && !self.scheduling_gated
             && !self.is_daemonset_pod()
             && self.priority >= EXPENDABLE_PRIORITY_BELOW
     }
@@ -618,6 +666,11 @@ pub struct PodDisruptionBudget {
 pub struct Snapshot {
     #[serde(default)]
     pub nodes: Vec<Node>,
+    /// Namespace labels by namespace name, for `namespaceSelector`. A
+    /// namespace missing here has no labels, as kube-scheduler reads one
+    /// it does not know.
+    #[serde(default)]
+    pub namespaces: BTreeMap<String, Labels>,
     #[serde(default)]
     pub pods: Vec<Pod>,
     #[serde(default)]

@@ -11,6 +11,8 @@ use std::fmt;
 /// The taint kube-scheduler's NodeUnschedulable filter treats a cordoned
 /// node as carrying; tolerating it lets a pod onto a cordoned node.
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+/// The taint the node lifecycle controller gives a NotReady node.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
 /// Why a pod does not fit one node, before other pods are considered.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -28,7 +28,7 @@ use crate::model::*;
 use crate::outcome::*;
 use crate::predicates::{NodeMismatch, check_node_affinity, check_taints, node_affinity_matches, taints_tolerated};
 use crate::resources::Resources;
-use crate::topology::{DomainId, PodTerms, TopologyIndex, TopologyMismatch};
+use crate::topology::{DomainId, PodTerms, SpreadCounts, TopologyIndex, TopologyMismatch};
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -171,6 +171,9 @@ struct Slot {
     ports: Vec<HostPort>,
     domains: Vec<Option<DomainId>>,
     pods: Vec<usize>,
+    /// A NotReady node takes no pods, yet its pods count and it is a
+    /// domain, as kube-scheduler sees it.
+    ready: bool,
 }
 
 /// Ready nodes and claims still worth trying, in first-fit order. A slot
@@ -204,6 +207,9 @@ struct Group {
     /// or inter-pod terms.
     static_ok: Rc<Vec<bool>>,
     eligible_existing_domains: Vec<Vec<DomainId>>,
+    /// Per spread term, the matching pods per domain over the slots that
+    /// term counts (see `Scheduler::spread_counts_slot`).
+    spread_counts: SpreadCounts,
     blocked: Option<Unschedulable>,
 }
 
@@ -232,6 +238,8 @@ struct Scheduler<'s> {
     offerings_by_pool: Vec<Vec<usize>>,
     slots: Vec<Slot>,
     existing: Vec<usize>,
+    /// NotReady nodes: domains whose pods count, that take none.
+    unready: Vec<usize>,
     claims: Vec<usize>,
     usage: Vec<Usage>,
     fleet_peak_watts: f64,
@@ -360,6 +368,7 @@ impl<'s> Scheduler<'s> {
         pool_order.sort_by(|&a, &b| pools[b].weight.cmp(&pools[a].weight).then(pools[a].name.cmp(&pools[b].name)));
 
         let mut topo = TopologyIndex::default();
+        topo.set_namespaces(&snap.namespaces);
         for pod in &snap.pods {
             topo.register(pod);
         }
@@ -378,6 +387,7 @@ impl<'s> Scheduler<'s> {
             offerings_by_pool: Vec::new(),
             slots: Vec::new(),
             existing: Vec::new(),
+            unready: Vec::new(),
             claims: Vec::new(),
             fleet_peak_watts: 0.0,
             placement: vec![None; snap.pods.len()],
@@ -503,12 +513,13 @@ impl<'s> Scheduler<'s> {
         let snap = self.snap;
         let mut node_slot: HashMap<&str, usize> = HashMap::new();
         for node in &snap.nodes {
-            if !node.ready {
-                continue;
-            }
             let domains = self.topo.domains_of(&node.labels);
             node_slot.insert(node.name.as_str(), self.slots.len());
-            self.existing.push(self.slots.len());
+            if node.ready {
+                self.existing.push(self.slots.len());
+            } else {
+                self.unready.push(self.slots.len());
+            }
             self.slots.push(Slot {
                 name: node.name.clone(),
                 kind: SlotKind::Existing,
@@ -522,6 +533,7 @@ impl<'s> Scheduler<'s> {
                 ports: Vec::new(),
                 domains,
                 pods: Vec::new(),
+                ready: node.ready,
             });
         }
         let servers: HashMap<&str, &Server> = snap.servers.iter().map(|s| (s.name.as_str(), s)).collect();
@@ -549,6 +561,7 @@ impl<'s> Scheduler<'s> {
                 ports: Vec::new(),
                 domains,
                 pods: Vec::new(),
+                ready: true,
             });
         }
         // A claim's own waiting pods keep their room on it.
@@ -580,8 +593,47 @@ impl<'s> Scheduler<'s> {
             s.free.sub(&pod.requests);
             s.ports.extend(pod.host_ports.iter().cloned());
             let domains = s.domains.clone();
-            self.topo.place(&terms, &domains);
+            self.topo.place(&terms, &domains, slot, pod.terminating);
         }
+    }
+
+    /// Whether spread term `i` of a pod counts the pods of `slot`, and the
+    /// slot is one of its domains (PodTopologySpread's PreFilter): the
+    /// slot has every key of the pod's constraints, and passes the pod's
+    /// node affinity and taints where the constraint honours them. A
+    /// cordoned or NotReady node carries the taint Kubernetes gives it.
+    fn spread_counts_slot(&self, pod: &Pod, terms: &PodTerms, i: usize, slot: usize) -> bool {
+        let s = &self.slots[slot];
+        let spread = &terms.spread[i];
+        terms.spread.iter().all(|o| s.domains[self.topo.key_of_term(o.term)].is_some())
+            && (spread.node_affinity_policy == InclusionPolicy::Ignore || node_affinity_matches(pod, &s.labels, &s.name))
+            && (spread.node_taints_policy == InclusionPolicy::Ignore || {
+                let not_ready = Taint::new(crate::predicates::NOT_READY_TAINT, "", crate::labels::TaintEffect::NoSchedule);
+                taints_tolerated(pod, &s.taints, s.cordoned) && (s.ready || taints_tolerated(pod, std::slice::from_ref(&not_ready), false))
+            })
+    }
+
+    /// The group's spread counts, from every slot each term counts.
+    fn count_spread(&self, pod: &Pod, terms: &PodTerms) -> SpreadCounts {
+        let mut out = vec![Vec::new(); terms.spread.len()];
+        for (i, st) in terms.spread.iter().enumerate() {
+            let key = self.topo.key_of_term(st.term);
+            let counts = &mut out[i];
+            for slot in 0..self.slots.len() {
+                let n = self.topo.slot_count(st.term, slot);
+                if n == 0 || !self.spread_counts_slot(pod, terms, i, slot) {
+                    continue;
+                }
+                if let Some(d) = self.slots[slot].domains[key] {
+                    let d = d as usize;
+                    if counts.len() <= d {
+                        counts.resize(d + 1, 0);
+                    }
+                    counts[d] += n;
+                }
+            }
+        }
+        out
     }
 
     fn anti_terms_in_use(&mut self) -> Vec<usize> {
@@ -622,6 +674,7 @@ impl<'s> Scheduler<'s> {
                     offered_domains: Vec::new(),
                     static_ok: Rc::default(),
                     eligible_existing_domains: Vec::new(),
+                    spread_counts: Vec::new(),
                     blocked: None,
                 });
             }
@@ -697,24 +750,22 @@ impl<'s> Scheduler<'s> {
                 )
             })
             .clone();
-        group.eligible_existing_domains = group
-            .terms
-            .spread
-            .iter()
-            .map(|s| {
-                let key = self.topo.key_of_term(s.term);
+        group.eligible_existing_domains = (0..group.terms.spread.len())
+            .map(|i| {
+                let key = self.topo.key_of_term(group.terms.spread[i].term);
                 let mut ds: Vec<DomainId> = self
                     .existing
                     .iter()
-                    .map(|&i| &self.slots[i])
-                    .filter(|slot| node_affinity_matches(pod, &slot.labels, &slot.name))
-                    .filter_map(|slot| slot.domains[key])
+                    .chain(&self.unready)
+                    .filter(|&&slot| self.spread_counts_slot(pod, &group.terms, i, slot))
+                    .filter_map(|&slot| self.slots[slot].domains[key])
                     .collect();
                 ds.sort_unstable();
                 ds.dedup();
                 ds
             })
             .collect();
+        group.spread_counts = self.count_spread(pod, &group.terms);
     }
 
     /// Minimum counts for the group's spread terms, as kube-scheduler would
@@ -725,13 +776,17 @@ impl<'s> Scheduler<'s> {
     /// it until the inventory changes.
     fn spread_minimums(&self, group: &mut Group) -> (Vec<u32>, Vec<u32>, Vec<bool>) {
         let pod = &self.snap.pods[group.pods[0]];
-        let unconstrained = pod.node_selector.is_empty() && pod.node_affinity.is_empty();
+        // Then a claim is a domain of a term when it has the term's key.
+        let unconstrained = pod.node_selector.is_empty()
+            && pod.node_affinity.is_empty()
+            && group.terms.spread.len() == 1
+            && group.terms.spread[0].node_taints_policy == InclusionPolicy::Ignore;
         let mut now = Vec::new();
         let mut planned = Vec::new();
         let mut pinned = Vec::new();
         for (i, s) in group.terms.spread.iter().enumerate() {
             let existing = &group.eligible_existing_domains[i];
-            now.push(self.topo.spread_min(s, existing.iter().copied()));
+            now.push(TopologyIndex::spread_min(s, &group.spread_counts[i], existing.iter().copied()));
             let key = self.topo.key_of_term(s.term);
             let cached = group.offered_domains[i].as_ref().filter(|(epoch, _, _)| *epoch == self.inventory_epoch);
             let (offered, fresh_host) = match cached {
@@ -770,9 +825,8 @@ impl<'s> Scheduler<'s> {
                 domains.extend(self.claim_domains.get(key).into_iter().flatten().copied());
             } else {
                 for &c in &self.claims {
-                    let slot = &self.slots[c];
-                    if node_affinity_matches(pod, &slot.labels, &slot.name)
-                        && let Some(d) = slot.domains[key]
+                    if self.spread_counts_slot(pod, &group.terms, i, c)
+                        && let Some(d) = self.slots[c].domains[key]
                     {
                         domains.push(d);
                     }
@@ -780,7 +834,7 @@ impl<'s> Scheduler<'s> {
             }
             domains.sort_unstable();
             domains.dedup();
-            planned.push(self.topo.spread_min(s, domains.into_iter()));
+            planned.push(TopologyIndex::spread_min(s, &group.spread_counts[i], domains.into_iter()));
         }
         (now, planned, pinned)
     }
@@ -796,21 +850,21 @@ impl<'s> Scheduler<'s> {
             live.claims_seen = self.claims.len();
         }
         // 1. Ready nodes.
-        let mut found = self.first_fit(pod_index, pod, &group.terms, &mut live.existing, &min_now, &[]);
+        let mut found = self.first_fit(pod_index, pod, group, &mut live.existing, &min_now, &[]);
         // 2. Claims in flight, then claims this plan opened.
         if found.is_none() {
             live.claims.extend_from_slice(&self.claims[live.claims_seen..]);
             live.claims_seen = self.claims.len();
-            found = self.first_fit(pod_index, pod, &group.terms, &mut live.claims, &min_planned, &pinned);
+            found = self.first_fit(pod_index, pod, group, &mut live.claims, &min_planned, &pinned);
         }
         self.lives[group.live] = live;
         if let Some(slot) = found {
-            self.commit(pod_index, &group.terms, slot);
+            self.commit(pod_index, group, slot);
             return;
         }
         // 3. A new claim.
         if let Some(slot) = self.open_claim(pod_index, group, &min_planned) {
-            self.commit(pod_index, &group.terms, slot);
+            self.commit(pod_index, group, slot);
         }
     }
 
@@ -820,7 +874,7 @@ impl<'s> Scheduler<'s> {
         &self,
         pod_index: usize,
         pod: &Pod,
-        terms: &PodTerms,
+        group: &Group,
         live: &mut Vec<usize>,
         spread_min: &[u32],
         spread_pinned: &[bool],
@@ -828,7 +882,7 @@ impl<'s> Scheduler<'s> {
         let mut found = None;
         let mut dropped = 0;
         for slot in live.iter_mut() {
-            match self.fits_slot(pod_index, pod, terms, *slot, spread_min, spread_pinned) {
+            match self.fits_slot(pod_index, pod, group, *slot, spread_min, spread_pinned) {
                 Ok(()) => {
                     found = Some(*slot);
                     break;
@@ -848,7 +902,7 @@ impl<'s> Scheduler<'s> {
 
     /// Whether the pod fits the slot now. The error says whether the
     /// failure is permanent for this pod shape (adding pods cannot undo it).
-    fn fits_slot(&self, pod_index: usize, pod: &Pod, terms: &PodTerms, slot: usize, spread_min: &[u32], spread_pinned: &[bool]) -> Result<(), bool> {
+    fn fits_slot(&self, pod_index: usize, pod: &Pod, group: &Group, slot: usize, spread_min: &[u32], spread_pinned: &[bool]) -> Result<(), bool> {
         let s = &self.slots[slot];
         match &s.kind {
             SlotKind::New(n) => {
@@ -883,7 +937,7 @@ impl<'s> Scheduler<'s> {
         {
             return Err(true);
         }
-        self.topo.check(terms, &s.domains, spread_min).map_err(|m| match m {
+        self.topo.check(&group.terms, &s.domains, &group.spread_counts, spread_min).map_err(|m| match m {
             TopologyMismatch::Spread { index, .. } => spread_pinned.get(index).copied().unwrap_or(false),
             other => other.is_permanent(),
         })
@@ -964,7 +1018,7 @@ impl<'s> Scheduler<'s> {
                 }
                 let mut domains = off.domains.clone();
                 domains[self.hostname_key] = Some(u32::MAX); // a new host: no pods yet
-                if let Err(m) = self.topo.check(&group.terms, &domains, spread_min) {
+                if let Err(m) = self.topo.check(&group.terms, &domains, &group.spread_counts, spread_min) {
                     blocked.get_or_insert(Unschedulable::Topology { constraint: m.to_string() });
                     continue;
                 }
@@ -1052,6 +1106,7 @@ impl<'s> Scheduler<'s> {
             ports: Vec::new(),
             domains,
             pods: Vec::new(),
+            ready: true,
         });
         self.slots.len() - 1
     }
@@ -1067,8 +1122,22 @@ impl<'s> Scheduler<'s> {
         }
     }
 
-    fn commit(&mut self, pod_index: usize, terms: &PodTerms, slot: usize) {
+    fn commit(&mut self, pod_index: usize, group: &mut Group, slot: usize) {
         let pod = &self.snap.pods[pod_index];
+        for i in 0..group.terms.spread.len() {
+            let st = group.terms.spread[i];
+            if st.counts_self
+                && self.spread_counts_slot(pod, &group.terms, i, slot)
+                && let Some(d) = self.slots[slot].domains[self.topo.key_of_term(st.term)]
+            {
+                let counts = &mut group.spread_counts[i];
+                if counts.len() <= d as usize {
+                    counts.resize(d as usize + 1, 0);
+                }
+                counts[d as usize] += 1;
+            }
+        }
+        let terms = &group.terms;
         if let Some(kept) = self.reserved_for.remove(&pod_index) {
             self.slots[kept].reserved.sub(&pod.requests);
         }
@@ -1095,7 +1164,7 @@ impl<'s> Scheduler<'s> {
         s.ports.extend(pod.host_ports.iter().cloned());
         s.pods.push(pod_index);
         let domains = s.domains.clone();
-        self.topo.place(terms, &domains);
+        self.topo.place(terms, &domains, slot, false);
         self.placement[pod_index] = Some(slot);
     }
 
@@ -1275,8 +1344,6 @@ impl<'s> Scheduler<'s> {
     }
 }
 
-/// Nodes and servers that do not state their pod slots get the kubelet's
-/// default of 110.
 /// Turns a per-server mismatch into a statement about the inventory, so that
 /// servers failing the same way count together.
 fn generalize(m: &NodeMismatch) -> String {

@@ -68,17 +68,19 @@ pub fn reference(pods: usize) -> Snapshot {
                 when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
                 label_selector: selector(app),
                 min_domains: None,
+                node_affinity_policy: crate::model::InclusionPolicy::Honor,
+                node_taints_policy: crate::model::InclusionPolicy::Ignore,
             }),
             3 => p.pod_affinity.push(PodAffinityTerm {
                 label_selector: selector(app),
                 namespaces: vec![],
-                all_namespaces: false,
+                namespace_selector: None,
                 topology_key: ZONE.into(),
             }),
             4 => p.pod_anti_affinity.push(PodAffinityTerm {
                 label_selector: selector(app),
                 namespaces: vec![],
-                all_namespaces: false,
+                namespace_selector: None,
                 topology_key: HOSTNAME.into(),
             }),
             _ => {}
@@ -172,11 +174,13 @@ pub fn bare_metal(pods: usize) -> Snapshot {
                 when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
                 label_selector: selector(&app),
                 min_domains: None,
+                node_affinity_policy: crate::model::InclusionPolicy::Honor,
+                node_taints_policy: crate::model::InclusionPolicy::Ignore,
             }),
             3 => p.pod_anti_affinity.push(PodAffinityTerm {
                 label_selector: selector(&app),
                 namespaces: vec![],
-                all_namespaces: false,
+                namespace_selector: None,
                 topology_key: HOSTNAME.into(),
             }),
             4 => {

@@ -365,7 +365,7 @@ fn an_empty_node_the_consolidation_could_not_drain_onto_is_not_kept_for_it() {
         p.pod_anti_affinity.push(PodAffinityTerm {
             label_selector: Some(LabelSelector::matching(&[("app", "db")])),
             namespaces: vec![],
-            all_namespaces: false,
+            namespace_selector: None,
             topology_key: ZONE.into(),
         });
     }

@@ -23,19 +23,13 @@ fn term(app: &str, key: &str) -> PodAffinityTerm {
     PodAffinityTerm {
         label_selector: Some(LabelSelector::matching(&[("app", app)])),
         namespaces: vec![],
-        all_namespaces: false,
+        namespace_selector: None,
         topology_key: key.into(),
     }
 }
 
 fn spread(app: &str, key: &str, max_skew: u32, min_domains: Option<u32>) -> TopologySpread {
-    TopologySpread {
-        max_skew,
-        topology_key: key.into(),
-        when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
-        label_selector: Some(LabelSelector::matching(&[("app", app)])),
-        min_domains,
-    }
+    TopologySpread { min_domains, ..TopologySpread::new(max_skew, key, Some(LabelSelector::matching(&[("app", app)]))) }
 }
 
 fn placed(snap: &Snapshot) -> Vec<(String, String)> {
@@ -198,7 +192,7 @@ fn anti_affinity_terms_select_in_their_namespaces_only() {
     snap.pods.push(p.clone());
     assert_eq!(at(&placed(&snap), "db"), "a", "a pod in another namespace does not count");
     p.name = "db-all".into();
-    p.pod_anti_affinity[0].all_namespaces = true;
+    p.pod_anti_affinity[0].namespace_selector = Some(Default::default());
     snap.pods.retain(|q| q.name != "db");
     snap.pods.push(p);
     assert!(at(&placed(&snap), "db-all").starts_with("unschedulable"));
@@ -222,4 +216,177 @@ fn new_servers_host_one_hostname_spread_pod_each_while_fresh_hosts_remain() {
     assert_eq!(servers.iter().filter(|s| s.starts_with("new:")).count(), 4, "{got:?}");
     servers.dedup();
     assert_eq!(servers.len(), 3, "{got:?}");
+}
+
+/// The nodes `pending` fits among the snapshot's, one probe per node: a copy
+/// that only that node can take (it asks for the node's own resource).
+fn feasible(snap: &Snapshot, pending: &Pod) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in &snap.nodes {
+        let mut s = snap.clone();
+        for node in &mut s.nodes {
+            node.allocatable.set_extended(&format!("probe/{}", node.name), 1);
+        }
+        let mut probe = pending.clone();
+        probe.requests.set_extended(&format!("probe/{}", n.name), 1);
+        s.pods.push(probe);
+        if let Some(Outcome::Existing { node }) = provision(&s, 0).decision(&pending.key()).map(|d| d.outcome.clone()) {
+            out.push(node);
+        }
+    }
+    out
+}
+
+fn labelled(name: &str, labels: &[(&str, &str)]) -> Node {
+    Node::new(name, Resources::new(16_000, 64 * GI).with_pods(110)).with_labels(labels)
+}
+
+/// Each case is a disagreement the agreement check found (or a rule read
+/// in kube-scheduler's filter plugins at v1.37), with the nodes
+/// kube-scheduler accepts.
+#[test]
+fn cases_where_ironclaim_and_kube_scheduler_once_disagreed() {
+    type Case = (&'static str, Snapshot, Pod, Vec<&'static str>);
+    let mut cases: Vec<Case> = Vec::new();
+
+    // NodeResourcesFit: a node that reports no pod slots takes no pod.
+    {
+        let mut full = labelled("full", &[]);
+        full.allocatable.pods = 0;
+        let snap = Snapshot { nodes: vec![full, labelled("room", &[])], ..Default::default() };
+        cases.push(("a node reporting zero pod slots", snap, pod("p", "web"), vec!["room"]));
+    }
+    // PodTopologySpread: a node lacking any constraint's key is no domain of
+    // any constraint, and its pods are not counted.
+    {
+        let mut snap = Snapshot {
+            nodes: vec![
+                labelled("zone-rack", &[(ZONE, "a"), ("rack", "r1")]),
+                labelled("zone-only", &[(ZONE, "a")]),
+                labelled("other-zone", &[(ZONE, "b")]),
+            ],
+            ..Default::default()
+        };
+        snap.pods.push(pod("w", "web").bound_to("zone-only"));
+        let mut p = pod("p", "web");
+        for key in [ZONE, "rack"] {
+            p.topology_spread.push(TopologySpread::new(1, key, Some(LabelSelector::matching(&[("app", "web")]))));
+        }
+        cases.push(("spread counts only nodes with every key", snap, p, vec!["zone-rack"]));
+    }
+    // PodTopologySpread: an empty selector counts no pod, yet the pod
+    // matches it itself.
+    {
+        let mut snap = Snapshot { nodes: vec![labelled("a", &[(ZONE, "a")]), labelled("b", &[(ZONE, "b")])], ..Default::default() };
+        snap.pods.push(pod("w1", "web").bound_to("a"));
+        snap.pods.push(pod("w2", "web").bound_to("a"));
+        let mut p = pod("p", "web");
+        p.topology_spread.push(TopologySpread::new(1, ZONE, Some(LabelSelector::default())));
+        cases.push(("spread with an empty selector", snap, p, vec!["a", "b"]));
+    }
+    // PodTopologySpread: terminating pods are not counted.
+    {
+        let mut snap = Snapshot { nodes: vec![labelled("a", &[(ZONE, "a")]), labelled("b", &[(ZONE, "b")])], ..Default::default() };
+        let mut leaving = pod("w", "web").bound_to("a");
+        leaving.terminating = true;
+        snap.pods.push(leaving);
+        snap.pods.push(pod("x", "web").bound_to("a"));
+        let mut p = pod("p", "web");
+        p.topology_spread.push(TopologySpread::new(1, ZONE, Some(LabelSelector::matching(&[("app", "web")]))));
+        cases.push(("spread does not count terminating pods", snap, p, vec!["b"]));
+    }
+    // PodTopologySpread: nodeTaintsPolicy Honor drops a tainted node as a
+    // domain; Ignore (the default) keeps it, at zero.
+    for (policy, want) in [(InclusionPolicy::Ignore, vec![]), (InclusionPolicy::Honor, vec!["a"])] {
+        let mut tainted = labelled("t", &[(ZONE, "t")]);
+        tainted.taints.push(Taint::new("dedicated", "x", TaintEffect::NoSchedule));
+        let mut snap = Snapshot { nodes: vec![labelled("a", &[(ZONE, "a")]), tainted], ..Default::default() };
+        snap.pods.push(pod("w", "web").bound_to("a"));
+        let mut p = pod("p", "web");
+        p.topology_spread
+            .push(TopologySpread { node_taints_policy: policy, ..TopologySpread::new(1, ZONE, Some(LabelSelector::matching(&[("app", "web")]))) });
+        cases.push(("nodeTaintsPolicy", snap, p, want));
+    }
+    // PodTopologySpread: nodeAffinityPolicy Ignore keeps a node the pod's
+    // selector excludes as a domain.
+    for (policy, want) in [(InclusionPolicy::Honor, vec!["a"]), (InclusionPolicy::Ignore, vec![])] {
+        let mut snap = Snapshot { nodes: vec![labelled("a", &[(ZONE, "a"), ("disk", "ssd")]), labelled("b", &[(ZONE, "b")])], ..Default::default() };
+        snap.pods.push(pod("w", "web").bound_to("a"));
+        let mut p = pod("p", "web").with_node_selector(&[("disk", "ssd")]);
+        p.topology_spread
+            .push(TopologySpread { node_affinity_policy: policy, ..TopologySpread::new(1, ZONE, Some(LabelSelector::matching(&[("app", "web")]))) });
+        cases.push(("nodeAffinityPolicy", snap, p, want));
+    }
+    // InterPodAffinity: several required terms need one pod matching all.
+    {
+        let mut snap = Snapshot { nodes: vec![labelled("a", &[(ZONE, "a")]), labelled("b", &[(ZONE, "b")])], ..Default::default() };
+        snap.pods.push(pod("web", "web").bound_to("a"));
+        snap.pods.push(Pod::new("default", "front", Resources::new(100, GI)).with_labels(&[("tier", "front")]).bound_to("a"));
+        snap.pods.push(Pod::new("default", "both", Resources::new(100, GI)).with_labels(&[("app", "web"), ("tier", "front")]).bound_to("b"));
+        let mut p = pod("p", "other");
+        p.pod_affinity.push(term("web", ZONE));
+        p.pod_affinity.push(PodAffinityTerm { label_selector: Some(LabelSelector::matching(&[("tier", "front")])), ..term("web", ZONE) });
+        cases.push(("pod affinity terms need one pod matching all", snap, p, vec!["b"]));
+    }
+    // InterPodAffinity: the first pod of a self-affine group goes anywhere
+    // only while no pod anywhere (on a node with the key) matches.
+    {
+        let mut snap = Snapshot { nodes: vec![labelled("a", &[(ZONE, "a")]), labelled("b", &[])], ..Default::default() };
+        snap.pods.push(pod("w", "web").bound_to("b"));
+        let mut p = pod("p", "web");
+        p.pod_affinity.push(term("web", ZONE));
+        cases.push(("a matching pod on a node without the key", snap, p, vec!["a"]));
+    }
+    // InterPodAffinity: namespaceSelector reads namespace labels, ORed with
+    // the names listed.
+    {
+        let mut snap = Snapshot { nodes: vec![labelled("a", &[]), labelled("b", &[])], ..Default::default() };
+        snap.namespaces.insert("team-red".into(), [("team".to_string(), "red".to_string())].into_iter().collect());
+        snap.namespaces.insert("team-blue".into(), [("team".to_string(), "blue".to_string())].into_iter().collect());
+        let mut red = pod("r", "db").bound_to("a");
+        red.namespace = "team-red".into();
+        let mut blue = pod("b", "db").bound_to("b");
+        blue.namespace = "team-blue".into();
+        snap.pods.extend([red, blue]);
+        let mut p = pod("p", "web");
+        p.pod_anti_affinity.push(PodAffinityTerm { namespace_selector: Some(LabelSelector::matching(&[("team", "red")])), ..term("db", HOST) });
+        cases.push(("namespaceSelector by namespace labels", snap, p, vec!["b"]));
+    }
+    // InterPodAffinity: pods on a NotReady node still repel.
+    {
+        let mut gone = labelled("gone", &[(ZONE, "a")]);
+        gone.ready = false;
+        let mut snap = Snapshot { nodes: vec![gone, labelled("a", &[(ZONE, "a")]), labelled("b", &[(ZONE, "b")])], ..Default::default() };
+        snap.pods.push(pod("db", "db").bound_to("gone"));
+        let mut p = pod("p", "web");
+        p.pod_anti_affinity.push(term("db", ZONE));
+        cases.push(("pods on a NotReady node repel", snap, p, vec!["b"]));
+    }
+    // NodePorts: "::" is no wildcard.
+    {
+        let mut snap = Snapshot { nodes: vec![labelled("a", &[])], ..Default::default() };
+        let mut holder = pod("h", "x").bound_to("a");
+        holder.host_ports.push(HostPort { port: 80, protocol: "TCP".into(), host_ip: "::".into() });
+        snap.pods.push(holder);
+        let mut p = pod("p", "web");
+        p.host_ports.push(HostPort { port: 80, protocol: "TCP".into(), host_ip: "10.0.0.1".into() });
+        cases.push(("host port on ::", snap, p, vec!["a"]));
+    }
+
+    let mut wrong = Vec::new();
+    for (name, snap, p, want) in cases {
+        let got = feasible(&snap, &p);
+        if got != want {
+            wrong.push(format!("{name}: kube-scheduler {want:?}, ironclaim {got:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn a_gated_pod_is_not_demand() {
+    let mut p = pod("p", "web");
+    p.scheduling_gated = true;
+    let snap = Snapshot { nodes: vec![labelled("a", &[])], pods: vec![p], ..Default::default() };
+    assert!(provision(&snap, 0).pods.is_empty(), "kube-scheduler does not try a gated pod, so nothing is planned for it");
 }

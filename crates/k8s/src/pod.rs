@@ -5,7 +5,7 @@ use crate::error::{ConvertError, Result};
 use crate::resources::Amounts;
 use crate::selector::{label_selector, node_selector_term, taint_effect};
 use ironclaim_core::labels::TolerationOperator;
-use ironclaim_core::model::{HostPort, Owner, PodAffinityTerm, PodPhase, TopologySpread, WhenUnsatisfiable};
+use ironclaim_core::model::{HostPort, InclusionPolicy, Owner, PodAffinityTerm, PodPhase, TopologySpread, WhenUnsatisfiable};
 use ironclaim_core::{Labels, Operator, Requirement, Resources, Toleration};
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -73,6 +73,7 @@ fn convert(namespace: &str, name: &str, meta: &ObjectMeta, spec: &k8s::PodSpec, 
     let labels: Labels = meta.labels.clone().unwrap_or_default().into();
     let mut pod = ironclaim_core::Pod::new(namespace, name, effective_requests(spec, spec_path)?);
     pod.node_name = spec.node_name.clone().filter(|n| !n.is_empty());
+    pod.scheduling_gated = spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty());
     pod.node_selector = spec.node_selector.clone().unwrap_or_default().into();
     pod.tolerations = tolerations(spec.tolerations.as_deref().unwrap_or_default(), &format!("{spec_path}.tolerations"))?;
     if let Some(affinity) = &spec.affinity {
@@ -222,13 +223,11 @@ fn affinity_terms(terms: &[k8s::PodAffinityTerm], own_labels: &Labels, path: &st
             if t.topology_key.is_empty() {
                 return Err(ConvertError::Missing { path: format!("{at}.topologyKey") });
             }
+            let namespace_selector = t.namespace_selector.as_ref().map(|s| label_selector(s, &format!("{at}.namespaceSelector"))).transpose()?;
             Ok(PodAffinityTerm {
                 label_selector: selector,
                 namespaces: t.namespaces.clone().unwrap_or_default(),
-                // The core knows no namespace labels: any namespaceSelector,
-                // not only the empty one that selects all namespaces, is
-                // read as all namespaces.
-                all_namespaces: t.namespace_selector.is_some(),
+                namespace_selector,
                 topology_key: t.topology_key.clone(),
             })
         })
@@ -279,7 +278,21 @@ fn spread_constraints(list: &[k8s::TopologySpreadConstraint], own_labels: &Label
             if c.topology_key.is_empty() {
                 return Err(ConvertError::Missing { path: format!("{at}.topologyKey") });
             }
-            Ok(TopologySpread { max_skew, topology_key: c.topology_key.clone(), when_unsatisfiable, label_selector: selector, min_domains })
+            let policy = |value: Option<&str>, field: &'static str, default: InclusionPolicy| match value {
+                None => Ok(default),
+                Some("Honor") => Ok(InclusionPolicy::Honor),
+                Some("Ignore") => Ok(InclusionPolicy::Ignore),
+                Some(other) => Err(ConvertError::UnknownValue { path: format!("{at}.{field}"), what: field, value: other.into() }),
+            };
+            Ok(TopologySpread {
+                max_skew,
+                topology_key: c.topology_key.clone(),
+                when_unsatisfiable,
+                label_selector: selector,
+                min_domains,
+                node_affinity_policy: policy(c.node_affinity_policy.as_deref(), "nodeAffinityPolicy", InclusionPolicy::Honor)?,
+                node_taints_policy: policy(c.node_taints_policy.as_deref(), "nodeTaintsPolicy", InclusionPolicy::Ignore)?,
+            })
         })
         .collect()
 }

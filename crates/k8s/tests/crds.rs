@@ -140,7 +140,8 @@ fn quantities_and_counts_cannot_go_negative() {
     let limits = &pool["properties"]["spec"]["properties"]["limits"]["properties"];
     for field in ["cpu", "memory"] {
         let pattern = limits[field]["pattern"].as_str().unwrap_or_else(|| panic!("limits.{field} has a pattern"));
-        assert!(pattern.starts_with("^(([0-9]"), "no sign allowed: {pattern}");
+        // At most a plus sign before the number.
+        assert!(pattern.starts_with(r"^\+?(([0-9]"), "no minus sign allowed: {pattern}");
         assert_eq!(limits[field]["x-kubernetes-int-or-string"], Value::Bool(true));
     }
     for field in ["gpus", "servers", "watts"] {

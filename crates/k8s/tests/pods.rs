@@ -206,7 +206,7 @@ fn pod_affinity_and_anti_affinity_with_namespaces_and_label_keys() {
             PodAffinityTerm {
                 label_selector: Some(LabelSelector::matching(&[("app", "cache")])),
                 namespaces: vec!["infra".into()],
-                all_namespaces: false,
+                namespace_selector: None,
                 topology_key: "topology.kubernetes.io/zone".into(),
             },
             PodAffinityTerm {
@@ -215,7 +215,7 @@ fn pod_affinity_and_anti_affinity_with_namespaces_and_label_keys() {
                     match_expressions: vec![Requirement::new("app", Operator::In, &["db"])],
                 }),
                 namespaces: vec![],
-                all_namespaces: true,
+                namespace_selector: Some(Default::default()),
                 topology_key: "kubernetes.io/hostname".into(),
             },
         ]
@@ -228,10 +228,10 @@ fn pod_affinity_and_anti_affinity_with_namespaces_and_label_keys() {
             PodAffinityTerm {
                 label_selector: Some(merged),
                 namespaces: vec![],
-                all_namespaces: false,
+                namespace_selector: None,
                 topology_key: "kubernetes.io/hostname".into(),
             },
-            PodAffinityTerm { label_selector: None, namespaces: vec![], all_namespaces: false, topology_key: "kubernetes.io/hostname".into() },
+            PodAffinityTerm { label_selector: None, namespaces: vec![], namespace_selector: None, topology_key: "kubernetes.io/hostname".into() },
         ],
         "matchLabelKeys and mismatchLabelKeys take the pod's own values; absent keys are ignored; no selector matches nothing"
     );
@@ -257,6 +257,8 @@ fn topology_spread_constraints() {
                 when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
                 label_selector: Some(LabelSelector::matching(&[("app", "web")])),
                 min_domains: Some(3),
+                node_affinity_policy: ironclaim_core::model::InclusionPolicy::Honor,
+                node_taints_policy: ironclaim_core::model::InclusionPolicy::Ignore,
             },
             TopologySpread {
                 max_skew: 2,
@@ -264,6 +266,8 @@ fn topology_spread_constraints() {
                 when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
                 label_selector: Some(with_tier),
                 min_domains: None,
+                node_affinity_policy: ironclaim_core::model::InclusionPolicy::Honor,
+                node_taints_policy: ironclaim_core::model::InclusionPolicy::Ignore,
             },
         ]
     );

@@ -148,13 +148,13 @@ pub fn random_snapshot(seed: u64) -> Snapshot {
             0 => template.pod_anti_affinity.push(PodAffinityTerm {
                 label_selector: selector.clone(),
                 namespaces: vec![],
-                all_namespaces: false,
+                namespace_selector: None,
                 topology_key: HOST.into(),
             }),
             1 => template.pod_affinity.push(PodAffinityTerm {
                 label_selector: selector.clone(),
                 namespaces: vec![],
-                all_namespaces: false,
+                namespace_selector: None,
                 topology_key: ZONE.into(),
             }),
             2 => template.topology_spread.push(TopologySpread {
@@ -163,12 +163,14 @@ pub fn random_snapshot(seed: u64) -> Snapshot {
                 when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
                 label_selector: selector.clone(),
                 min_domains: None,
+                node_affinity_policy: ironclaim_core::model::InclusionPolicy::Honor,
+                node_taints_policy: ironclaim_core::model::InclusionPolicy::Ignore,
             }),
             3 => template.host_ports.push(HostPort { port: 8080, protocol: "TCP".into(), host_ip: String::new() }),
             4 => template.pod_anti_affinity.push(PodAffinityTerm {
                 label_selector: Some(LabelSelector::matching(&[("app", "db")])),
                 namespaces: vec![],
-                all_namespaces: false,
+                namespace_selector: None,
                 topology_key: HOST.into(),
             }),
             _ => {}
@@ -218,7 +220,10 @@ fn selector_ok(pod: &Pod, labels: &Labels, name: &str) -> bool {
 }
 
 fn term_matches(term: &PodAffinityTerm, owner_ns: &str, other: &Pod) -> bool {
-    let ns_ok = term.all_namespaces || (term.namespaces.is_empty() && other.namespace == owner_ns) || term.namespaces.contains(&other.namespace);
+    // Random snapshots give namespaces no labels: a selector sees none.
+    let by_selector = term.namespace_selector.as_ref().is_some_and(|s| s.matches(&Labels::new()));
+    let own = term.namespaces.is_empty() && term.namespace_selector.is_none() && other.namespace == owner_ns;
+    let ns_ok = by_selector || own || term.namespaces.contains(&other.namespace);
     ns_ok && term.label_selector.as_ref().is_some_and(|s| s.matches(&other.labels))
 }
 
