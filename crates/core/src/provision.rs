@@ -222,6 +222,18 @@ struct Usage {
     watts: f64,
 }
 
+/// The minimum counts of a group's spread terms over the domains that count:
+/// Ready nodes (`now`), those plus the claims in flight and opened so far
+/// (`after_claims`), those plus what the free inventory could add
+/// (`planned`); `pinned` as in `Scheduler::spread_minimums`.
+#[derive(Default)]
+struct Minimums {
+    now: Vec<u32>,
+    after_claims: Vec<u32>,
+    planned: Vec<u32>,
+    pinned: Vec<bool>,
+}
+
 /// How a right-sizing candidate ranks: deadline missed, failures, added
 /// idle watts, waste, ETA, then the offering for a stable order.
 type Score = (bool, u32, f64, f64, Seconds, usize);
@@ -774,7 +786,7 @@ impl<'s> Scheduler<'s> {
     /// Also returns, per spread term, whether its planned minimum is pinned
     /// at zero by a fresh host on offer: then a host over the skew stays over
     /// it until the inventory changes.
-    fn spread_minimums(&self, group: &mut Group) -> (Vec<u32>, Vec<u32>, Vec<bool>) {
+    fn spread_minimums(&self, group: &mut Group) -> Minimums {
         let pod = &self.snap.pods[group.pods[0]];
         // Then a claim is a domain of a term when it has the term's key.
         let unconstrained = pod.node_selector.is_empty()
@@ -782,11 +794,23 @@ impl<'s> Scheduler<'s> {
             && group.terms.spread.len() == 1
             && group.terms.spread[0].node_taints_policy == InclusionPolicy::Ignore;
         let mut now = Vec::new();
+        let mut after_claims = Vec::new();
         let mut planned = Vec::new();
         let mut pinned = Vec::new();
         for (i, s) in group.terms.spread.iter().enumerate() {
             let existing = &group.eligible_existing_domains[i];
             now.push(TopologyIndex::spread_min(s, &group.spread_counts[i], existing.iter().copied()));
+            let mut with_claims = existing.clone();
+            for &c in &self.claims {
+                if self.spread_counts_slot(pod, &group.terms, i, c)
+                    && let Some(d) = self.slots[c].domains[self.topo.key_of_term(s.term)]
+                {
+                    with_claims.push(d);
+                }
+            }
+            with_claims.sort_unstable();
+            with_claims.dedup();
+            after_claims.push(TopologyIndex::spread_min(s, &group.spread_counts[i], with_claims.into_iter()));
             let key = self.topo.key_of_term(s.term);
             let cached = group.offered_domains[i].as_ref().filter(|(epoch, _, _)| *epoch == self.inventory_epoch);
             let (offered, fresh_host) = match cached {
@@ -836,21 +860,27 @@ impl<'s> Scheduler<'s> {
             domains.dedup();
             planned.push(TopologyIndex::spread_min(s, &group.spread_counts[i], domains.into_iter()));
         }
-        (now, planned, pinned)
+        Minimums { now, after_claims, planned, pinned }
     }
 
     fn place(&mut self, pod_index: usize, group: &mut Group) {
         let pod = &self.snap.pods[pod_index];
-        let (min_now, min_planned, pinned) =
-            if group.terms.spread.is_empty() { (Vec::new(), Vec::new(), Vec::new()) } else { self.spread_minimums(group) };
+        let Minimums { now: min_now, after_claims: min_after_claims, planned: min_planned, pinned } =
+            if group.terms.spread.is_empty() { Minimums::default() } else { self.spread_minimums(group) };
         let mut live = std::mem::take(&mut self.lives[group.live]);
         if live.epoch != self.inventory_epoch {
             live.epoch = self.inventory_epoch;
             live.claims = self.claims.clone();
             live.claims_seen = self.claims.len();
         }
-        // 1. Ready nodes.
+        // 1. Ready nodes: as they are, then as they will be once the claims
+        // in flight and opened so far are nodes. With minDomains, a node
+        // refused now for want of domains takes the pod once a claim adds
+        // one: it waits for that claim without a server of its own.
         let mut found = self.first_fit(pod_index, pod, group, &mut live.existing, &min_now, &[]);
+        if found.is_none() && min_after_claims != min_now {
+            found = self.first_fit(pod_index, pod, group, &mut live.existing, &min_after_claims, &[]);
+        }
         // 2. Claims in flight, then claims this plan opened.
         if found.is_none() {
             live.claims.extend_from_slice(&self.claims[live.claims_seen..]);

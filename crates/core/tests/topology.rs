@@ -390,3 +390,26 @@ fn a_gated_pod_is_not_demand() {
     let snap = Snapshot { nodes: vec![labelled("a", &[])], pods: vec![p], ..Default::default() };
     assert!(provision(&snap, 0).pods.is_empty(), "kube-scheduler does not try a gated pod, so nothing is planned for it");
 }
+
+#[test]
+fn min_domains_opens_only_the_server_of_the_missing_zone() {
+    // Ready nodes in zone a only, cold servers in zones a and b, replicas
+    // spread by zone with minDomains 2. Until a second zone exists, each
+    // zone may hold one replica. Once zone b's server is a node, the rest
+    // fit zone a within the skew: one server is enough.
+    let mut snap = Snapshot { nodes: vec![node("a1", Some("a")), node("a2", Some("a"))], ..Default::default() };
+    for (name, zone) in [("cold-a", "a"), ("cold-b", "b")] {
+        snap.servers.push(Server::new(name, Resources::new(32_000, 128 * GI).with_pods(110)).with_labels(&[(ZONE, zone)]));
+    }
+    for i in 0..4 {
+        let mut p = pod(&format!("r{i}"), "web");
+        p.created_s = i;
+        p.topology_spread.push(spread("web", ZONE, 1, Some(2)));
+        snap.pods.push(p);
+    }
+    let got = placed(&snap);
+    let opened: std::collections::BTreeSet<&str> = got.iter().filter_map(|(_, a)| a.strip_prefix("new:")).collect();
+    assert_eq!(opened, ["cold-b"].into_iter().collect(), "{got:?}");
+    let in_a = got.iter().filter(|(_, a)| a.starts_with("a")).count();
+    assert_eq!(in_a, 2, "two replicas in zone a, two on zone b's server: {got:?}");
+}
