@@ -23,10 +23,11 @@
 //! - NodePool limits and the fleet power budget hold after right-sizing.
 //! - Same snapshot, same plan: no randomness, no hash-order dependence.
 
+use crate::labels::TaintEffect;
 use crate::labels::{HOSTNAME, Labels, Taint};
 use crate::model::*;
 use crate::outcome::*;
-use crate::predicates::{NodeMismatch, check_node_affinity, check_taints, node_affinity_matches, taints_tolerated};
+use crate::predicates::{NOT_READY_TAINT, NodeMismatch, check_node_affinity, check_taints, node_affinity_matches, taints_tolerated};
 use crate::resources::Resources;
 use crate::topology::{DomainId, PodTerms, SpreadCounts, TopologyIndex, TopologyMismatch};
 use foldhash::{HashMap, HashMapExt};
@@ -171,9 +172,6 @@ struct Slot {
     ports: Vec<HostPort>,
     domains: Vec<Option<DomainId>>,
     pods: Vec<usize>,
-    /// A NotReady node takes no pods, yet its pods count and it is a
-    /// domain, as kube-scheduler sees it.
-    ready: bool,
 }
 
 /// Ready nodes and claims still worth trying, in first-fit order. A slot
@@ -250,8 +248,6 @@ struct Scheduler<'s> {
     offerings_by_pool: Vec<Vec<usize>>,
     slots: Vec<Slot>,
     existing: Vec<usize>,
-    /// NotReady nodes: domains whose pods count, that take none.
-    unready: Vec<usize>,
     claims: Vec<usize>,
     usage: Vec<Usage>,
     fleet_peak_watts: f64,
@@ -399,7 +395,6 @@ impl<'s> Scheduler<'s> {
             offerings_by_pool: Vec::new(),
             slots: Vec::new(),
             existing: Vec::new(),
-            unready: Vec::new(),
             claims: Vec::new(),
             fleet_peak_watts: 0.0,
             placement: vec![None; snap.pods.len()],
@@ -527,16 +522,20 @@ impl<'s> Scheduler<'s> {
         for node in &snap.nodes {
             let domains = self.topo.domains_of(&node.labels);
             node_slot.insert(node.name.as_str(), self.slots.len());
-            if node.ready {
-                self.existing.push(self.slots.len());
-            } else {
-                self.unready.push(self.slots.len());
+            self.existing.push(self.slots.len());
+            // kube-scheduler reads no Ready condition: a NotReady node is
+            // kept off by the taint the node lifecycle controller gives it,
+            // and takes the pods that tolerate it. Its pods count, and it is
+            // a spread domain.
+            let mut taints = node.taints.clone();
+            if !node.ready && !taints.iter().any(|t| t.key == NOT_READY_TAINT && t.effect == TaintEffect::NoSchedule) {
+                taints.push(Taint::new(NOT_READY_TAINT, "", TaintEffect::NoSchedule));
             }
             self.slots.push(Slot {
                 name: node.name.clone(),
                 kind: SlotKind::Existing,
                 labels: node.labels.clone(),
-                taints: node.taints.clone(),
+                taints,
                 cordoned: node.unschedulable,
                 // A node's slots are what it reports: none reported, none
                 // free (kube-scheduler's NodeResourcesFit).
@@ -545,7 +544,6 @@ impl<'s> Scheduler<'s> {
                 ports: Vec::new(),
                 domains,
                 pods: Vec::new(),
-                ready: node.ready,
             });
         }
         let servers: HashMap<&str, &Server> = snap.servers.iter().map(|s| (s.name.as_str(), s)).collect();
@@ -573,7 +571,6 @@ impl<'s> Scheduler<'s> {
                 ports: Vec::new(),
                 domains,
                 pods: Vec::new(),
-                ready: true,
             });
         }
         // A claim's own waiting pods keep their room on it.
@@ -613,16 +610,13 @@ impl<'s> Scheduler<'s> {
     /// slot is one of its domains (PodTopologySpread's PreFilter): the
     /// slot has every key of the pod's constraints, and passes the pod's
     /// node affinity and taints where the constraint honours them. A
-    /// cordoned or NotReady node carries the taint Kubernetes gives it.
+    /// cordoned node carries the taint Kubernetes gives it.
     fn spread_counts_slot(&self, pod: &Pod, terms: &PodTerms, i: usize, slot: usize) -> bool {
         let s = &self.slots[slot];
         let spread = &terms.spread[i];
         terms.spread.iter().all(|o| s.domains[self.topo.key_of_term(o.term)].is_some())
             && (spread.node_affinity_policy == InclusionPolicy::Ignore || node_affinity_matches(pod, &s.labels, &s.name))
-            && (spread.node_taints_policy == InclusionPolicy::Ignore || {
-                let not_ready = Taint::new(crate::predicates::NOT_READY_TAINT, "", crate::labels::TaintEffect::NoSchedule);
-                taints_tolerated(pod, &s.taints, s.cordoned) && (s.ready || taints_tolerated(pod, std::slice::from_ref(&not_ready), false))
-            })
+            && (spread.node_taints_policy == InclusionPolicy::Ignore || taints_tolerated(pod, &s.taints, s.cordoned))
     }
 
     /// The group's spread counts, from every slot each term counts.
@@ -768,7 +762,6 @@ impl<'s> Scheduler<'s> {
                 let mut ds: Vec<DomainId> = self
                     .existing
                     .iter()
-                    .chain(&self.unready)
                     .filter(|&&slot| self.spread_counts_slot(pod, &group.terms, i, slot))
                     .filter_map(|&slot| self.slots[slot].domains[key])
                     .collect();
@@ -1136,7 +1129,6 @@ impl<'s> Scheduler<'s> {
             ports: Vec::new(),
             domains,
             pods: Vec::new(),
-            ready: true,
         });
         self.slots.len() - 1
     }

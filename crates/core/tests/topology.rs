@@ -362,6 +362,17 @@ fn cases_where_ironclaim_and_kube_scheduler_once_disagreed() {
         p.pod_anti_affinity.push(term("db", ZONE));
         cases.push(("pods on a NotReady node repel", snap, p, vec!["b"]));
     }
+    // kube-scheduler reads no Ready condition: a NotReady node takes a pod
+    // that tolerates its not-ready taint.
+    {
+        let mut gone = labelled("gone", &[]);
+        gone.ready = false;
+        let snap = Snapshot { nodes: vec![gone, labelled("a", &[])], ..Default::default() };
+        let mut p = pod("p", "web");
+        p.tolerations.push(Toleration::exists(""));
+        cases.push(("a NotReady node and a pod tolerating everything", snap.clone(), p, vec!["gone", "a"]));
+        cases.push(("a NotReady node and a pod tolerating nothing", snap, pod("q", "web"), vec!["a"]));
+    }
     // NodePorts: "::" is no wildcard.
     {
         let mut snap = Snapshot { nodes: vec![labelled("a", &[])], ..Default::default() };
