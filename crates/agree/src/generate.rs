@@ -33,6 +33,8 @@ const CORES: &str = "example.com/cores";
 const TOPOLOGY_KEYS: [&str; 3] = [ZONE, HOSTNAME, RACK];
 const APPS: [&str; 3] = ["web", "db", "cache"];
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+/// The taint of a node whose Ready condition is False.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
 /// One cluster and its pending pods, as manifests.
 #[derive(Clone, Debug)]
@@ -140,6 +142,23 @@ impl Gen {
             capacity.insert("ephemeral-storage".into(), json!(format!("{}Gi", self.rng.random_range(1..=20u64))));
         }
         capacity.insert(format!("{PROBE_DOMAIN}/{name}"), json!("1"));
+        let unschedulable = self.chance(0.1);
+        if self.chance(0.08) {
+            // NotReady: no kubelet (kwok leaves it alone), the condition and
+            // the taint the API server and the node lifecycle controller give
+            // such a node.
+            taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"}));
+            return json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"taints": taints, "unschedulable": unschedulable},
+                "status": {
+                    "capacity": capacity.clone(),
+                    "allocatable": capacity,
+                    "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "no kubelet"}],
+                },
+            });
+        }
         json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {
@@ -147,7 +166,7 @@ impl Gen {
                 "labels": labels,
                 "annotations": {ironclaim_testenv::FAKE_NODE_ANNOTATION.0: ironclaim_testenv::FAKE_NODE_ANNOTATION.1},
             },
-            "spec": {"taints": taints, "unschedulable": self.chance(0.1)},
+            "spec": {"taints": taints, "unschedulable": unschedulable},
             "status": {"capacity": capacity.clone(), "allocatable": capacity},
         })
     }

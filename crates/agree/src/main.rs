@@ -31,6 +31,9 @@ struct Args {
     /// Where disagreements are written, one manifest each.
     #[arg(long, default_value = "target/agree")]
     out: PathBuf,
+    /// Also print where the time went, phase by phase.
+    #[arg(long)]
+    timings: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -103,6 +106,26 @@ async fn run(args: Args) -> Result<usize> {
         disagreements += found;
     }
     cluster.clear().await?;
+    if args.timings {
+        print_timings(&cluster, start.elapsed());
+    }
     println!("total: {disagreements} disagreements in {:.1} s", start.elapsed().as_secs_f64());
     Ok(disagreements)
+}
+
+/// Where the time went, phase by phase (`--timings`); a phase's share is
+/// of the whole run (phases nest: a probe's verdict is reads of its pod).
+fn print_timings(cluster: &Cluster, run: std::time::Duration) {
+    println!("{:<40} {:>7} {:>9} {:>9} {:>9} {:>6}", "phase", "count", "mean ms", "max ms", "total s", "share");
+    for (name, p) in cluster.timings().phases() {
+        let total = p.total.as_secs_f64();
+        println!(
+            "{name:<40} {:>7} {:>9.2} {:>9.1} {:>9.1} {:>5.1}%",
+            p.count,
+            total * 1000.0 / p.count.max(1) as f64,
+            p.max.as_secs_f64() * 1000.0,
+            total,
+            100.0 * total / run.as_secs_f64().max(f64::MIN_POSITIVE)
+        );
+    }
 }
