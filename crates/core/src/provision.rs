@@ -793,18 +793,22 @@ impl<'s> Scheduler<'s> {
         for (i, s) in group.terms.spread.iter().enumerate() {
             let existing = &group.eligible_existing_domains[i];
             now.push(TopologyIndex::spread_min(s, &group.spread_counts[i], existing.iter().copied()));
+            let key = self.topo.key_of_term(s.term);
             let mut with_claims = existing.clone();
-            for &c in &self.claims {
-                if self.spread_counts_slot(pod, &group.terms, i, c)
-                    && let Some(d) = self.slots[c].domains[self.topo.key_of_term(s.term)]
-                {
-                    with_claims.push(d);
+            if unconstrained {
+                with_claims.extend(self.claim_domains.get(key).into_iter().flatten().copied());
+            } else {
+                for &c in &self.claims {
+                    if self.spread_counts_slot(pod, &group.terms, i, c)
+                        && let Some(d) = self.slots[c].domains[key]
+                    {
+                        with_claims.push(d);
+                    }
                 }
             }
             with_claims.sort_unstable();
             with_claims.dedup();
-            after_claims.push(TopologyIndex::spread_min(s, &group.spread_counts[i], with_claims.into_iter()));
-            let key = self.topo.key_of_term(s.term);
+            after_claims.push(TopologyIndex::spread_min(s, &group.spread_counts[i], with_claims.iter().copied()));
             let cached = group.offered_domains[i].as_ref().filter(|(epoch, _, _)| *epoch == self.inventory_epoch);
             let (offered, fresh_host) = match cached {
                 Some((_, d, f)) => (d.clone(), *f),
@@ -836,19 +840,8 @@ impl<'s> Scheduler<'s> {
                 planned.push(0);
                 continue;
             }
-            let mut domains = existing.clone();
+            let mut domains = with_claims;
             domains.extend(offered);
-            if unconstrained {
-                domains.extend(self.claim_domains.get(key).into_iter().flatten().copied());
-            } else {
-                for &c in &self.claims {
-                    if self.spread_counts_slot(pod, &group.terms, i, c)
-                        && let Some(d) = self.slots[c].domains[key]
-                    {
-                        domains.push(d);
-                    }
-                }
-            }
             domains.sort_unstable();
             domains.dedup();
             planned.push(TopologyIndex::spread_min(s, &group.spread_counts[i], domains.into_iter()));
