@@ -562,8 +562,19 @@ impl SchedulerMetrics {
         config.accept_invalid_certs = true;
         config.default_retry = false;
         let metrics = SchedulerMetrics { client: kube::Client::try_from(config).context("client for kube-scheduler")? };
-        metrics.read().await?;
-        Ok(Some(metrics))
+        // A kube-scheduler just started answers 403 until it has read the
+        // client CA from the API server; give it a few seconds.
+        let mut tries = 0;
+        loop {
+            match metrics.read().await {
+                Ok(_) => return Ok(Some(metrics)),
+                Err(_) if tries < 40 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn read(&self) -> Result<Queue> {
