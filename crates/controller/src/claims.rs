@@ -24,7 +24,7 @@ use ironclaim_core::identity;
 use ironclaim_core::model::{Seconds, StageDurations};
 use ironclaim_driver::{ClaimRecord, PowerFailure, Report};
 use ironclaim_k8s::api::nodeclaim::{FailureReason, NodeClaimSpec, NodeClaimStatus, PodReference, Stage};
-use ironclaim_k8s::api::server::{PowerState, ServerStatus};
+use ironclaim_k8s::api::server::{BMC_CONFIGURED_CONDITION, PowerState, ServerStatus};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::node::SERVER_LABEL;
 use ironclaim_k8s::server_to_core;
@@ -523,7 +523,20 @@ impl Claims {
     /// Carries out [`ironclaim_driver::Effect::FailClaim`], and tells the
     /// claim's waiting pods it is re-planned. A claim that was never
     /// written (its take lost) is only counted.
-    pub async fn fail(&self, claim: &str, reason: ironclaim_driver::FailureReason, message: &str, timed_out: bool, pods: &[PodKey]) -> Result<()> {
+    /// The server a claim names, read from the API; None when it cannot be read.
+    pub async fn server_of_claim(&self, claim: &str) -> Option<String> {
+        self.claims_api().get_opt(claim).await.ok().flatten().map(|c| c.spec.server)
+    }
+
+    /// Returns the claim's server, when the claim was read.
+    pub async fn fail(
+        &self,
+        claim: &str,
+        reason: ironclaim_driver::FailureReason,
+        message: &str,
+        timed_out: bool,
+        pods: &[PodKey],
+    ) -> Result<Option<String>> {
         let now = now_s();
         let reason = api_reason(reason);
         let mut ended = None;
@@ -537,11 +550,69 @@ impl Claims {
             })
             .await?;
         self.metrics.claim_ended("failed", timeline::reason_label(reason));
-        let Some(read) = read else { return Ok(()) };
+        let Some(read) = read else { return Ok(None) };
         self.record(ended, &read.spec.pool);
         for (namespace, pod, uid) in pods {
             let note = format!("claim {claim} on server {} failed ({reason:?}): {message}; re-planning", read.spec.server);
             self.events.warn(namespace, pod, uid.as_deref(), "ClaimFailed", &note).await;
+        }
+        Ok(Some(read.spec.server))
+    }
+
+    /// After a claim failed by a fault of configuration: the
+    /// `BmcConfigured` condition, False, on its server and on every other
+    /// Redfish server that references the same credentials Secret, so no
+    /// claim moves on to the next server behind the same broken reference.
+    /// The power sweep sets it True again once a read through the same
+    /// configuration succeeds. Returns the servers marked and what their
+    /// condition says.
+    pub async fn mark_misconfigured(&self, server: &str, reason: ironclaim_driver::FailureReason, message: &str) -> Result<Vec<(String, String)>> {
+        let api = self.servers_api();
+        let failed = match api.get(server).await {
+            Ok(s) => s,
+            Err(err) if not_found(&err) => return Ok(Vec::new()),
+            Err(source) => return Err(Error::ServerStatusFailed { server: server.into(), source }),
+        };
+        let mut marked = vec![(server.to_string(), message.to_string())];
+        if reason == ironclaim_driver::FailureReason::BmcCredentialsMissing
+            && let Some(bmc) = failed.spec.bmc.as_ref().filter(|_| !crate::provider::uses_metal3(&failed))
+        {
+            let all = api.list(&ListParams::default()).await.map_err(|source| Error::ServerStatusFailed { server: server.into(), source })?;
+            for other in all.items {
+                let shares = other.spec.bmc.as_ref().is_some_and(|b| b.credentials_secret_ref == bmc.credentials_secret_ref);
+                if other.name_any() != server && shares && !crate::provider::uses_metal3(&other) {
+                    marked.push((other.name_any(), format!("{message}; server {} references the same Secret", other.name_any())));
+                }
+            }
+        }
+        let word = timeline::reason_word(api_reason(reason));
+        for (name, note) in &marked {
+            self.set_server_condition(name, BMC_CONFIGURED_CONDITION, false, &word, note).await?;
+        }
+        Ok(marked)
+    }
+
+    /// Sets one condition on a server's status, on the resourceVersion read
+    /// (read again on a conflict).
+    async fn set_server_condition(&self, server: &str, kind: &str, ok: bool, reason: &str, message: &str) -> Result<()> {
+        let api = self.servers_api();
+        for _ in 0..5 {
+            let mut current = match api.get_status(server).await {
+                Ok(s) => s,
+                Err(err) if not_found(&err) => return Ok(()),
+                Err(source) => return Err(Error::ServerStatusFailed { server: server.into(), source }),
+            };
+            let mut status: ServerStatus = current.status.clone().unwrap_or_default();
+            timeline::set_condition(&mut status.conditions, kind, ok, reason, message, now_s(), None);
+            if current.status.as_ref() == Some(&status) {
+                return Ok(());
+            }
+            current.status = Some(status);
+            match api.replace_status(server, &PostParams::default(), &current).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(source) => return Err(Error::ServerStatusFailed { server: server.into(), source }),
+            }
         }
         Ok(())
     }
@@ -772,6 +843,11 @@ impl Claims {
                 }
                 status.power_state = Some(PowerState::Off);
                 status.powered_on_by_ironclaim = false;
+            } else if status.power_state == Some(PowerState::PoweringOn) {
+                // Written when the claim was taken; no power-on confirmed
+                // since (a fault of configuration sent none): the sweep
+                // says what it is once it can read it.
+                status.power_state = Some(PowerState::Unknown);
             }
             current.status = Some(status);
             match api.replace_status(&server_name, &PostParams::default(), &current).await {

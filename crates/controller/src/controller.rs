@@ -17,7 +17,7 @@ use ironclaim_core::model::Seconds;
 use ironclaim_core::provision;
 use ironclaim_driver::autoscaler::Autoscaler;
 use ironclaim_driver::{Effect, Report, Settings as DriverSettings};
-use ironclaim_k8s::api::server::{Identity, PowerState, ServerStatus};
+use ironclaim_k8s::api::server::{BMC_CONFIGURED_CONDITION, Identity, PowerState, ServerStatus};
 use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -548,6 +548,19 @@ struct Reading {
     /// The identity its BMC reported, when it was asked (first contact, or
     /// a BMC address that changed since).
     identity: Option<crate::provider::SystemIdentity>,
+    /// What the read says of the server's power configuration: it works
+    /// (the read succeeded), it is broken (a fault of configuration, with
+    /// its reason and message), or nothing (another failure).
+    configured: Option<Result<(), (String, String)>>,
+}
+
+/// What a power read says of the configuration it went through.
+fn configured_by(read: &Result<PowerState, crate::provider::PowerError>) -> Option<Result<(), (String, String)>> {
+    match read {
+        Ok(_) => Some(Ok(())),
+        Err(e) if crate::world::driver_reason(e.reason).is_configuration() => Some(Err((format!("{:?}", e.reason), e.message.clone()))),
+        Err(_) => None,
+    }
 }
 
 /// The identity to record after a read: the first one, or the reported
@@ -644,6 +657,27 @@ fn sweep_patch(
             None,
         ),
     }
+    match &read.configured {
+        Some(Err((reason, message))) => timeline::set_condition(
+            &mut conditions,
+            BMC_CONFIGURED_CONDITION,
+            false,
+            reason,
+            &format!("{message}; no claim or power action reaches it until a read through its configuration succeeds"),
+            now_s,
+            None,
+        ),
+        Some(Ok(())) if conditions.iter().any(|c| c.type_ == BMC_CONFIGURED_CONDITION) => timeline::set_condition(
+            &mut conditions,
+            BMC_CONFIGURED_CONDITION,
+            true,
+            "Read",
+            "its power state was read through its configuration",
+            now_s,
+            None,
+        ),
+        _ => {}
+    }
     let same = |a: &[Condition], b: &[Condition]| {
         a.len() == b.len()
             && a.iter().zip(b).all(|(x, y)| x.type_ == y.type_ && x.status == y.status && x.reason == y.reason && x.message == y.message)
@@ -710,13 +744,15 @@ impl Sweeper {
             .map(|server| {
                 let power = power.clone();
                 async move {
-                    let state = power.power_state(&server).await.ok();
+                    let read = power.power_state(&server).await;
+                    let configured = configured_by(&read);
+                    let state = read.ok();
                     let watts = if state == Some(PowerState::On) { power.watts(&server).await.ok().flatten() } else { None };
                     let recorded = server.status.as_ref().and_then(|s| s.identity.as_ref());
                     let address = server.spec.bmc.as_ref().map(|b| b.address.as_str());
                     let ask = recorded.is_none_or(|r| r.system_uuid.is_none() || r.bmc_address.as_deref() != address);
                     let identity = if ask { power.identity(&server).await.ok().flatten() } else { None };
-                    (server, Reading { state, watts, identity })
+                    (server, Reading { state, watts, identity, configured })
                 }
             })
             .buffer_unordered(16)
@@ -896,7 +932,7 @@ mod tests {
             conditions: adopted(1),
             ..ServerStatus::default()
         };
-        let read = |state: Option<PowerState>, watts: Option<f64>| Reading { state, watts, identity: None };
+        let read = |state: Option<PowerState>, watts: Option<f64>| Reading { state, watts, identity: None, configured: None };
         let patch = |s: &ServerStatus, state, watts| sweep_patch(s, None, &read(state, watts), (None, None), 2);
         use PowerState::*;
         assert_eq!(patch(&status(Some(On), None, Some(200)), Some(On), Some(200.2)), None);
@@ -934,10 +970,48 @@ mod tests {
         assert_eq!(identity_patch(None, None, &none), None, "nothing to record");
     }
 
+    /// Issue 16, item 1: a server whose credentials Secret is missing is
+    /// held back by its condition, which a read that passes clears.
+    #[test]
+    fn the_sweep_holds_back_a_server_whose_bmc_configuration_is_broken_until_a_read_passes() {
+        let missing = crate::provider::PowerError {
+            reason: ironclaim_k8s::api::nodeclaim::FailureReason::BmcCredentialsMissing,
+            label: "credentials_missing",
+            message: "the BMC credentials Secret metal/bmc-r1 (spec.bmc.credentialsSecretRef of Server r1-u01) does not exist".into(),
+        };
+        let unreachable = crate::provider::PowerError {
+            reason: ironclaim_k8s::api::nodeclaim::FailureReason::BmcUnreachable,
+            label: "unreachable",
+            message: "connection refused".into(),
+        };
+        let read = |configured| Reading { state: None, watts: None, identity: None, configured };
+        let status = ServerStatus::default();
+        let patch = sweep_patch(&status, None, &read(configured_by(&Err(missing))), (None, None), 5).expect("a condition");
+        let mut held = status.clone();
+        held.conditions = serde_json::from_value(patch["status"]["conditions"].clone()).unwrap();
+        let c = held.misconfigured().expect("BmcConfigured False");
+        assert_eq!(c.reason, "BmcCredentialsMissing");
+        assert!(c.message.contains("metal/bmc-r1"), "{}", c.message);
+        let core = server_to_core(&Server { status: Some(held.clone()), ..server(None, None) }).unwrap();
+        assert_eq!(core.health, ironclaim_core::model::Health::Misconfigured);
+        assert!(core.health.hands_off());
+        // Another failure says nothing of the configuration: it stays.
+        let patch = sweep_patch(&held, None, &read(configured_by(&Err(unreachable))), (None, None), 6);
+        assert!(patch.is_none_or(|p| p["status"].get("conditions").is_none()));
+        // A read that passes clears it.
+        let patch = sweep_patch(&held, None, &read(configured_by(&Ok(PowerState::Off))), (None, None), 7).expect("cleared");
+        held.conditions = serde_json::from_value(patch["status"]["conditions"].clone()).unwrap();
+        assert!(held.misconfigured().is_none());
+        assert_eq!(server_to_core(&Server { status: Some(held), ..server(None, None) }).unwrap().health, ironclaim_core::model::Health::Healthy);
+        // A server that never had the condition does not get one.
+        let patch = sweep_patch(&ServerStatus::default(), None, &read(configured_by(&Ok(PowerState::Off))), (None, None), 7);
+        assert!(patch.is_none_or(|p| p["status"].get("conditions").is_none_or(|c| !c.to_string().contains("BmcConfigured"))));
+    }
+
     #[test]
     fn the_sweep_says_on_the_server_why_it_is_held_back() {
         let status = ServerStatus { power_state: Some(PowerState::On), ..ServerStatus::default() };
-        let read = Reading { state: Some(PowerState::On), watts: None, identity: None };
+        let read = Reading { state: Some(PowerState::On), watts: None, identity: None, configured: None };
         let patch = sweep_patch(&status, None, &read, (Some("it is on and not ironclaim's"), Some("node n says it is a")), 5).expect("conditions");
         let conditions: Vec<Condition> = serde_json::from_value(patch["status"]["conditions"].clone()).unwrap();
         let of = |t: &str| conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.as_str(), c.reason.as_str(), c.message.clone()));

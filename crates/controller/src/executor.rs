@@ -426,7 +426,19 @@ impl Executor {
                 (claims.enter_stage(claim, *stage, message, &pods, server.as_ref()).await, Some(claim.clone()))
             }
             Effect::FailClaim { claim, reason, message, timed_out } => {
-                (claims.fail(claim, *reason, message, *timed_out, &pods).await, Some(claim.clone()))
+                // Held back before the claim is failed: once it is, its pods
+                // are demand again, and the next decision must not move on
+                // to another server behind the same broken reference.
+                if reason.is_configuration() {
+                    let name = match &server {
+                        Some(s) => Some(kube::ResourceExt::name_any(s)),
+                        None => claims.server_of_claim(claim).await,
+                    };
+                    if let Some(name) = name {
+                        self.hold_back_misconfigured(&name, *reason, message).await;
+                    }
+                }
+                (claims.fail(claim, *reason, message, *timed_out, &pods).await.map(|_| ()), Some(claim.clone()))
             }
             Effect::LinkNode { claim, server: name, node: node_name, .. } => {
                 (claims.link(claim, name, node_name, node, pool.as_ref(), server).await, Some(claim.clone()))
@@ -449,6 +461,24 @@ impl Executor {
             if claim.is_some() {
                 let label = format!("{effect:?}").split([' ', '{']).next().unwrap_or_default().to_string();
                 self.answer(Report::WriteFailed { claim, effect: label, message: format!("{err:#}") });
+            }
+        }
+    }
+
+    /// A claim failed by a fault of configuration: its server, and every
+    /// server behind the same broken reference, is held back with a
+    /// condition that says why, a Warning Event and a log line.
+    async fn hold_back_misconfigured(&self, server: &str, reason: ironclaim_driver::FailureReason, message: &str) {
+        match self.claims.mark_misconfigured(server, reason, message).await {
+            Ok(marked) => {
+                for (name, note) in marked {
+                    tracing::warn!(server = %name, reason = %reason, message = %note, "the server's BMC configuration is broken; it is held back until a read through it succeeds");
+                    self.notes.warn(Kind::Server, &name, &format!("{:?}", crate::world::api_reason(reason)), &note).await;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(%server, error = %err, "marking a server whose BMC configuration is broken failed");
+                self.claims.metrics().error(err.metric_label());
             }
         }
     }

@@ -64,10 +64,14 @@ impl PowerError {
 impl From<ironclaim_redfish::Error> for PowerError {
     fn from(err: ironclaim_redfish::Error) -> Self {
         let label = err.metric_label();
-        let reason = match label {
-            "unreachable" | "request_timed_out" | "tls_handshake_failed" => FailureReason::BmcUnreachable,
-            "auth_failed" | "credentials_unreadable" => FailureReason::BmcAuthenticationFailed,
-            "timed_out_waiting_for_state" => FailureReason::PowerOnTimedOut,
+        use ironclaim_redfish::Error as E;
+        let reason = match &err {
+            E::Unreachable { .. } | E::RequestTimedOut { .. } => FailureReason::BmcUnreachable,
+            E::AuthFailed { .. } => FailureReason::BmcAuthenticationFailed,
+            E::CredentialsUnreadable { .. } => FailureReason::BmcCredentialsMissing,
+            // Faults of the Server's spec: they will not pass by themselves.
+            E::InvalidAddress { .. } | E::TlsConfig { .. } | E::TlsHandshake { .. } | E::SystemNotFound { .. } => FailureReason::BmcConfigInvalid,
+            E::TimedOutWaitingForState { .. } => FailureReason::PowerOnTimedOut,
             _ => FailureReason::PowerActionFailed,
         };
         // The whole chain: "BMC unreachable while ...: connection refused".
@@ -79,6 +83,30 @@ impl From<ironclaim_redfish::Error> for PowerError {
             source = s.source();
         }
         PowerError::new(reason, label, message)
+    }
+}
+
+/// Why the credentials Secret of server `server` could not be read, in
+/// one line: missing or forbidden is a fault of configuration (the
+/// Secret must be created, or the controller allowed to read it); any
+/// other error is the API's, and passes.
+fn secret_unreadable(server: &str, namespace: &str, name: &str, err: &kube::Error) -> PowerError {
+    let what = format!("the BMC credentials Secret {namespace}/{name} (spec.bmc.credentialsSecretRef of Server {server})");
+    match err {
+        kube::Error::Api(status) if status.code == 404 => PowerError::new(
+            FailureReason::BmcCredentialsMissing,
+            "credentials_missing",
+            format!("{what} does not exist: create it with keys username and password"),
+        ),
+        kube::Error::Api(status) if status.code == 403 => PowerError::new(
+            FailureReason::BmcCredentialsMissing,
+            "credentials_forbidden",
+            format!("{what} may not be read by the controller: {}", status.message),
+        ),
+        kube::Error::Api(status) => {
+            PowerError::new(FailureReason::PowerActionFailed, "credentials_unreadable", format!("cannot read {what}: {}", status.message))
+        }
+        other => PowerError::new(FailureReason::PowerActionFailed, "credentials_unreadable", format!("cannot read {what}: {other}")),
     }
 }
 
@@ -159,20 +187,14 @@ impl RedfishPower {
         let name = server.name_any();
         let Some(bmc) = &server.spec.bmc else {
             return Err(PowerError::new(
-                FailureReason::PowerActionFailed,
+                FailureReason::BmcConfigInvalid,
                 "no_bmc",
                 format!("server {name} has no spec.bmc to power it through Redfish (or set spec.provider.type: Metal3)"),
             ));
         };
         let secret_ref = &bmc.credentials_secret_ref;
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &secret_ref.namespace);
-        let secret = secrets.get(&secret_ref.name).await.map_err(|err| {
-            PowerError::new(
-                FailureReason::BmcAuthenticationFailed,
-                "credentials_unreadable",
-                format!("cannot read the BMC credentials Secret {}/{}: {err}", secret_ref.namespace, secret_ref.name),
-            )
-        })?;
+        let secret = secrets.get(&secret_ref.name).await.map_err(|err| secret_unreadable(&name, &secret_ref.namespace, &secret_ref.name, &err))?;
         self.target_with(&name, bmc, secret)
     }
 
@@ -186,7 +208,7 @@ impl RedfishPower {
         let address = BmcAddress::parse(&bmc.address)?;
         let system = address.system.clone().ok_or_else(|| {
             PowerError::new(
-                FailureReason::PowerActionFailed,
+                FailureReason::BmcConfigInvalid,
                 "invalid_address",
                 format!("the BMC address of server {name} names no system: end it in /redfish/v1/Systems/ID"),
             )
@@ -529,6 +551,37 @@ mod tests {
         secret
     }
 
+    /// Issue 16, item 1: a missing Secret is a fault of configuration,
+    /// said in one line naming the Secret and the Server, not retried.
+    #[tokio::test]
+    async fn a_missing_or_forbidden_secret_is_a_fault_of_configuration_named_in_one_line() {
+        let status = |code: u16, message: &str| kube::Error::Api(kube::core::Status::failure(message, "NotFound").with_code(code).boxed());
+        let missing = secret_unreadable("r1-u01", "metal", "bmc-r1", &status(404, "secrets \"bmc-r1\" not found"));
+        assert_eq!(missing.reason, FailureReason::BmcCredentialsMissing);
+        assert_eq!(
+            missing.message,
+            "the BMC credentials Secret metal/bmc-r1 (spec.bmc.credentialsSecretRef of Server r1-u01) does not exist: create it with keys username and password"
+        );
+        let forbidden = secret_unreadable("r1-u01", "metal", "bmc-r1", &status(403, "secrets \"bmc-r1\" is forbidden"));
+        assert_eq!(forbidden.reason, FailureReason::BmcCredentialsMissing);
+        assert!(!forbidden.message.contains("ErrorResponse") && !forbidden.message.contains("Status {"), "{}", forbidden.message);
+        let down = secret_unreadable("r1-u01", "metal", "bmc-r1", &status(503, "the server is currently unable to handle the request"));
+        assert!(!crate::world::driver_reason(down.reason).is_configuration(), "an API failure passes: retried");
+        assert!(crate::world::driver_reason(missing.reason).is_configuration());
+        let no_key = PowerError::from(ironclaim_redfish::Error::CredentialsUnreadable {
+            path: "secret metal/bmc-r1".into(),
+            reason: "key \"password\" is missing".into(),
+        });
+        assert_eq!(no_key.reason, FailureReason::BmcCredentialsMissing);
+        let address = PowerError::from(ironclaim_redfish::Error::InvalidAddress { address: "ftp://x".into(), reason: "scheme".into() });
+        assert_eq!(address.reason, FailureReason::BmcConfigInvalid);
+        let power = redfish_power();
+        let err = power.target_with("r1-u01", &server_bmc("https://10.0.0.5/redfish/v1/Systems/1", "bmc-r1"), Secret::default()).unwrap_err();
+        assert_eq!((err.reason, err.message.contains("bmc-r1")), (FailureReason::BmcCredentialsMissing, true), "{}", err.message);
+        let err = power.target_with("r1-u01", &server_bmc("https://10.0.0.5/redfish/v1", "bmc-r1"), secret("1", "pw")).unwrap_err();
+        assert_eq!(err.reason, FailureReason::BmcConfigInvalid, "no system named: {}", err.message);
+    }
+
     #[tokio::test]
     async fn servers_behind_one_bmc_endpoint_share_one_client_even_with_separate_secrets() {
         let power = redfish_power();
@@ -568,6 +621,6 @@ mod tests {
     async fn an_address_without_a_system_is_a_typed_error() {
         let power = redfish_power();
         let err = power.target_with("node01", &server_bmc("https://10.0.0.5", "s"), secret("1", "pw")).unwrap_err();
-        assert_eq!((err.label, err.reason), ("invalid_address", FailureReason::PowerActionFailed));
+        assert_eq!((err.label, err.reason), ("invalid_address", FailureReason::BmcConfigInvalid));
     }
 }

@@ -31,6 +31,8 @@ pub fn reason_label(reason: FailureReason) -> &'static str {
         FailureReason::ClaimConflict => "claim_conflict",
         FailureReason::BmcUnreachable => "bmc_unreachable",
         FailureReason::BmcAuthenticationFailed => "bmc_authentication_failed",
+        FailureReason::BmcCredentialsMissing => "bmc_credentials_missing",
+        FailureReason::BmcConfigInvalid => "bmc_config_invalid",
         FailureReason::PowerActionFailed => "power_action_failed",
         FailureReason::PowerOnTimedOut => "power_on_timed_out",
         FailureReason::RegistrationTimedOut => "registration_timed_out",

@@ -347,13 +347,17 @@ pub enum Health {
     Unadopted,
     /// What its nodes or its BMC say contradicts its recorded identity.
     IdentityMismatch,
+    /// Its power provider's configuration is broken (a missing Secret or
+    /// key, an unusable address or TLS setting): no power request can be
+    /// sent until it is fixed.
+    Misconfigured,
 }
 
 impl Health {
     /// Kept as it is: never idle, never given up as a spare, never powered
     /// off for idling.
     pub fn hands_off(self) -> bool {
-        matches!(self, Health::Maintenance | Health::Unadopted | Health::IdentityMismatch)
+        matches!(self, Health::Maintenance | Health::Unadopted | Health::IdentityMismatch | Health::Misconfigured)
     }
 }
 

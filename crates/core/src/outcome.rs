@@ -42,6 +42,8 @@ pub enum Unschedulable {
         maintenance: usize,
         unadopted: usize,
         mismatched: usize,
+        /// Servers whose power provider's configuration is broken.
+        misconfigured: usize,
     },
     /// A free matching server exists, but opening it would cross a NodePool
     /// limit.
@@ -81,7 +83,17 @@ impl fmt::Display for Unschedulable {
                 }
                 Ok(())
             }
-            Unschedulable::AllMatchingBusy { matching, in_use, claimed_now, failed, quarantined, maintenance, unadopted, mismatched } => {
+            Unschedulable::AllMatchingBusy {
+                matching,
+                in_use,
+                claimed_now,
+                failed,
+                quarantined,
+                maintenance,
+                unadopted,
+                mismatched,
+                misconfigured,
+            } => {
                 write!(f, "no matching spare: 0 of {matching} matching servers free (")?;
                 let mut parts = Vec::new();
                 for (n, what) in [
@@ -92,6 +104,7 @@ impl fmt::Display for Unschedulable {
                     (*maintenance, "in maintenance"),
                     (*unadopted, "not adopted"),
                     (*mismatched, "in identity mismatch"),
+                    (*misconfigured, "with a broken BMC configuration"),
                 ] {
                     if n > 0 {
                         parts.push(format!("{n} {what}"));

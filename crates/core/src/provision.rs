@@ -1302,7 +1302,7 @@ impl<'s> Scheduler<'s> {
         let mut mismatches: BTreeMap<String, usize> = BTreeMap::new();
         let mut matching = 0;
         let (mut in_use, mut claimed_now, mut failed, mut quarantined, mut maintenance, mut free) = (0, 0, 0, 0, 0, 0);
-        let (mut unadopted, mut mismatched) = (0, 0);
+        let (mut unadopted, mut mismatched, mut misconfigured) = (0, 0, 0);
         for class in &self.classes {
             let sample = &snap.servers[class.sample];
             let offerings: Vec<&Offering> = self.offerings.iter().filter(|o| self.classes[o.class].sample == class.sample).collect();
@@ -1340,6 +1340,7 @@ impl<'s> Scheduler<'s> {
                     Health::Maintenance => maintenance += 1,
                     Health::Unadopted => unadopted += 1,
                     Health::IdentityMismatch => mismatched += 1,
+                    Health::Misconfigured => misconfigured += 1,
                     Health::Healthy if s.claim.is_some() || s.node.is_some() => in_use += 1,
                     Health::Healthy if !class.free.contains(&i) => claimed_now += 1,
                     Health::Healthy => free += 1,
@@ -1353,7 +1354,17 @@ impl<'s> Scheduler<'s> {
             return Unschedulable::NoMatchingHardware { servers: snap.servers.len(), constraints };
         }
         if free == 0 {
-            return Unschedulable::AllMatchingBusy { matching, in_use, claimed_now, failed, quarantined, maintenance, unadopted, mismatched };
+            return Unschedulable::AllMatchingBusy {
+                matching,
+                in_use,
+                claimed_now,
+                failed,
+                quarantined,
+                maintenance,
+                unadopted,
+                mismatched,
+                misconfigured,
+            };
         }
         group.blocked.clone().unwrap_or(Unschedulable::Topology { constraint: "the pod's inter-pod constraints".to_string() })
     }

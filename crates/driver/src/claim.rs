@@ -14,11 +14,16 @@
 //!   found at `PoweringOn` (a restart), after the BMC read Off and the
 //!   power-on budget passed; never while a power action is under way.
 //! - A failed power attempt is retried after [`Retry::delay`]; after
-//!   [`Retry::attempts`] the claim fails with the last reason.
+//!   [`Retry::attempts`] the claim fails with the last reason. A fault of
+//!   configuration ([`FailureReason::is_configuration`]: a missing
+//!   credentials Secret, an unusable address) fails the claim at once: it
+//!   will not pass by itself.
 //! - A stage past its budget ([`Deadlines`]) fails the claim as timed out.
-//! - A failed claim's server is powered off (unless it is a node, or the
-//!   claim lost its server to another claim) and confirmed off before it
-//!   is released; a release counts a failure except after a conflict.
+//! - A failed claim's server is powered off (unless it is a node, the
+//!   claim lost its server to another claim, or the failure is one of
+//!   configuration, which sent nothing and would refuse a power-off too)
+//!   and confirmed off before it is released; a release counts a failure
+//!   except after a conflict or a fault of configuration.
 
 use std::time::Duration;
 
@@ -385,6 +390,10 @@ fn power_on(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, server
 
 fn power_failed(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, err: PowerFailure, now: Duration) -> Vec<Effect> {
     let name = view.record.name.as_str();
+    if err.reason.is_configuration() {
+        *io = ClaimIo::default();
+        return vec![fail(name, err.reason, err.message, false)];
+    }
     let failed = io.fail_attempt(&settings.retry, now);
     let message = format!("attempt {failed} of {}: {}", settings.retry.attempts, err.message);
     if failed >= settings.retry.attempts {
@@ -413,7 +422,11 @@ fn release_failed(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, 
         return Vec::new();
     }
     let conflict = r.failure == Some(FailureReason::ClaimConflict);
-    if view.node.is_none() && !conflict {
+    // A configuration fault sent nothing to the machine, and would refuse
+    // a power-off just the same: the server is released as it is, and not
+    // blamed for it.
+    let configuration = r.failure.is_some_and(FailureReason::is_configuration);
+    if view.node.is_none() && !conflict && !configuration {
         if io.running.is_some() {
             return Vec::new();
         }
@@ -434,11 +447,12 @@ fn release_failed(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, 
     }
     *io = ClaimIo::default();
     let failures = view.server.as_ref().map_or(0, |s| s.failures) + 1;
+    let blamed = !conflict && !configuration;
     vec![Effect::Release {
         server: r.server.clone(),
         claim: name.into(),
-        count_failure: !conflict,
-        quarantine: !conflict && quarantines(failures, settings.quarantine_after),
+        count_failure: blamed,
+        quarantine: blamed && quarantines(failures, settings.quarantine_after),
     }]
 }
 
@@ -540,6 +554,10 @@ mod tests {
         let mut old_not_held = not_held_failed.clone();
         old_not_held.record.created_s = NOW_S - 3600;
         let running = |io: Io| ClaimIo { running: Some(io), ..ClaimIo::default() };
+        let config = |io: Io, reason: FailureReason| ClaimIo {
+            finished: Some((io, Err(PowerFailure { reason, message: "Secret metal/bmc-r1 does not exist".into() }))),
+            ..ClaimIo::default()
+        };
         let mut selected_elsewhere = view(Stage::Selected, 0);
         selected_elsewhere.server.as_mut().unwrap().holder = Some("other".into());
         let rows: Vec<(&str, ClaimView, ClaimIo, Vec<&str>)> = vec![
@@ -556,6 +574,18 @@ mod tests {
             ("powering on, read Off past the budget: send", view(Stage::PoweringOn, 500), ok(Io::Read, false), vec!["power on"]),
             ("powering on, failed: retry later", view(Stage::PoweringOn, 5), err(Io::PowerOn), vec!["note PowerOnRetrying"]),
             ("powering on, read failed: counts as an attempt", view(Stage::PoweringOn, 5), err(Io::Read), vec!["note PowerOnRetrying"]),
+            (
+                "powering on, its credentials Secret missing: fails at once",
+                view(Stage::PoweringOn, 5),
+                config(Io::Read, FailureReason::BmcCredentialsMissing),
+                vec!["fail bmc_credentials_missing"],
+            ),
+            (
+                "powering on, an unusable address: fails at once",
+                view(Stage::PoweringOn, 5),
+                config(Io::PowerOn, FailureReason::BmcConfigInvalid),
+                vec!["fail bmc_config_invalid"],
+            ),
             ("booting, no node yet", view(Stage::Booting, 100), ClaimIo::default(), vec![]),
             (
                 "booting, node registered",
@@ -609,6 +639,22 @@ mod tests {
             (
                 "failed on a conflict: release, not counted, no power-off",
                 failed(FailureReason::ClaimConflict),
+                ClaimIo::default(),
+                vec!["release (count false, quarantine false)"],
+            ),
+            (
+                "failed by its configuration: released as it is, not counted, no power-off",
+                failed(FailureReason::BmcCredentialsMissing),
+                ClaimIo::default(),
+                vec!["release (count false, quarantine false)"],
+            ),
+            (
+                "failed by its configuration, third in a row: not quarantined",
+                {
+                    let mut v = failed(FailureReason::BmcConfigInvalid);
+                    v.server.as_mut().unwrap().failures = 2;
+                    v
+                },
                 ClaimIo::default(),
                 vec!["release (count false, quarantine false)"],
             ),

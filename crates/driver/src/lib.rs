@@ -93,6 +93,13 @@ pub enum FailureReason {
     ClaimConflict,
     BmcUnreachable,
     BmcAuthenticationFailed,
+    /// The BMC credentials cannot be had: their Secret, or a key of it, is
+    /// missing or unreadable. Configuration: not retried.
+    BmcCredentialsMissing,
+    /// The server's power configuration cannot work: no BMC, an unusable
+    /// address, a system the BMC does not have, TLS settings that cannot
+    /// connect. Configuration: not retried.
+    BmcConfigInvalid,
     /// The BMC refused or failed the power action.
     PowerActionFailed,
     /// The BMC never reported the power on.
@@ -111,6 +118,13 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    /// A fault of configuration rather than of the machine or the network:
+    /// it will not pass by itself, so it is not retried, nothing was sent
+    /// to the machine, and the machine is not blamed for it.
+    pub fn is_configuration(self) -> bool {
+        matches!(self, FailureReason::BmcCredentialsMissing | FailureReason::BmcConfigInvalid)
+    }
+
     /// The reason as metrics and reports label it.
     pub fn label(self) -> &'static str {
         match self {
@@ -118,6 +132,8 @@ impl FailureReason {
             FailureReason::ClaimConflict => "claim_conflict",
             FailureReason::BmcUnreachable => "bmc_unreachable",
             FailureReason::BmcAuthenticationFailed => "bmc_authentication_failed",
+            FailureReason::BmcCredentialsMissing => "bmc_credentials_missing",
+            FailureReason::BmcConfigInvalid => "bmc_config_invalid",
             FailureReason::PowerActionFailed => "power_action_failed",
             FailureReason::PowerOnTimedOut => "power_on_timed_out",
             FailureReason::RegistrationTimedOut => "registration_timed_out",

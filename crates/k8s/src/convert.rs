@@ -89,6 +89,8 @@ pub fn server_to_core(server: &Server) -> Result<core::Server> {
     let durations = stage_durations(server)?;
     let health = if spec.maintenance {
         Health::Maintenance
+    } else if status.misconfigured().is_some() {
+        Health::Misconfigured
     } else if status.quarantined {
         Health::Quarantined
     } else {

@@ -17,6 +17,7 @@ mod scaledown_support;
 
 mod deploy_crds;
 mod deploy_rbac;
+mod e2e_bmc_config;
 mod e2e_bmc_failure;
 mod e2e_claim_race;
 mod e2e_leader;

@@ -94,6 +94,11 @@ pub enum FailureReason {
     ClaimConflict,
     BmcUnreachable,
     BmcAuthenticationFailed,
+    /// The BMC credentials Secret, or a key of it, is missing or unreadable.
+    BmcCredentialsMissing,
+    /// No BMC, an unusable address, an unknown system or TLS settings that
+    /// cannot connect.
+    BmcConfigInvalid,
     /// The BMC refused or failed the power action.
     PowerActionFailed,
     /// The BMC never reported the power on.

@@ -379,3 +379,17 @@ pub struct MeasuredStage {
     #[schemars(range(min = 1))]
     pub samples: i64,
 }
+
+/// The condition on a Server that says whether its power provider's
+/// configuration works: `False` (reason `BmcCredentialsMissing` or
+/// `BmcConfigInvalid`) holds it back from every claim and power action
+/// until a read through the same configuration succeeds.
+pub const BMC_CONFIGURED_CONDITION: &str = "BmcConfigured";
+
+impl ServerStatus {
+    /// Why its power provider's configuration does not work, when its
+    /// `BmcConfigured` condition says so.
+    pub fn misconfigured(&self) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == BMC_CONFIGURED_CONDITION && c.status == "False")
+    }
+}
