@@ -6,18 +6,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use ironclaim_controller::batch::Windows;
 use ironclaim_controller::leader::LeaseSettings;
 use ironclaim_controller::{Controller, Metal3Power, ProviderRouter, RedfishPower, Settings};
 
+use crate::cluster::ClusterArgs;
 use crate::exit::Failure;
+use crate::logging::LogFormat;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// How log lines are written: text (coloured only on a terminal) or json.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_address: SocketAddr,
@@ -44,10 +48,12 @@ pub struct Args {
     leader_elect: bool,
     /// The controller's namespace: the leader Lease and the claim lock
     /// ledger (the ConfigMap ironclaim-claim-locks) live there.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "ironclaim-system")]
-    lease_namespace: String,
+    #[arg(long, visible_alias = "lease-namespace", env = "POD_NAMESPACE", default_value = "ironclaim-system")]
+    controller_namespace: String,
+    /// The leader Lease's name.
     #[arg(long, default_value = "ironclaim-controller")]
     lease_name: String,
+    /// How long a leader's Lease lasts without renewal.
     #[arg(long, default_value = "15s", value_parser = duration)]
     lease_duration: Duration,
     /// This replica's name; the pod name in a Deployment.
@@ -56,7 +62,7 @@ pub struct Args {
 }
 
 /// `1s`, `500ms`, `2m`, `1h30m`.
-fn duration(text: &str) -> Result<Duration, String> {
+pub fn duration(text: &str) -> Result<Duration, String> {
     if let Some(ms) = text.strip_suffix("ms")
         && let Ok(ms) = ms.parse::<u64>()
     {
@@ -66,27 +72,33 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 pub async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    ironclaim_redfish::install_crypto_provider();
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("using {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context("no kubeconfig and not in a cluster")?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    crate::cluster::connect(&ClusterArgs { kubeconfig: kubeconfig.cloned(), context: None }).await.map_err(|f| match f {
+        Failure::BadInput(e) | Failure::World(e) => e,
+    })
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
     if args.batch_idle > args.batch_max {
         return Err(Failure::bad_input(anyhow!("--batch-idle must not exceed --batch-max")));
     }
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())).init();
+    crate::logging::init(args.log_format, "info");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     runtime.block_on(async move {
-        let client = client(args.kubeconfig.as_ref()).await.map_err(Failure::world)?;
+        let client = crate::cluster::connect(&args.cluster).await?;
+        // Fail fast, with the fix, on what no retry mends.
+        if let Err(failed) = ironclaim_controller::doctor::preflight(&client).await {
+            // One line per problem, naming every object it touches.
+            let mut lines: Vec<(String, Vec<&str>)> = Vec::new();
+            for f in &failed {
+                let line = format!("{}{}", f.detail, f.fix.as_deref().map(|x| format!(": {x}")).unwrap_or_default());
+                match lines.iter_mut().find(|(l, _)| *l == line) {
+                    Some((_, objects)) => objects.push(&f.object),
+                    None => lines.push((line, vec![&f.object])),
+                }
+            }
+            let text: Vec<String> = lines.into_iter().map(|(line, objects)| format!("{line} ({})", objects.join(", "))).collect();
+            return Err(Failure::world(anyhow!("{}", text.join("\n"))));
+        }
         let identity =
             args.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| format!("ironclaim-{}", std::process::id()));
         let mut settings = Settings {
@@ -99,10 +111,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
         };
         settings.claims.deadlines.margin_percent = args.stuck_margin_percent;
         settings.claims.quarantine_after = args.quarantine_after;
-        settings.claims.lock_namespace = args.lease_namespace.clone();
+        settings.claims.lock_namespace = args.controller_namespace.clone();
         if args.leader_elect {
             settings.lease = Some(LeaseSettings {
-                namespace: args.lease_namespace.clone(),
+                namespace: args.controller_namespace.clone(),
                 name: args.lease_name.clone(),
                 identity,
                 duration: args.lease_duration,

@@ -6,10 +6,13 @@
 
 mod bench;
 mod bmc;
+mod cluster;
 mod controller;
 mod crds;
+mod doctor;
 mod exit;
 mod explain;
+mod logging;
 mod plan;
 mod render;
 mod servers;
@@ -49,6 +52,9 @@ enum Command {
     Servers(servers::Args),
     /// Print the CustomResourceDefinitions of the ironclaim.dev API.
     Crds(crds::Args),
+    /// Check a cluster before the controller relies on it: CRDs, RBAC,
+    /// every Server's BMC, every NodePool; what is wrong, with the fix.
+    Doctor(doctor::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -63,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Command::Explain(args) => explain::run(args),
         Command::Servers(args) => servers::run(args),
         Command::Crds(args) => crds::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     exit::report(result)
 }

@@ -197,8 +197,15 @@ where
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut buffer = Vec::new();
     let mut first = true;
+    let mut failures = Throttle::new(WATCH_REPORT_EVERY);
     loop {
-        match stream.try_next().await {
+        let next = stream.try_next().await;
+        if next.is_ok()
+            && let Some(failed) = failures.recovered()
+        {
+            tracing::info!(kind = %K::kind(&Default::default()), failed, "watch recovered");
+        }
+        match next {
             Ok(Some(Event::Init)) => buffer.clear(),
             Ok(Some(Event::InitApply(o))) => buffer.push(o),
             Ok(Some(Event::InitDone)) => {
@@ -219,9 +226,71 @@ where
             }
             Ok(None) => return,
             Err(err) => {
-                tracing::warn!(kind = %K::kind(&Default::default()), error = %err, "watch failed; retrying")
+                if let Some(suppressed) = failures.failed(std::time::Instant::now()) {
+                    let kind = K::kind(&Default::default()).to_string();
+                    let error = watch_error(&err);
+                    tracing::warn!(%kind, %error, suppressed, "watch failed; retrying (failures in between are counted, not logged)");
+                }
             }
         }
+    }
+}
+
+/// A watch that keeps failing is reported at most this often.
+const WATCH_REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// A watch error in one line, with the fix where there is one.
+fn watch_error(err: &watcher::Error) -> String {
+    match err {
+        watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 404 => {
+            "the ironclaim.dev CRDs are not installed: run `ironclaim crds | kubectl apply --server-side -f -`".into()
+        }
+        watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 403 => {
+            format!("forbidden ({}): apply this version's RBAC", s.message)
+        }
+        other => other.to_string().lines().next().unwrap_or_default().to_string(),
+    }
+}
+
+/// Rate-limits the reports of a failure that repeats: the first at once,
+/// then at most one per period, each with how many it stood for.
+#[derive(Debug)]
+struct Throttle {
+    every: Duration,
+    last: Option<std::time::Instant>,
+    /// Failures since the last report.
+    suppressed: u64,
+    /// Failures since the last success.
+    run: u64,
+}
+
+impl Throttle {
+    fn new(every: Duration) -> Self {
+        Throttle { every, last: None, suppressed: 0, run: 0 }
+    }
+
+    /// One more failure at `now`: Some(failures not reported since the
+    /// last report) when this one is to be reported.
+    fn failed(&mut self, now: std::time::Instant) -> Option<u64> {
+        self.run += 1;
+        match self.last {
+            Some(at) if now.duration_since(at) < self.every => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+
+    /// A success: Some(failures in the run) when it ended a run of them.
+    fn recovered(&mut self) -> Option<u64> {
+        let run = std::mem::take(&mut self.run);
+        self.last = None;
+        self.suppressed = 0;
+        (run > 0).then_some(run)
     }
 }
 
@@ -968,6 +1037,21 @@ mod tests {
         assert_eq!(back, first);
         let none = crate::provider::SystemIdentity::default();
         assert_eq!(identity_patch(None, None, &none), None, "nothing to record");
+    }
+
+    /// Issue 16, item 9: an API server that is down for a minute gives
+    /// two warnings, not one per retry, and the recovery says how many
+    /// failures it ended.
+    #[test]
+    fn a_failure_that_repeats_is_reported_once_a_period_with_the_count() {
+        let start = std::time::Instant::now();
+        let mut t = Throttle::new(Duration::from_secs(60));
+        let at = |s: u64| start + Duration::from_millis(s * 100);
+        let reported: Vec<(u64, u64)> = (0..1200).filter_map(|i| t.failed(at(i)).map(|n| (i, n))).collect();
+        assert_eq!(reported, [(0, 0), (600, 599)], "120 s of failures every 100 ms");
+        assert_eq!(t.recovered(), Some(1200));
+        assert_eq!(t.recovered(), None, "one success is told once");
+        assert_eq!(t.failed(at(1201)), Some(0), "a new run is reported at once");
     }
 
     /// Issue 16, item 1: a server whose credentials Secret is missing is

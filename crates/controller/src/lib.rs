@@ -26,6 +26,7 @@ pub mod batch;
 pub mod claims;
 pub mod cluster;
 pub mod controller;
+pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod executor;

@@ -113,6 +113,19 @@ async fn a_missing_bmc_secret_fails_its_claim_at_once_holds_back_every_server_be
     assert!(events.iter().any(|e| e.starts_with("BmcCredentialsMissing:")), "{events:?}");
     running.stop().await;
 
+    // The preflight names the missing Secret on every server behind it.
+    let findings = ironclaim_controller::doctor::examine(&client, redfish(&client).as_ref(), &Default::default()).await;
+    use ironclaim_controller::doctor::Verdict;
+    for name in ["cfg-a", "cfg-b", "cfg-c"] {
+        let bmc = findings.iter().find(|f| f.object == format!("Server {name}") && f.check == "bmc").expect("a BMC check");
+        assert_eq!(bmc.verdict, Verdict::Fail, "{bmc:?}");
+        assert!(bmc.detail.starts_with("BmcCredentialsMissing") && bmc.detail.contains("bmc-rack"), "{bmc:?}");
+        assert!(bmc.fix.as_deref().is_some_and(|f| f.contains(&format!("create the Secret {NAMESPACE}/bmc-rack"))), "{bmc:?}");
+    }
+    let crds: Vec<_> = findings.iter().filter(|f| f.object.starts_with("CustomResourceDefinition")).collect();
+    assert_eq!(crds.len(), 3, "{findings:?}");
+    assert!(crds.iter().all(|f| f.verdict == Verdict::Ok), "the test's CRDs are this version's: {crds:?}");
+
     // The Secret created, a read passes: the servers are claimed again.
     create_secret();
     let running = run(Controller::new(client.clone(), redfish(&client), crate::support::settings("bmc-config-fixed")));

@@ -1,0 +1,62 @@
+//! What every command that talks to a cluster shares: how it finds the
+//! cluster (`--kubeconfig`, `--context`) and the controller's namespace.
+
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+
+use crate::exit::Failure;
+
+/// Where the cluster is.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ClusterArgs {
+    /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use; without it, the current context.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+/// A client for the cluster `args` name.
+///
+/// # Errors
+/// Bad input (exit 2) when the kubeconfig cannot be read, names no such
+/// context, or there is none at all; the world (exit 1) otherwise.
+pub async fn connect(args: &ClusterArgs) -> Result<kube::Client, Failure> {
+    ironclaim_redfish::install_crypto_provider();
+    let options = kube::config::KubeConfigOptions { context: args.context.clone(), ..Default::default() };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Failure::bad_input(anyhow!("cannot read the kubeconfig {}: {}", path.display(), first_line(&e))))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| Failure::bad_input(anyhow!("cannot use the kubeconfig {}: {}", path.display(), first_line(&e))))?
+        }
+        None if args.context.is_some() => kube::Config::from_kubeconfig(&options).await.map_err(|e| {
+            Failure::bad_input(anyhow!("cannot use the context {:?}: {}", args.context.as_deref().unwrap_or_default(), first_line(&e)))
+        })?,
+        None => kube::Config::infer().await.map_err(|e| {
+            Failure::bad_input(anyhow!(
+                "no cluster to talk to: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod ({}); pass --kubeconfig FILE",
+                first_line(&e)
+            ))
+        })?,
+    };
+    kube::Client::try_from(config).map_err(|e| Failure::bad_input(anyhow!("cannot build a client for the cluster: {}", first_line(&e))))
+}
+
+fn first_line(err: &dyn std::fmt::Display) -> String {
+    err.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// How a command prints what it found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// A table that fits the terminal.
+    #[default]
+    Table,
+    Json,
+    Yaml,
+}
