@@ -245,7 +245,7 @@ fn claim_view(index: &Index, claim: &NodeClaim, now: u64) -> ClaimView {
         name: claim.name_any(),
         server: claim.spec.server.clone(),
         pool: claim.spec.pool.clone(),
-        stage: status.stage.map(timeline::stage_name),
+        stage: status.stage.map(|s| s.label()),
         failure_reason: status.failure_reason.map(|r| format!("{r:?}")),
         failure_message: status.failure_message.clone(),
         note: (!failed).then(|| timeline::waiting_note(&claim.spec.server, &status, &durations, now)),
@@ -253,7 +253,7 @@ fn claim_view(index: &Index, claim: &NodeClaim, now: u64) -> ClaimView {
             .stages
             .iter()
             .map(|r| StageView {
-                stage: timeline::stage_name(r.stage),
+                stage: r.stage.label(),
                 started_ago_s: now.saturating_sub(timeline::seconds(&r.start_time)),
                 took_s: r.duration_seconds.map(|d| d.max(0) as u64),
                 outcome: format!("{:?}", r.outcome),

@@ -172,7 +172,7 @@ fn inventory(index: &Index) -> Inventory {
             None => "selected".to_string(),
             Some(s) => match (s.failure_reason, s.stage) {
                 (Some(r), _) => format!("failed: {r:?}"),
-                (None, Some(stage)) => ironclaim_controller::timeline::stage_name(stage).replace('_', " "),
+                (None, Some(stage)) => stage.label().replace('_', " "),
                 (None, None) => "selected".into(),
             },
         });

@@ -220,7 +220,7 @@ async fn explain_and_servers_read_the_cluster() {
     assert!(first.starts_with("waiting for server s-booting: powered on 7"), "{out}");
     assert!(first.ends_with("node not registered yet, usually registers in 4m"), "{out}");
     assert!(out.contains("claim c-wait (pool general):"), "{out}");
-    for row in ["selected", "power on requested", "powered on", "InProgress", "power on confirmed"] {
+    for row in ["selected", "powering on", "booting", "InProgress", "power on confirmed"] {
         assert!(out.contains(row), "no {row:?} in {out}");
     }
     let last = out.lines().last().unwrap_or_default();
@@ -228,7 +228,7 @@ async fn explain_and_servers_read_the_cluster() {
     let json = json_of(&ironclaim(&env, &["explain", "pod", "cli/waiting", "-o", "json"]));
     assert_eq!(json["state"], "waiting");
     assert_eq!(json["claims"][0]["name"], "c-wait");
-    assert_eq!(json["claims"][0]["stage"], "powered_on");
+    assert_eq!(json["claims"][0]["stage"], "booting");
     assert_eq!(json["claims"][0]["stages"].as_array().map(Vec::len), Some(3));
     assert_eq!(json["claims"][0]["stages"][1]["took_s"], 19);
     assert_eq!(json["decision"]["outcome"], "in_flight");

@@ -41,7 +41,6 @@ use crate::locks::{Lock, Locks, Taken};
 use crate::metrics::Metrics;
 use crate::provider::{Power, PowerError};
 use crate::timeline::{self, Deadlines, Ended};
-use crate::world::{api_reason, api_stage, driver_reason};
 
 /// The label on a NodeClaim naming its NodePool.
 pub const NODEPOOL_LABEL: &str = ironclaim_core::provision::NODEPOOL_LABEL;
@@ -259,7 +258,7 @@ impl Claims {
     fn power_failure(&self, server: &str, err: PowerError) -> PowerFailure {
         self.metrics.power_failure(err.metric_label());
         self.power_errors.lock().unwrap_or_else(PoisonError::into_inner).insert(server.to_string(), err.reason);
-        PowerFailure { reason: driver_reason(err.reason), message: err.message }
+        PowerFailure { reason: err.reason, message: err.message }
     }
 
     /// Carries out [`ironclaim_driver::Effect::PowerOn`] for a claim or a
@@ -455,7 +454,6 @@ impl Claims {
         server: Option<&Server>,
     ) -> Result<()> {
         let now = now_s();
-        let stage = api_stage(stage);
         let mut ended = None;
         let mut written = NodeClaimStatus::default();
         let read = self
@@ -538,7 +536,6 @@ impl Claims {
         pods: &[PodKey],
     ) -> Result<Option<String>> {
         let now = now_s();
-        let reason = api_reason(reason);
         let mut ended = None;
         let read = self
             .update_claim(claim, |_, status| {
@@ -549,7 +546,7 @@ impl Claims {
                 true
             })
             .await?;
-        self.metrics.claim_ended("failed", timeline::reason_label(reason));
+        self.metrics.claim_ended("failed", reason.label());
         let Some(read) = read else { return Ok(None) };
         self.record(ended, &read.spec.pool);
         for (namespace, pod, uid) in pods {
@@ -585,7 +582,7 @@ impl Claims {
                 }
             }
         }
-        let word = timeline::reason_word(api_reason(reason));
+        let word = timeline::reason_word(reason);
         for (name, note) in &marked {
             self.set_server_condition(name, BMC_CONFIGURED_CONDITION, false, &word, note).await?;
         }
@@ -706,7 +703,7 @@ impl Claims {
     fn record(&self, ended: Option<Ended>, pool: &str) {
         if let Some((stage, took, outcome)) = ended {
             let outcome = format!("{outcome:?}");
-            self.metrics.observe_stage(timeline::stage_name(stage), pool, &outcome.to_lowercase(), took as f64);
+            self.metrics.observe_stage(stage.label(), pool, &outcome.to_lowercase(), took as f64);
         }
     }
 

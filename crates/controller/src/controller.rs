@@ -627,7 +627,7 @@ struct Reading {
 fn configured_by(read: &Result<PowerState, crate::provider::PowerError>) -> Option<Result<(), (String, String)>> {
     match read {
         Ok(_) => Some(Ok(())),
-        Err(e) if crate::world::driver_reason(e.reason).is_configuration() => Some(Err((format!("{:?}", e.reason), e.message.clone()))),
+        Err(e) if e.reason.is_configuration() => Some(Err((format!("{:?}", e.reason), e.message.clone()))),
         Err(_) => None,
     }
 }

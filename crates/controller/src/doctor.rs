@@ -26,7 +26,6 @@ use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
 use crate::provider::Power;
-use crate::world::driver_reason;
 
 /// The RBAC the controller ships with: what its ServiceAccount must hold.
 const SHIPPED_RBAC: &str = include_str!("../../../deploy/rbac.yaml");
@@ -308,7 +307,7 @@ async fn server_checks(power: &dyn Power, server: &Server, out: &mut Vec<Finding
     let state = match power.power_state(server).await {
         Ok(state) => state,
         Err(err) => {
-            let reason = driver_reason(err.reason);
+            let reason = err.reason;
             out.push(Finding::new(object, "bmc", Verdict::Fail, format!("{:?}: {}", err.reason, err.message), Some(power_fix(reason, server))));
             return;
         }

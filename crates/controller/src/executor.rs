@@ -473,7 +473,7 @@ impl Executor {
             Ok(marked) => {
                 for (name, note) in marked {
                     tracing::warn!(server = %name, reason = %reason, message = %note, "the server's BMC configuration is broken; it is held back until a read through it succeeds");
-                    self.notes.warn(Kind::Server, &name, &format!("{:?}", crate::world::api_reason(reason)), &note).await;
+                    self.notes.warn(Kind::Server, &name, &format!("{reason:?}"), &note).await;
                 }
             }
             Err(err) => {

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 
 /// Whether a claim has passed its gates (Ready or further).
 pub fn claim_passed_gates(claim: &NodeClaim) -> bool {
-    matches!(claim.status.as_ref().and_then(|s| s.stage), Some(Stage::Ready | Stage::Serving | Stage::Draining | Stage::PoweringOff | Stage::Off))
+    matches!(claim.status.as_ref().and_then(|s| s.stage), Some(Stage::Ready | Stage::Serving))
 }
 
 /// The gates a node has not passed yet, in the order they are checked;

@@ -566,8 +566,8 @@ mod tests {
         assert_eq!(forbidden.reason, FailureReason::BmcCredentialsMissing);
         assert!(!forbidden.message.contains("ErrorResponse") && !forbidden.message.contains("Status {"), "{}", forbidden.message);
         let down = secret_unreadable("r1-u01", "metal", "bmc-r1", &status(503, "the server is currently unable to handle the request"));
-        assert!(!crate::world::driver_reason(down.reason).is_configuration(), "an API failure passes: retried");
-        assert!(crate::world::driver_reason(missing.reason).is_configuration());
+        assert!(!down.reason.is_configuration(), "an API failure passes: retried");
+        assert!(missing.reason.is_configuration());
         let no_key = PowerError::from(ironclaim_redfish::Error::CredentialsUnreadable {
             path: "secret metal/bmc-r1".into(),
             reason: "key \"password\" is missing".into(),

@@ -9,40 +9,6 @@ use ironclaim_k8s::api::server::{MeasuredDurations, MeasuredStage};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-/// The stage as metrics and messages name it.
-pub fn stage_name(stage: Stage) -> &'static str {
-    match stage {
-        Stage::Selected => "selected",
-        Stage::PoweringOn => "power_on_requested",
-        Stage::Booting => "powered_on",
-        Stage::Joined => "node_registered",
-        Stage::Ready => "ready",
-        Stage::Serving => "pods_bound",
-        Stage::Draining => "draining",
-        Stage::PoweringOff => "powering_off",
-        Stage::Off => "off",
-    }
-}
-
-/// The failure as metrics name it.
-pub fn reason_label(reason: FailureReason) -> &'static str {
-    match reason {
-        FailureReason::ServerUnavailable => "server_unavailable",
-        FailureReason::ClaimConflict => "claim_conflict",
-        FailureReason::BmcUnreachable => "bmc_unreachable",
-        FailureReason::BmcAuthenticationFailed => "bmc_authentication_failed",
-        FailureReason::BmcCredentialsMissing => "bmc_credentials_missing",
-        FailureReason::BmcConfigInvalid => "bmc_config_invalid",
-        FailureReason::PowerActionFailed => "power_action_failed",
-        FailureReason::PowerOnTimedOut => "power_on_timed_out",
-        FailureReason::RegistrationTimedOut => "registration_timed_out",
-        FailureReason::NodeNotReady => "node_not_ready",
-        FailureReason::ReadinessGateFailed => "readiness_gate_failed",
-        FailureReason::NodeLost => "node_lost",
-        FailureReason::Cancelled => "cancelled",
-    }
-}
-
 /// The condition reason for a failure: its variant name.
 pub fn reason_word(reason: FailureReason) -> String {
     format!("{reason:?}")
@@ -145,20 +111,6 @@ pub fn set_condition(conditions: &mut Vec<Condition>, kind: &str, ok: bool, reas
 /// Slow versus stuck: the driver's budgets.
 pub use ironclaim_driver::deadline::{Budget, Deadlines};
 
-/// The driver's stage of a NodeClaim stage; None past Serving.
-pub fn driver_stage(stage: Stage) -> Option<ironclaim_driver::Stage> {
-    use ironclaim_driver::Stage as D;
-    Some(match stage {
-        Stage::Selected => D::Selected,
-        Stage::PoweringOn => D::PoweringOn,
-        Stage::Booting => D::Booting,
-        Stage::Joined => D::Joined,
-        Stage::Ready => D::Ready,
-        Stage::Serving => D::Serving,
-        Stage::Draining | Stage::PoweringOff | Stage::Off => return None,
-    })
-}
-
 pub use ironclaim_driver::claim::human;
 
 /// What a pod waiting on a server hears once the server is confirmed on.
@@ -186,7 +138,6 @@ pub fn waiting_note(server: &str, status: &NodeClaimStatus, d: &StageDurations, 
             human(d.join_s + d.ready_s)
         ),
         Stage::Ready | Stage::Serving => format!("server {server} is node {node}, ready: the scheduler binds the pod next"),
-        Stage::Draining | Stage::PoweringOff | Stage::Off => format!("server {server} is being released"),
     }
 }
 

@@ -7,9 +7,9 @@
 
 use ironclaim_core::model::{Pod, Seconds, Snapshot};
 use ironclaim_driver::autoscaler::World;
-use ironclaim_driver::{ClaimRecord, ClaimView, FailureReason, NodeFacts, ServerFacts, Stage};
+use ironclaim_driver::{ClaimRecord, ClaimView, NodeFacts, ServerFacts, Stage};
 use ironclaim_k8s::api::NodeClaim;
-use ironclaim_k8s::api::nodeclaim::{self, NodeClaimStatus};
+use ironclaim_k8s::api::nodeclaim::NodeClaimStatus;
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -26,66 +26,13 @@ pub struct IndexWorld<'a> {
     pub backoff: FailureBackoff,
 }
 
-/// The driver's failure of a NodeClaim failure.
-pub fn driver_reason(reason: nodeclaim::FailureReason) -> FailureReason {
-    use nodeclaim::FailureReason as K;
-    match reason {
-        K::ServerUnavailable => FailureReason::ServerUnavailable,
-        K::ClaimConflict => FailureReason::ClaimConflict,
-        K::BmcUnreachable => FailureReason::BmcUnreachable,
-        K::BmcAuthenticationFailed => FailureReason::BmcAuthenticationFailed,
-        K::BmcCredentialsMissing => FailureReason::BmcCredentialsMissing,
-        K::BmcConfigInvalid => FailureReason::BmcConfigInvalid,
-        K::PowerActionFailed => FailureReason::PowerActionFailed,
-        K::PowerOnTimedOut => FailureReason::PowerOnTimedOut,
-        K::RegistrationTimedOut => FailureReason::RegistrationTimedOut,
-        K::NodeNotReady => FailureReason::NodeNotReady,
-        K::ReadinessGateFailed => FailureReason::ReadinessGateFailed,
-        K::NodeLost => FailureReason::NodeLost,
-        K::Cancelled => FailureReason::Cancelled,
-    }
-}
-
-/// The NodeClaim failure of a driver failure.
-pub fn api_reason(reason: FailureReason) -> nodeclaim::FailureReason {
-    use nodeclaim::FailureReason as K;
-    match reason {
-        FailureReason::ServerUnavailable => K::ServerUnavailable,
-        FailureReason::ClaimConflict => K::ClaimConflict,
-        FailureReason::BmcUnreachable => K::BmcUnreachable,
-        FailureReason::BmcAuthenticationFailed => K::BmcAuthenticationFailed,
-        FailureReason::BmcCredentialsMissing => K::BmcCredentialsMissing,
-        FailureReason::BmcConfigInvalid => K::BmcConfigInvalid,
-        FailureReason::PowerActionFailed => K::PowerActionFailed,
-        FailureReason::PowerOnTimedOut => K::PowerOnTimedOut,
-        FailureReason::RegistrationTimedOut => K::RegistrationTimedOut,
-        FailureReason::NodeNotReady => K::NodeNotReady,
-        FailureReason::ReadinessGateFailed => K::ReadinessGateFailed,
-        FailureReason::NodeLost => K::NodeLost,
-        FailureReason::Cancelled => K::Cancelled,
-    }
-}
-
-/// The NodeClaim stage of a driver stage.
-pub fn api_stage(stage: Stage) -> nodeclaim::Stage {
-    use nodeclaim::Stage as K;
-    match stage {
-        Stage::Selected => K::Selected,
-        Stage::PoweringOn => K::PoweringOn,
-        Stage::Booting => K::Booting,
-        Stage::Joined => K::Joined,
-        Stage::Ready => K::Ready,
-        Stage::Serving => K::Serving,
-    }
-}
-
 /// A NodeClaim as the driver records a claim. A claim with no stage yet
 /// (its first status write was lost) is at [`Stage::Selected`]; stages
 /// past serving (draining, powering off, off) count as serving.
 pub fn record_of(claim: &NodeClaim) -> ClaimRecord {
     let empty = NodeClaimStatus::default();
     let status = claim.status.as_ref().unwrap_or(&empty);
-    let as_driver = |s: nodeclaim::Stage| timeline::driver_stage(s).unwrap_or(Stage::Serving);
+    let as_driver = |s: Stage| s;
     let history: Vec<(Stage, Seconds)> = status.stages.iter().map(|r| (as_driver(r.stage), timeline::seconds(&r.start_time))).collect();
     let created_s = claim.metadata.creation_timestamp.as_ref().map(timeline::seconds).or_else(|| history.first().map(|h| h.1)).unwrap_or(0);
     ClaimRecord {
@@ -95,7 +42,7 @@ pub fn record_of(claim: &NodeClaim) -> ClaimRecord {
         pods: claim.spec.pods.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect(),
         stage: status.stage.map_or(Stage::Selected, as_driver),
         stage_started_s: timeline::stage_started_s(status).unwrap_or(created_s),
-        failure: status.failure_reason.map(driver_reason),
+        failure: status.failure_reason,
         node: status.node_name.clone(),
         created_s,
         history,
@@ -287,7 +234,7 @@ mod tests {
         let views = world.claims();
         assert_eq!((views[0].record.stage, views[0].record.stage_started_s), (Stage::Selected, NOW_S - 600));
         assert!(views[0].server.is_none(), "the server is not in the inventory");
-        assert_eq!(views[1].record.failure, Some(FailureReason::RegistrationTimedOut));
+        assert_eq!(views[1].record.failure, Some(ironclaim_driver::FailureReason::RegistrationTimedOut));
     }
 
     #[test]
@@ -297,15 +244,5 @@ mod tests {
         index.apply(node("n2", "s2", None, json!({DRAIN_ABANDONED_ANNOTATION: "yesterday"})));
         let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF };
         assert_eq!(world.abandoned_drains(), [("n1".to_string(), NOW_S - 3600)]);
-    }
-
-    #[test]
-    fn stages_and_reasons_map_both_ways() {
-        for stage in [Stage::Selected, Stage::PoweringOn, Stage::Booting, Stage::Joined, Stage::Ready, Stage::Serving] {
-            assert_eq!(timeline::driver_stage(api_stage(stage)), Some(stage));
-        }
-        for reason in [FailureReason::ClaimConflict, FailureReason::PowerOnTimedOut, FailureReason::Cancelled, FailureReason::NodeLost] {
-            assert_eq!(driver_reason(api_reason(reason)), reason);
-        }
     }
 }

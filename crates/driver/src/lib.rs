@@ -41,8 +41,11 @@ pub use claim::{ClaimRecord, ClaimView, NodeFacts, ServerFacts};
 use ironclaim_core::model::Seconds;
 use serde::{Deserialize, Serialize};
 
-/// The path from a decision to a serving node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// The path from a decision to a serving node. One name per stage
+/// everywhere: the variant in the API (`PoweringOn`), [`Stage::label`] in
+/// metrics, logs, reports and the simulator (`powering_on`), and that with
+/// spaces in prose (`powering on`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Stage {
     /// The server is chosen; its claim is being taken.
     Selected,
@@ -59,6 +62,10 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// Every stage, in order.
+    pub const ALL: [Stage; 6] = [Stage::Selected, Stage::PoweringOn, Stage::Booting, Stage::Joined, Stage::Ready, Stage::Serving];
+
+    /// The stage as metrics, logs and reports name it.
     pub fn label(self) -> &'static str {
         match self {
             Stage::Selected => "selected",
@@ -84,14 +91,18 @@ impl Stage {
     }
 }
 
-/// Why a claim failed, by the step that failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// Why a claim failed, by the step that failed. One name per reason
+/// everywhere, as for [`Stage`]: the variant in the API, conditions and
+/// Events, [`FailureReason::label`] in metrics and reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum FailureReason {
     /// The server is gone, in maintenance, quarantined or held elsewhere.
     ServerUnavailable,
     /// Another claim took the server first.
     ClaimConflict,
+    /// The BMC did not answer: no connection, or no answer in time.
     BmcUnreachable,
+    /// The BMC refused the credentials.
     BmcAuthenticationFailed,
     /// The BMC credentials cannot be had: their Secret, or a key of it, is
     /// missing or unreadable. Configuration: not retried.
@@ -118,6 +129,23 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    /// Every reason.
+    pub const ALL: [FailureReason; 13] = [
+        FailureReason::ServerUnavailable,
+        FailureReason::ClaimConflict,
+        FailureReason::BmcUnreachable,
+        FailureReason::BmcAuthenticationFailed,
+        FailureReason::BmcCredentialsMissing,
+        FailureReason::BmcConfigInvalid,
+        FailureReason::PowerActionFailed,
+        FailureReason::PowerOnTimedOut,
+        FailureReason::RegistrationTimedOut,
+        FailureReason::NodeNotReady,
+        FailureReason::ReadinessGateFailed,
+        FailureReason::NodeLost,
+        FailureReason::Cancelled,
+    ];
+
     /// A fault of configuration rather than of the machine or the network:
     /// it will not pass by itself, so it is not retried, nothing was sent
     /// to the machine, and the machine is not blamed for it.

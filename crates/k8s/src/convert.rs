@@ -366,7 +366,7 @@ pub fn nodeclaim_in_flight(claim: &NodeClaim) -> Result<Option<core::ClaimInFlig
         Stage::PoweringOn => core::Stage::PoweringOn,
         Stage::Booting => core::Stage::Booting,
         Stage::Joined => core::Stage::Joined,
-        Stage::Ready | Stage::Serving | Stage::Draining | Stage::PoweringOff | Stage::Off => return Ok(None),
+        Stage::Ready | Stage::Serving => return Ok(None),
     };
     let started =
         status.stages.last().map(|r| &r.start_time).or(claim.metadata.creation_timestamp.as_ref()).map_or(0, |t| t.0.as_second().max(0) as Seconds);

@@ -193,3 +193,48 @@ fn docs_api_md_names_every_field() {
     }
     assert!(missing.is_empty(), "fields missing from docs/api.md: {missing:#?}");
 }
+
+/// Issue 16, item 6: one name per stage and per failure reason. The
+/// NodeClaim API lists exactly the driver's stages and reasons (one enum
+/// each), and every label metrics, logs, reports and the simulator use is
+/// that name in snake_case.
+#[test]
+fn the_api_the_metrics_and_the_simulator_name_each_stage_and_reason_one_way() {
+    let status = &schema(&crd("NodeClaim"))["properties"]["status"]["properties"];
+    // Every value the schema allows, in order, whatever way it groups them.
+    fn listed(v: &Value) -> Vec<String> {
+        let mut out: Vec<String> = v["enum"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_string)).collect();
+        for key in ["oneOf", "anyOf"] {
+            out.extend(v[key].as_array().into_iter().flatten().flat_map(listed));
+        }
+        out
+    }
+    let snake = |name: &str| {
+        let mut out = String::new();
+        for (i, c) in name.chars().enumerate() {
+            if c.is_uppercase() && i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        out
+    };
+    let stages: Vec<String> = ironclaim_driver::Stage::ALL.iter().map(|s| format!("{s:?}")).collect();
+    let mut allowed = listed(&status["stage"]);
+    allowed.sort();
+    let mut all = stages.clone();
+    all.sort();
+    assert_eq!(allowed, all);
+    for s in ironclaim_driver::Stage::ALL {
+        assert_eq!(s.label(), snake(&format!("{s:?}")), "{s:?}");
+    }
+    let reasons: Vec<String> = ironclaim_driver::FailureReason::ALL.iter().map(|r| format!("{r:?}")).collect();
+    let mut allowed = listed(&status["failureReason"]);
+    allowed.sort();
+    let mut all = reasons.clone();
+    all.sort();
+    assert_eq!(allowed, all);
+    for r in ironclaim_driver::FailureReason::ALL {
+        assert_eq!(r.label(), snake(&format!("{r:?}")), "{r:?}");
+    }
+}

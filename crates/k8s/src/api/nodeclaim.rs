@@ -57,25 +57,9 @@ pub struct PodReference {
     pub uid: Option<String>,
 }
 
-/// The path from a decision to a serving node, and back to off.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum Stage {
-    /// The server is chosen and written to its status.
-    Selected,
-    /// Power-on was requested from the BMC.
-    PoweringOn,
-    /// The BMC confirms the power is on; firmware, PXE and OS are running.
-    Booting,
-    /// The node registered with the API server.
-    Joined,
-    /// The node is Ready and the pool's readiness gates passed.
-    Ready,
-    /// The pods it was opened for are bound to it.
-    Serving,
-    Draining,
-    PoweringOff,
-    Off,
-}
+/// The claim's stages and failure reasons are the driver's, which walks
+/// the claim: one enum each, one name each everywhere.
+pub use ironclaim_driver::{FailureReason, Stage};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum StageOutcome {
@@ -83,36 +67,6 @@ pub enum StageOutcome {
     Succeeded,
     Failed,
     TimedOut,
-}
-
-/// Why a claim failed, by the step that failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum FailureReason {
-    /// The server is gone, in maintenance, quarantined or held elsewhere.
-    ServerUnavailable,
-    /// Another claim wrote the server first.
-    ClaimConflict,
-    BmcUnreachable,
-    BmcAuthenticationFailed,
-    /// The BMC credentials Secret, or a key of it, is missing or unreadable.
-    BmcCredentialsMissing,
-    /// No BMC, an unusable address, an unknown system or TLS settings that
-    /// cannot connect.
-    BmcConfigInvalid,
-    /// The BMC refused or failed the power action.
-    PowerActionFailed,
-    /// The BMC never reported the power on.
-    PowerOnTimedOut,
-    /// Powered on, but no node registered in time: boot, PXE or join is stuck.
-    RegistrationTimedOut,
-    /// The node registered but did not become Ready in time.
-    NodeNotReady,
-    /// Ready, but a readiness gate did not pass in time.
-    ReadinessGateFailed,
-    /// The node went away after it registered.
-    NodeLost,
-    /// The pods it was opened for no longer need it.
-    Cancelled,
 }
 
 /// One stage of the timeline.
