@@ -26,6 +26,6 @@ mod selector;
 
 pub use convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
 pub use error::ConvertError;
-pub use load::{LoadError, Loader, Location, Manifests, Warning, load_files, load_str};
+pub use load::{LoadError, Loader, Location, MAX_DOCUMENTS, Manifests, Warning, load_files, load_str};
 pub use node::{node_from_k8s, pdb_from_k8s};
 pub use pod::{effective_requests, pod_from_k8s, pod_from_template};

@@ -32,6 +32,11 @@ use thiserror::Error;
 /// count beyond it is a typo, and would only exhaust memory.
 pub const MAX_PODS: usize = 500_000;
 
+/// The most documents one file may hold, YAML or JSON: ample for `kubectl
+/// get -A -o yaml` of a large cluster written one object a document, and a
+/// bound on what a document-separator storm can cost.
+pub const MAX_DOCUMENTS: usize = 200_000;
+
 /// Where something was found: the file, the document in it (from 1), the
 /// item of a `kind: List`, and the object when its kind and name are known.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,6 +130,11 @@ pub enum LoadError {
     Duplicate { at: Box<Location>, object: String, first: Box<Location> },
     #[error("{at}: {message}")]
     TooLarge { at: Box<Location>, message: String },
+    /// A file holds more documents than [`MAX_DOCUMENTS`].
+    #[error(
+        "{file}: more than {limit} documents: ironclaim reads at most {limit} from one file; split it, or write the objects as the items of a List"
+    )]
+    TooManyDocuments { file: String, limit: usize },
 }
 
 impl LoadError {
@@ -138,14 +148,14 @@ impl LoadError {
             LoadError::Convert { error, .. } => error.metric_label(),
             LoadError::UnknownKind { .. } => "unknown_kind",
             LoadError::Duplicate { .. } => "duplicate",
-            LoadError::TooLarge { .. } => "too_large",
+            LoadError::TooLarge { .. } | LoadError::TooManyDocuments { .. } => "too_large",
         }
     }
 
     /// Where the error is, when it is inside a document.
     pub fn location(&self) -> Option<&Location> {
         match self {
-            LoadError::Read { .. } | LoadError::Syntax { .. } => None,
+            LoadError::Read { .. } | LoadError::Syntax { .. } | LoadError::TooManyDocuments { .. } => None,
             LoadError::NotAnObject { at, .. }
             | LoadError::Field { at, .. }
             | LoadError::Convert { at, .. }
@@ -284,7 +294,7 @@ fn yaml_options() -> serde_saphyr::Options {
         budget: serde_saphyr::budget! {
             max_events: 50_000_000,
             max_nodes: 20_000_000,
-            max_documents: 200_000,
+            max_documents: MAX_DOCUMENTS,
             max_depth: 64,
             max_total_scalar_bytes: 512 * 1024 * 1024,
         },
@@ -764,9 +774,13 @@ fn job_pods(at: &Location, job: &batch::Job) -> Result<usize, LoadError> {
 fn json_documents(file: &str, text: &str) -> Result<Vec<(Option<u64>, Value)>, LoadError> {
     let mut docs = Vec::new();
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let (mut counted, mut line) = (0usize, 1u64);
     loop {
         let before = stream.byte_offset();
         let Some(value) = stream.next() else { break };
+        if docs.len() == MAX_DOCUMENTS {
+            return Err(LoadError::TooManyDocuments { file: file.to_string(), limit: MAX_DOCUMENTS });
+        }
         let value = value.map_err(|e| LoadError::Syntax {
             file: file.to_string(),
             format: "JSON",
@@ -776,7 +790,10 @@ fn json_documents(file: &str, text: &str) -> Result<Vec<(Option<u64>, Value)>, L
         })?;
         let rest = &text[before..];
         let start = before + (rest.len() - rest.trim_start().len());
-        let line = text[..start].bytes().filter(|b| *b == b'\n').count() as u64 + 1;
+        // Counted on from the previous document: a stream of many small
+        // documents is read in linear time.
+        line += text[counted..start].bytes().filter(|b| *b == b'\n').count() as u64;
+        counted = start;
         docs.push((Some(line), value));
     }
     Ok(docs)
@@ -810,6 +827,9 @@ fn json_message(e: &serde_json::Error) -> String {
 }
 
 fn yaml_error(file: &str, e: &serde_saphyr::Error) -> LoadError {
+    if let serde_saphyr::Error::Budget { breach: serde_saphyr::budget::BudgetBreach::Documents { .. }, .. } = e.without_snippet() {
+        return LoadError::TooManyDocuments { file: file.to_string(), limit: MAX_DOCUMENTS };
+    }
     let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
     let options = serde_saphyr::render_options! { snippets: serde_saphyr::SnippetMode::Off };
     let mut message = e.render_with_options(options);

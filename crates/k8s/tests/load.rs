@@ -772,3 +772,17 @@ spec: {priorityClassName: batch-low, containers: [{name: c}]}
         vec!["prio.yaml:37: document 7 (Pod orphan): PriorityClass batch-low is not in the input: its pods are planned at priority 0"]
     );
 }
+
+#[test]
+fn too_many_documents_is_an_error_naming_the_file_and_the_limit() {
+    let text = "--- ~\n".repeat(200_001);
+    let message = error("huge.yaml", &text);
+    assert!(message.starts_with("huge.yaml: "), "{message}");
+    assert!(message.contains("more than 200000 documents"), "{message}");
+    assert!(!message.contains("Budget") && !message.contains("{"), "debug text: {message}");
+    // Under the limit, the same stream loads.
+    load_str("huge.yaml", &"--- ~\n".repeat(1000)).expect("a thousand empty documents");
+    // JSON streams have the same limit.
+    let message = error("huge.json", &"{}\n".repeat(200_001));
+    assert!(message.starts_with("huge.json: more than 200000 documents"), "{message}");
+}
