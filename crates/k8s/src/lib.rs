@@ -23,6 +23,7 @@ pub mod node;
 pub mod pod;
 pub mod resources;
 mod selector;
+mod strict;
 
 pub use convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
 pub use error::ConvertError;

@@ -12,6 +12,7 @@ use crate::convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
 use crate::error::ConvertError;
 use crate::node::{node_from_k8s, pdb_from_k8s, pod_is_healthy};
 use crate::pod::{owner, pod_from_k8s, pod_from_template, workload_name};
+use crate::strict::{self, StrictError};
 use ironclaim_core::model::{DaemonSet, Owner, PodPhase, Seconds};
 use ironclaim_core::{Pod, Snapshot};
 use k8s_openapi::api::apps::v1 as apps;
@@ -120,6 +121,11 @@ pub enum LoadError {
     /// A field does not have the type Kubernetes gives it.
     #[error("{at}: {path}: {message}")]
     Field { at: Box<Location>, path: String, message: String },
+    /// A field the object's kind does not have: the API server refuses it
+    /// (`kubectl apply` validates fields strictly), so it is not dropped.
+    /// `more` holds the object's other unknown fields.
+    #[error("{at}: {path}: unknown field{}", also(more))]
+    UnknownField { at: Box<Location>, path: String, more: Vec<String> },
     /// A field has the right type and a value that cannot be used.
     #[error("{at}: {error}")]
     Convert { at: Box<Location>, error: ConvertError },
@@ -145,6 +151,7 @@ impl LoadError {
             LoadError::Syntax { .. } => "syntax",
             LoadError::NotAnObject { .. } => "not_an_object",
             LoadError::Field { .. } => "field_type",
+            LoadError::UnknownField { .. } => "unknown_field",
             LoadError::Convert { error, .. } => error.metric_label(),
             LoadError::UnknownKind { .. } => "unknown_kind",
             LoadError::Duplicate { .. } => "duplicate",
@@ -158,6 +165,7 @@ impl LoadError {
             LoadError::Read { .. } | LoadError::Syntax { .. } | LoadError::TooManyDocuments { .. } => None,
             LoadError::NotAnObject { at, .. }
             | LoadError::Field { at, .. }
+            | LoadError::UnknownField { at, .. }
             | LoadError::Convert { at, .. }
             | LoadError::UnknownKind { at, .. }
             | LoadError::Duplicate { at, .. }
@@ -479,10 +487,17 @@ impl Loader {
         Ok(())
     }
 
-    fn add_ironclaim(&mut self, at: Location, api_version: &str, kind: &str, value: Value) -> Result<(), LoadError> {
+    fn add_ironclaim(&mut self, at: Location, api_version: &str, kind: &str, mut value: Value) -> Result<(), LoadError> {
         let known = "Server, NodePool and NodeClaim in ironclaim.dev/v1alpha1";
         if api_version != api::API_VERSION {
             return Err(LoadError::UnknownKind { at: Box::new(at), api_version: api_version.into(), kind: kind.into(), known: known.into() });
+        }
+        // The types kube derives for a custom resource have no apiVersion
+        // or kind (the impl knows them, and they were just checked): to a
+        // strict decoding they would be unknown.
+        if let Value::Object(map) = &mut value {
+            map.remove("apiVersion");
+            map.remove("kind");
         }
         match kind {
             "Server" => {
@@ -708,6 +723,14 @@ impl Loader {
     }
 }
 
+fn also(more: &[String]) -> String {
+    match more {
+        [] => String::new(),
+        [one] => format!(" (and {one})"),
+        [first, rest @ ..] => format!(" (and {first} and {} more)", rest.len()),
+    }
+}
+
 fn position(file: &str, line: u64, column: u64) -> String {
     match (line, column) {
         (0, _) => file.to_string(),
@@ -716,10 +739,15 @@ fn position(file: &str, line: u64, column: u64) -> String {
     }
 }
 
+/// Decodes an object strictly (see [`crate::strict`]): a field of the wrong
+/// type, or one the kind does not have, is an error.
 fn typed<T: DeserializeOwned>(at: &Location, value: Value) -> Result<T, LoadError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        LoadError::Field { at: Box::new(at.clone()), path, message: e.into_inner().to_string() }
+    strict::decode(value).map_err(|e| match e {
+        StrictError::Type { path, message } => LoadError::Field { at: Box::new(at.clone()), path, message },
+        StrictError::Unknown { mut paths } => {
+            let path = paths.remove(0);
+            LoadError::UnknownField { at: Box::new(at.clone()), path, more: paths }
+        }
     })
 }
 

@@ -786,3 +786,95 @@ fn too_many_documents_is_an_error_naming_the_file_and_the_limit() {
     let message = error("huge.json", &"{}\n".repeat(200_001));
     assert!(message.starts_with("huge.json: more than 200000 documents"), "{message}");
 }
+
+/// Issue "The first hour", item 2: a field the API server would reject as
+/// unknown (`kubectl apply`, strict field validation) was dropped, and the
+/// plan went on without it: `maintainance: true` planned the server as not
+/// in maintenance.
+#[test]
+fn unknown_fields_are_errors_naming_file_document_object_and_field() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: 100m}}\n";
+    let cases: Vec<(&str, String, &str)> = vec![
+        // The Server's own fields, at every depth.
+        ("inventory.yaml", format!("{SERVER}  maintainance: true\n"), "inventory.yaml:1: document 1 (Server r1-u10): spec.maintainance: unknown field"),
+        ("inventory.yaml", format!("{SERVER}resource: {{}}\n"), "inventory.yaml:1: document 1 (Server r1-u10): resource: unknown field"),
+        (
+            "inventory.yaml",
+            SERVER.replace("metadata: {name: r1-u10}", "metadata: {name: r1-u10, lables: {zone: a}}"),
+            "inventory.yaml:1: document 1 (Server r1-u10): metadata.lables: unknown field",
+        ),
+        (
+            "inventory.yaml",
+            SERVER.replace("{model: X1, count: 2,", "{model: X1, count: 2, memory: 80Gi,"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.hardware.gpus[1].memory: unknown field",
+        ),
+        (
+            "inventory.yaml",
+            format!("---\n{SERVER}status: {{measuredDurations: {{boot: {{p50Seconds: 1, p90Seconds: 2, samples: 1, p99Seconds: 3}}}}}}\n"),
+            "inventory.yaml:2: document 1 (Server r1-u10): status.measuredDurations.boot.p99Seconds: unknown field",
+        ),
+        (
+            "pools.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  nodeSelecter: {gpu: 'true'}\n".into(),
+            "pools.yaml:1: document 1 (NodePool gpu): spec.nodeSelecter: unknown field",
+        ),
+        (
+            "pools.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  requirements: [{key: zone, operator: In, value: [a]}]\n".into(),
+            "pools.yaml:1: document 1 (NodePool gpu): spec.requirements[0].value: unknown field",
+        ),
+        (
+            "claims.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: c1}\nspec: {server: r1, pool: gpu, node: n1}\n".into(),
+            "claims.yaml:1: document 1 (NodeClaim c1): spec.node: unknown field",
+        ),
+        // Kubernetes' kinds, read through k8s-openapi's types.
+        ("pods.yaml", pod.replace("  containers:", "  nodeSelecter: {zone: a}\n  containers:"), "pods.yaml:1: document 1 (Pod shop/p): spec.nodeSelecter: unknown field"),
+        ("pods.yaml", pod.replace("    resources:", "    resource:"), "pods.yaml:1: document 1 (Pod shop/p): spec.containers[0].resource: unknown field"),
+        ("pods.yaml", pod.replace("namespace: shop}", "namespace: shop, lables: {app: web}}"), "pods.yaml:1: document 1 (Pod shop/p): metadata.lables: unknown field"),
+        (
+            "pods.yaml",
+            pod.replace("requests: {cpu: 100m}", "requests: {cpu: 100m}, limts: {cpu: 200m}"),
+            "pods.yaml:1: document 1 (Pod shop/p): spec.containers[0].resources.limts: unknown field",
+        ),
+        (
+            "web.yaml",
+            deployment("web", Some(2)).replace("resources:", "resource:"),
+            "web.yaml:1: document 1 (Deployment shop/web): spec.template.spec.containers[0].resource: unknown field",
+        ),
+        ("web.yaml", deployment("web", None).replace("spec:\n  selector", "spec:\n  replica: 3\n  selector"), "web.yaml:1: document 1 (Deployment shop/web): spec.replica: unknown field"),
+        (
+            "web.yaml",
+            deployment("web", None).replace("metadata: {labels: {app: web}}", "metadata: {lables: {app: web}}"),
+            "web.yaml:1: document 1 (Deployment shop/web): spec.template.metadata.lables: unknown field",
+        ),
+        (
+            "nodes.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatible: {cpu: '8'}}\n".into(),
+            "nodes.yaml:1: document 1 (Node n1): status.allocatible: unknown field",
+        ),
+        (
+            "list.yaml",
+            "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a}}\n- {apiVersion: policy/v1, kind: PodDisruptionBudget, metadata: {name: b, namespace: n}, spec: {minAvailabe: 1}}\n".into(),
+            "list.yaml:1: document 1, items[1] (PodDisruptionBudget n/b): spec.minAvailabe: unknown field",
+        ),
+        (
+            "pods.json",
+            r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [], "priorityClass": "high"}}"#.into(),
+            "pods.json:1: document 1 (Pod p): spec.priorityClass: unknown field",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (file, text, want) in &cases {
+        match load_str(file, text) {
+            Ok(_) => failures.push(format!("loaded, want {want}")),
+            Err(e) if e.to_string().starts_with(want) && e.metric_label() == "unknown_field" => {}
+            Err(e) => failures.push(format!("got:  {e} ({})\nwant: {want}", e.metric_label())),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Without the typos, the same documents load.
+    load(&format!("{SERVER}  maintenance: true\n"));
+    load(pod);
+    load(&deployment("web", Some(2)));
+}
