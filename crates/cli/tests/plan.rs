@@ -108,8 +108,22 @@ spec:
     credentialsSecretRef: {name: bmc, namespace: ironclaim-system}
   hardware: {cpu: 32, memory: 128Gi}
 ";
-    let second = |extra: &str| format!("---\n{}---\n{server}{extra}", server.replace("r1-u10", "r1-u09"));
-    let cases = [(second("  maintainance: true\n"), "inventory.yaml:11: document 2 (Server r1-u10): spec.maintainance: unknown field")];
+    // The bad Server comes second, after a good one: the error names its
+    // document and the line it starts on.
+    let second = |bad: String| format!("---\n{}---\n{bad}", server.replace("r1-u10", "r1-u09"));
+    let bmc = "  bmc:\n    address: https://10.0.1.10\n    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}\n";
+    let cases = [
+        (second(format!("{server}  maintainance: true\n")), "inventory.yaml:11: document 2 (Server r1-u10): spec.maintainance: unknown field"),
+        (second(server.replace(bmc, "")), "inventory.yaml:11: document 2 (Server r1-u10): spec: bmc is required unless provider.type is Metal3"),
+        (
+            second(server.replace("https://", "ftp://")),
+            "inventory.yaml:11: document 2 (Server r1-u10): spec.bmc.address: invalid value \"ftp://10.0.1.10\": must match",
+        ),
+        (
+            second(format!("{server}  power: {{idleWatts: 500, peakWatts: 300}}\n")),
+            "inventory.yaml:11: document 2 (Server r1-u10): spec.power: peakWatts must be at least idleWatts",
+        ),
+    ];
     for (text, want) in cases {
         let file = dir.join("inventory.yaml");
         std::fs::write(&file, &text).unwrap();

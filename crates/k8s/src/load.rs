@@ -7,6 +7,7 @@
 //! the snapshot's DaemonSets; Servers, NodePools and NodeClaims become the
 //! inventory, the pools and the claims in flight.
 
+use crate::api::validate::Problem;
 use crate::api::{self, NodeClaim, NodePool, Server};
 use crate::convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
 use crate::error::ConvertError;
@@ -499,24 +500,33 @@ impl Loader {
             map.remove("apiVersion");
             map.remove("kind");
         }
+        let original = value.clone();
+        // The CRD's own rules, once the typed reading (with its errors of
+        // type and unknown fields) and the conversion (with its errors
+        // that name a quantity or a duration) had their say.
+        let schema = |at: &Location| validated(at, kind, &original);
         match kind {
             "Server" => {
                 let server: Server = typed(&at, value)?;
                 let converted = convert(&at, server_to_core(&server))?;
+                schema(&at)?;
                 self.register(&at, "Server", "", &converted.name)?;
                 self.entries.push(Entry::Server(converted));
             }
             "NodePool" => {
                 let pool: NodePool = typed(&at, value)?;
                 let converted = convert(&at, nodepool_to_core(&pool))?;
+                schema(&at)?;
                 self.register(&at, "NodePool", "", &converted.name)?;
                 self.entries.push(Entry::Pool(converted));
             }
             "NodeClaim" => {
                 let claim: NodeClaim = typed(&at, value)?;
                 let name = claim.metadata.name.clone().ok_or_else(|| missing(&at, "metadata.name"))?;
+                let in_flight = convert(&at, nodeclaim_in_flight(&claim))?;
+                schema(&at)?;
                 self.register(&at, "NodeClaim", "", &name)?;
-                if let Some(in_flight) = convert(&at, nodeclaim_in_flight(&claim))? {
+                if let Some(in_flight) = in_flight {
                     self.entries.push(Entry::Claim(in_flight));
                 }
             }
@@ -748,6 +758,18 @@ fn typed<T: DeserializeOwned>(at: &Location, value: Value) -> Result<T, LoadErro
             let path = paths.remove(0);
             LoadError::UnknownField { at: Box::new(at.clone()), path, more: paths }
         }
+    })
+}
+
+/// Checks an ironclaim.dev object against its CRD ([`api::validate`]): the
+/// first violation, unknown fields first, is the error.
+fn validated(at: &Location, kind: &str, object: &Value) -> Result<(), LoadError> {
+    let Some(first) = api::validate::validate(kind, object).and_then(|v| v.into_iter().next()) else { return Ok(()) };
+    let at = Box::new(at.clone());
+    Err(match first.problem {
+        Problem::UnknownField => LoadError::UnknownField { at, path: first.path, more: Vec::new() },
+        Problem::Required => LoadError::Convert { at, error: ConvertError::Missing { path: first.path } },
+        Problem::Invalid(message) => LoadError::Convert { at, error: ConvertError::Invalid { path: first.path, message } },
     })
 }
 

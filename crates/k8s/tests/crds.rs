@@ -269,3 +269,13 @@ fn every_format_in_the_crds_is_one_kubernetes_recognizes() {
         assert!(bad.is_empty(), "deploy/{path}: formats kube-apiserver does not recognize: {bad:?}");
     }
 }
+
+/// The loader evaluates the CRDs' CEL rules itself: one it could not
+/// compile would refuse every object under it.
+#[test]
+fn every_cel_rule_of_the_crds_compiles_for_the_loader() {
+    let rules = ironclaim_k8s::api::validate::rules();
+    assert!(rules.len() >= 12, "{rules:#?}");
+    let broken: Vec<_> = rules.iter().filter(|(_, _, compiled)| compiled.is_err()).collect();
+    assert!(broken.is_empty(), "{broken:#?}");
+}

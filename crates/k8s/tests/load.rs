@@ -878,3 +878,76 @@ fn unknown_fields_are_errors_naming_file_document_object_and_field() {
     load(pod);
     load(&deployment("web", Some(2)));
 }
+
+/// Issue "The first hour", item 2: Servers the API server refuses by its
+/// CRD's rules were loaded, and even claimed. The loader applies the same
+/// rules, read from the same CRD.
+#[test]
+fn objects_the_crds_refuse_are_errors_with_the_crds_reason() {
+    let no_bmc = SERVER.replace(
+        "  bmc:\n    address: redfish+https://10.0.1.10/redfish/v1/Systems/1\n    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}\n",
+        "",
+    );
+    let cases: Vec<(String, &str)> = vec![
+        (no_bmc.clone(), "inventory.yaml:1: document 1 (Server r1-u10): spec: bmc is required unless provider.type is Metal3"),
+        (
+            format!("{no_bmc}  provider: {{type: Redfish}}\n"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec: bmc is required unless provider.type is Metal3",
+        ),
+        (
+            SERVER.replace("redfish+https://10.0.1.10/redfish/v1/Systems/1", "ftp://10.0.1.10"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.bmc.address: invalid value \"ftp://10.0.1.10\": must match ^(redfish\\+)?https?://[^\\s]+$",
+        ),
+        (
+            format!("{SERVER}  power: {{idleWatts: 500, peakWatts: 300}}\n"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.power: peakWatts must be at least idleWatts",
+        ),
+        (
+            SERVER.replace("credentialsSecretRef: {name: bmc, namespace: ironclaim-system}", "credentialsSecretRef: {name: bmc}"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.bmc.credentialsSecretRef: missing field `namespace`",
+        ),
+        (format!("{SERVER}  adopt: Always\n"), "inventory.yaml:1: document 1 (Server r1-u10): spec.adopt: unknown variant `Always`"),
+        (
+            SERVER.replace("{model: H100, count: 8}", "{model: H100, count: 80}"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.hardware.gpus[0].count: must be at most 64, found 80",
+        ),
+        (
+            SERVER.replace("labels: {zone: a}", "labels: {zone: 'rack 1'}"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.labels.zone: invalid value \"rack 1\": must match",
+        ),
+        (
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec: {weight: 101}\n".into(),
+            "inventory.yaml:1: document 1 (NodePool p): spec.weight: must be at most 100, found 101",
+        ),
+        (
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {schedule: '0 8 * * 1-5'}\n".into(),
+            "inventory.yaml:1: document 1 (NodePool p): spec.warmSpares: schedule and duration go together",
+        ),
+        (
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 30s}}\n".into(),
+            "inventory.yaml:1: document 1 (NodePool p): spec.warmSpares.adaptive.window: must be between 1m and 168h",
+        ),
+        (
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: c}\nspec: {server: r1, pool: ''}\n".into(),
+            "inventory.yaml:1: document 1 (NodeClaim c): spec.pool: \"\" is shorter than 1 characters",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (text, want) in &cases {
+        match load_str("inventory.yaml", text) {
+            Ok(m) => failures.push(format!("loaded ({} servers), want {want}", m.snapshot.servers.len())),
+            Err(e) if e.to_string().starts_with(want) => {}
+            Err(e) => failures.push(format!("got:  {e}\nwant: {want}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // What the rules allow loads: Metal3 without a BMC, http, equal watts,
+    // a Redfish server with its BMC, a window in range.
+    load(&format!("{no_bmc}  provider: {{type: Metal3, metal3: {{namespace: metal3, name: r1-u10}}}}\n"));
+    load(&SERVER.replace("redfish+https://10.0.1.10/redfish/v1/Systems/1", "http://10.0.1.10"));
+    load(&format!("{SERVER}  power: {{idleWatts: 300, peakWatts: 300}}\n  provider: {{type: Redfish}}\n"));
+    load(
+        "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 2h}, schedule: '@daily', duration: 8h}\n",
+    );
+}
