@@ -7,7 +7,9 @@
 //! - [`load`]: manifests (`ironclaim plan -f`) into a core `Snapshot`:
 //!   multi-document YAML, JSON and `kind: List`, controllers expanded to the
 //!   pods the input does not hold, every error located by file, document
-//!   and field.
+//!   and field. Objects are decoded strictly (an unknown field
+//!   is an error), and ironclaim.dev objects checked against their CRD
+//!   ([`api::validate`]).
 //!
 //! Nothing here talks to an API server: conversions are pure functions the
 //! controller and the CLI share.

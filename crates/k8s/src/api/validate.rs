@@ -7,7 +7,7 @@
 //! [`crds()`](super::crds), the very CRDs `ironclaim crds` prints and the
 //! API server enforces, generated from the API types (their serde and
 //! schemars attributes, the `x-kubernetes-validations` rules beside them,
-//! the patterns of [`super::schema`]). This module only reads those schemas
+//! the patterns of `api/schema.rs`). This module only reads those schemas
 //! as kube-apiserver does, so a rule added to a type reaches the CRD and
 //! the loader at once, and neither can drift from the other:
 //!
