@@ -951,3 +951,73 @@ fn objects_the_crds_refuse_are_errors_with_the_crds_reason() {
         "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 2h}, schedule: '@daily', duration: 8h}\n",
     );
 }
+
+/// Strictness must not refuse what kubectl itself writes: `create
+/// --dry-run=client -o yaml` (null creationTimestamp, empty strategy,
+/// resources and status), a StatefulSet's claim templates with their
+/// apiVersion and kind, and a Server as `kubectl get -o yaml` prints it.
+#[test]
+fn what_kubectl_writes_still_loads_strictly() {
+    let created = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  creationTimestamp: null
+  labels: {app: web}
+  name: web
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  strategy: {}
+  template:
+    metadata:
+      creationTimestamp: null
+      labels: {app: web}
+    spec:
+      containers:
+      - image: nginx
+        name: nginx
+        resources: {}
+status: {}
+";
+    assert_eq!(load(created).pods.len(), 2);
+    let sts = "apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: shop}
+spec:
+  replicas: 1
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: postgres}]}
+  volumeClaimTemplates:
+  - apiVersion: v1
+    kind: PersistentVolumeClaim
+    metadata: {creationTimestamp: null, name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 10Gi}}
+      volumeMode: Filesystem
+    status: {phase: Pending}
+";
+    assert_eq!(load(sts).pods.len(), 1);
+    let got = SERVER.replace(
+        "metadata: {name: r1-u10}",
+        "metadata:
+  creationTimestamp: '2026-01-01T00:00:00Z'
+  generation: 3
+  name: r1-u10
+  resourceVersion: '4242'
+  uid: 5f0e7a52-1c3b-4c4e-9a53-6b0d1c9e2f11
+  managedFields:
+  - {apiVersion: ironclaim.dev/v1alpha1, fieldsType: FieldsV1, fieldsV1: {f:spec: {}}, manager: kubectl, operation: Apply, time: '2026-01-01T00:00:00Z'}",
+    ) + "status:
+  powerState: 'Off'
+  failures: 0
+  quarantined: false
+  identity: {systemUUID: 5f0e7a52-1c3b-4c4e-9a53-6b0d1c9e2f11}
+  conditions:
+  - {type: Reachable, status: 'True', reason: BmcAnswered, message: '', lastTransitionTime: '2026-01-01T00:00:00Z', observedGeneration: 3}
+";
+    assert_eq!(load(&got).servers.len(), 1);
+}
