@@ -113,7 +113,10 @@ spec:
     let second = |bad: String| format!("---\n{}---\n{bad}", server.replace("r1-u10", "r1-u09"));
     let bmc = "  bmc:\n    address: https://10.0.1.10\n    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}\n";
     let cases = [
-        (second(format!("{server}  maintainance: true\n")), "inventory.yaml:11: document 2 (Server r1-u10): spec.maintainance: unknown field"),
+        (
+            second(format!("{server}  maintainance: true\n")),
+            "inventory.yaml:11: document 2 (Server r1-u10): spec.maintainance: unknown field (did you mean maintenance?)",
+        ),
         (second(server.replace(bmc, "")), "inventory.yaml:11: document 2 (Server r1-u10): spec: bmc is required unless provider.type is Metal3"),
         (
             second(server.replace("https://", "ftp://")),

@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::scheduling::v1 as scheduling;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -125,8 +126,8 @@ pub enum LoadError {
     /// A field the object's kind does not have: the API server refuses it
     /// (`kubectl apply` validates fields strictly), so it is not dropped.
     /// `more` holds the object's other unknown fields.
-    #[error("{at}: {path}: unknown field{}", also(more))]
-    UnknownField { at: Box<Location>, path: String, more: Vec<String> },
+    #[error("{at}: {path}: unknown field{}{}", did_you_mean(hint), also(more))]
+    UnknownField { at: Box<Location>, path: String, hint: Option<String>, more: Vec<String> },
     /// A field has the right type and a value that cannot be used.
     #[error("{at}: {error}")]
     Convert { at: Box<Location>, error: ConvertError },
@@ -733,6 +734,10 @@ impl Loader {
     }
 }
 
+fn did_you_mean(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!(" (did you mean {h}?)")).unwrap_or_default()
+}
+
 fn also(more: &[String]) -> String {
     match more {
         [] => String::new(),
@@ -751,12 +756,12 @@ fn position(file: &str, line: u64, column: u64) -> String {
 
 /// Decodes an object strictly (see [`crate::strict`]): a field of the wrong
 /// type, or one the kind does not have, is an error.
-fn typed<T: DeserializeOwned>(at: &Location, value: Value) -> Result<T, LoadError> {
+fn typed<T: DeserializeOwned + JsonSchema>(at: &Location, value: Value) -> Result<T, LoadError> {
     strict::decode(value).map_err(|e| match e {
         StrictError::Type { path, message } => LoadError::Field { at: Box::new(at.clone()), path, message },
-        StrictError::Unknown { mut paths } => {
+        StrictError::Unknown { mut paths, hint } => {
             let path = paths.remove(0);
-            LoadError::UnknownField { at: Box::new(at.clone()), path, more: paths }
+            LoadError::UnknownField { at: Box::new(at.clone()), path, hint, more: paths }
         }
     })
 }
@@ -767,7 +772,7 @@ fn validated(at: &Location, kind: &str, object: &Value) -> Result<(), LoadError>
     let Some(first) = api::validate::validate(kind, object).and_then(|v| v.into_iter().next()) else { return Ok(()) };
     let at = Box::new(at.clone());
     Err(match first.problem {
-        Problem::UnknownField => LoadError::UnknownField { at, path: first.path, more: Vec::new() },
+        Problem::UnknownField => LoadError::UnknownField { at, path: first.path, hint: None, more: Vec::new() },
         Problem::Required => LoadError::Convert { at, error: ConvertError::Missing { path: first.path } },
         Problem::Invalid(message) => LoadError::Convert { at, error: ConvertError::Invalid { path: first.path, message } },
     })

@@ -796,7 +796,7 @@ fn unknown_fields_are_errors_naming_file_document_object_and_field() {
     let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: 100m}}\n";
     let cases: Vec<(&str, String, &str)> = vec![
         // The Server's own fields, at every depth.
-        ("inventory.yaml", format!("{SERVER}  maintainance: true\n"), "inventory.yaml:1: document 1 (Server r1-u10): spec.maintainance: unknown field"),
+        ("inventory.yaml", format!("{SERVER}  maintainance: true\n"), "inventory.yaml:1: document 1 (Server r1-u10): spec.maintainance: unknown field (did you mean maintenance?)"),
         ("inventory.yaml", format!("{SERVER}resource: {{}}\n"), "inventory.yaml:1: document 1 (Server r1-u10): resource: unknown field"),
         (
             "inventory.yaml",
@@ -829,7 +829,7 @@ fn unknown_fields_are_errors_naming_file_document_object_and_field() {
             "claims.yaml:1: document 1 (NodeClaim c1): spec.node: unknown field",
         ),
         // Kubernetes' kinds, read through k8s-openapi's types.
-        ("pods.yaml", pod.replace("  containers:", "  nodeSelecter: {zone: a}\n  containers:"), "pods.yaml:1: document 1 (Pod shop/p): spec.nodeSelecter: unknown field"),
+        ("pods.yaml", pod.replace("  containers:", "  nodeSelecter: {zone: a}\n  containers:"), "pods.yaml:1: document 1 (Pod shop/p): spec.nodeSelecter: unknown field (did you mean nodeSelector?)"),
         ("pods.yaml", pod.replace("    resources:", "    resource:"), "pods.yaml:1: document 1 (Pod shop/p): spec.containers[0].resource: unknown field"),
         ("pods.yaml", pod.replace("namespace: shop}", "namespace: shop, lables: {app: web}}"), "pods.yaml:1: document 1 (Pod shop/p): metadata.lables: unknown field"),
         (
@@ -851,7 +851,7 @@ fn unknown_fields_are_errors_naming_file_document_object_and_field() {
         (
             "nodes.yaml",
             "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatible: {cpu: '8'}}\n".into(),
-            "nodes.yaml:1: document 1 (Node n1): status.allocatible: unknown field",
+            "nodes.yaml:1: document 1 (Node n1): status.allocatible: unknown field (did you mean allocatable?)",
         ),
         (
             "list.yaml",
