@@ -93,6 +93,55 @@ fn bad_input_exits_2_and_names_the_place() {
     assert_eq!(code, 2);
 }
 
+/// A Server as the API server would refuse it: `plan -f` refuses it too,
+/// exit code 2, one line naming file, document, object and field.
+#[test]
+fn manifests_the_api_server_refuses_exit_2_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("ironclaim-plan-strict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = "apiVersion: ironclaim.dev/v1alpha1
+kind: Server
+metadata: {name: r1-u10}
+spec:
+  bmc:
+    address: https://10.0.1.10
+    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}
+  hardware: {cpu: 32, memory: 128Gi}
+";
+    // The bad Server comes second, after a good one: the error names its
+    // document and the line it starts on.
+    let second = |bad: String| format!("---\n{}---\n{bad}", server.replace("r1-u10", "r1-u09"));
+    let bmc = "  bmc:\n    address: https://10.0.1.10\n    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}\n";
+    let cases = [
+        (
+            second(format!("{server}  maintainance: true\n")),
+            "inventory.yaml:11: document 2 (Server r1-u10): spec.maintainance: unknown field (did you mean maintenance?)",
+        ),
+        (second(server.replace(bmc, "")), "inventory.yaml:11: document 2 (Server r1-u10): spec: bmc is required unless provider.type is Metal3"),
+        (
+            second(server.replace("https://", "ftp://")),
+            "inventory.yaml:11: document 2 (Server r1-u10): spec.bmc.address: invalid value \"ftp://10.0.1.10\": must match",
+        ),
+        (
+            second(format!("{server}  power: {{idleWatts: 500, peakWatts: 300}}\n")),
+            "inventory.yaml:11: document 2 (Server r1-u10): spec.power: peakWatts must be at least idleWatts",
+        ),
+    ];
+    for (text, want) in cases {
+        let file = dir.join("inventory.yaml");
+        std::fs::write(&file, &text).unwrap();
+        let (code, out, err) = ironclaim(&["plan", "-f", file.to_str().unwrap()]);
+        assert_eq!(code, 2, "{err}{out}");
+        let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("no error line: {err}"));
+        assert!(line.starts_with(&format!("error: {}", dir.display())) && line.contains(want), "got {line}\nwant {want}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // The same Server without the typo plans.
+    std::fs::write(dir.join("inventory.yaml"), server).unwrap();
+    let (code, _, err) = ironclaim(&["plan", "-f", dir.join("inventory.yaml").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+}
+
 #[test]
 fn bench_reports_throughput_and_the_baseline() {
     let (code, out, err) = ironclaim(&["bench", "scheduling", "--pods", "200", "--runs", "1", "--output", "json"]);

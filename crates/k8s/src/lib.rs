@@ -7,7 +7,9 @@
 //! - [`load`]: manifests (`ironclaim plan -f`) into a core `Snapshot`:
 //!   multi-document YAML, JSON and `kind: List`, controllers expanded to the
 //!   pods the input does not hold, every error located by file, document
-//!   and field.
+//!   and field. Objects are decoded strictly (an unknown field
+//!   is an error), and ironclaim.dev objects checked against their CRD
+//!   ([`api::validate`]).
 //!
 //! Nothing here talks to an API server: conversions are pure functions the
 //! controller and the CLI share.
@@ -23,9 +25,10 @@ pub mod node;
 pub mod pod;
 pub mod resources;
 mod selector;
+mod strict;
 
 pub use convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
 pub use error::ConvertError;
-pub use load::{LoadError, Loader, Location, Manifests, Warning, load_files, load_str};
+pub use load::{LoadError, Loader, Location, MAX_DOCUMENTS, Manifests, Warning, load_files, load_str};
 pub use node::{node_from_k8s, pdb_from_k8s};
 pub use pod::{effective_requests, pod_from_k8s, pod_from_template};

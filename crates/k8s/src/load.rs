@@ -7,11 +7,13 @@
 //! the snapshot's DaemonSets; Servers, NodePools and NodeClaims become the
 //! inventory, the pools and the claims in flight.
 
+use crate::api::validate::Problem;
 use crate::api::{self, NodeClaim, NodePool, Server};
 use crate::convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
 use crate::error::ConvertError;
 use crate::node::{node_from_k8s, pdb_from_k8s, pod_is_healthy};
 use crate::pod::{owner, pod_from_k8s, pod_from_template, workload_name};
+use crate::strict::{self, StrictError};
 use ironclaim_core::model::{DaemonSet, Owner, PodPhase, Seconds};
 use ironclaim_core::{Pod, Snapshot};
 use k8s_openapi::api::apps::v1 as apps;
@@ -20,6 +22,7 @@ use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::scheduling::v1 as scheduling;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -31,6 +34,11 @@ use thiserror::Error;
 /// The most pods one load may hold, read and expanded together. A replica
 /// count beyond it is a typo, and would only exhaust memory.
 pub const MAX_PODS: usize = 500_000;
+
+/// The most documents one file may hold, YAML or JSON: ample for `kubectl
+/// get -A -o yaml` of a large cluster written one object a document, and a
+/// bound on what a document-separator storm can cost.
+pub const MAX_DOCUMENTS: usize = 200_000;
 
 /// Where something was found: the file, the document in it (from 1), the
 /// item of a `kind: List`, and the object when its kind and name are known.
@@ -115,6 +123,11 @@ pub enum LoadError {
     /// A field does not have the type Kubernetes gives it.
     #[error("{at}: {path}: {message}")]
     Field { at: Box<Location>, path: String, message: String },
+    /// A field the object's kind does not have: the API server refuses it
+    /// (`kubectl apply` validates fields strictly), so it is not dropped.
+    /// `more` holds the object's other unknown fields.
+    #[error("{at}: {path}: unknown field{}{}", did_you_mean(hint), also(more))]
+    UnknownField { at: Box<Location>, path: String, hint: Option<String>, more: Vec<String> },
     /// A field has the right type and a value that cannot be used.
     #[error("{at}: {error}")]
     Convert { at: Box<Location>, error: ConvertError },
@@ -125,6 +138,11 @@ pub enum LoadError {
     Duplicate { at: Box<Location>, object: String, first: Box<Location> },
     #[error("{at}: {message}")]
     TooLarge { at: Box<Location>, message: String },
+    /// A file holds more documents than [`MAX_DOCUMENTS`].
+    #[error(
+        "{file}: more than {limit} documents: ironclaim reads at most {limit} from one file; split it, or write the objects as the items of a List"
+    )]
+    TooManyDocuments { file: String, limit: usize },
 }
 
 impl LoadError {
@@ -135,19 +153,21 @@ impl LoadError {
             LoadError::Syntax { .. } => "syntax",
             LoadError::NotAnObject { .. } => "not_an_object",
             LoadError::Field { .. } => "field_type",
+            LoadError::UnknownField { .. } => "unknown_field",
             LoadError::Convert { error, .. } => error.metric_label(),
             LoadError::UnknownKind { .. } => "unknown_kind",
             LoadError::Duplicate { .. } => "duplicate",
-            LoadError::TooLarge { .. } => "too_large",
+            LoadError::TooLarge { .. } | LoadError::TooManyDocuments { .. } => "too_large",
         }
     }
 
     /// Where the error is, when it is inside a document.
     pub fn location(&self) -> Option<&Location> {
         match self {
-            LoadError::Read { .. } | LoadError::Syntax { .. } => None,
+            LoadError::Read { .. } | LoadError::Syntax { .. } | LoadError::TooManyDocuments { .. } => None,
             LoadError::NotAnObject { at, .. }
             | LoadError::Field { at, .. }
+            | LoadError::UnknownField { at, .. }
             | LoadError::Convert { at, .. }
             | LoadError::UnknownKind { at, .. }
             | LoadError::Duplicate { at, .. }
@@ -284,7 +304,7 @@ fn yaml_options() -> serde_saphyr::Options {
         budget: serde_saphyr::budget! {
             max_events: 50_000_000,
             max_nodes: 20_000_000,
-            max_documents: 200_000,
+            max_documents: MAX_DOCUMENTS,
             max_depth: 64,
             max_total_scalar_bytes: 512 * 1024 * 1024,
         },
@@ -469,29 +489,45 @@ impl Loader {
         Ok(())
     }
 
-    fn add_ironclaim(&mut self, at: Location, api_version: &str, kind: &str, value: Value) -> Result<(), LoadError> {
+    fn add_ironclaim(&mut self, at: Location, api_version: &str, kind: &str, mut value: Value) -> Result<(), LoadError> {
         let known = "Server, NodePool and NodeClaim in ironclaim.dev/v1alpha1";
         if api_version != api::API_VERSION {
             return Err(LoadError::UnknownKind { at: Box::new(at), api_version: api_version.into(), kind: kind.into(), known: known.into() });
         }
+        // The types kube derives for a custom resource have no apiVersion
+        // or kind (the impl knows them, and they were just checked): to a
+        // strict decoding they would be unknown.
+        if let Value::Object(map) = &mut value {
+            map.remove("apiVersion");
+            map.remove("kind");
+        }
+        let original = value.clone();
+        // The CRD's own rules, once the typed reading (with its errors of
+        // type and unknown fields) and the conversion (with its errors
+        // that name a quantity or a duration) had their say.
+        let schema = |at: &Location| validated(at, kind, &original);
         match kind {
             "Server" => {
                 let server: Server = typed(&at, value)?;
                 let converted = convert(&at, server_to_core(&server))?;
+                schema(&at)?;
                 self.register(&at, "Server", "", &converted.name)?;
                 self.entries.push(Entry::Server(converted));
             }
             "NodePool" => {
                 let pool: NodePool = typed(&at, value)?;
                 let converted = convert(&at, nodepool_to_core(&pool))?;
+                schema(&at)?;
                 self.register(&at, "NodePool", "", &converted.name)?;
                 self.entries.push(Entry::Pool(converted));
             }
             "NodeClaim" => {
                 let claim: NodeClaim = typed(&at, value)?;
                 let name = claim.metadata.name.clone().ok_or_else(|| missing(&at, "metadata.name"))?;
+                let in_flight = convert(&at, nodeclaim_in_flight(&claim))?;
+                schema(&at)?;
                 self.register(&at, "NodeClaim", "", &name)?;
-                if let Some(in_flight) = convert(&at, nodeclaim_in_flight(&claim))? {
+                if let Some(in_flight) = in_flight {
                     self.entries.push(Entry::Claim(in_flight));
                 }
             }
@@ -698,6 +734,18 @@ impl Loader {
     }
 }
 
+fn did_you_mean(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!(" (did you mean {h}?)")).unwrap_or_default()
+}
+
+fn also(more: &[String]) -> String {
+    match more {
+        [] => String::new(),
+        [one] => format!(" (and {one})"),
+        [first, rest @ ..] => format!(" (and {first} and {} more)", rest.len()),
+    }
+}
+
 fn position(file: &str, line: u64, column: u64) -> String {
     match (line, column) {
         (0, _) => file.to_string(),
@@ -706,10 +754,27 @@ fn position(file: &str, line: u64, column: u64) -> String {
     }
 }
 
-fn typed<T: DeserializeOwned>(at: &Location, value: Value) -> Result<T, LoadError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        LoadError::Field { at: Box::new(at.clone()), path, message: e.into_inner().to_string() }
+/// Decodes an object strictly (see [`crate::strict`]): a field of the wrong
+/// type, or one the kind does not have, is an error.
+fn typed<T: DeserializeOwned + JsonSchema>(at: &Location, value: Value) -> Result<T, LoadError> {
+    strict::decode(value).map_err(|e| match e {
+        StrictError::Type { path, message } => LoadError::Field { at: Box::new(at.clone()), path, message },
+        StrictError::Unknown { mut paths, hint } => {
+            let path = paths.remove(0);
+            LoadError::UnknownField { at: Box::new(at.clone()), path, hint, more: paths }
+        }
+    })
+}
+
+/// Checks an ironclaim.dev object against its CRD ([`api::validate`]): the
+/// first violation, unknown fields first, is the error.
+fn validated(at: &Location, kind: &str, object: &Value) -> Result<(), LoadError> {
+    let Some(first) = api::validate::validate(kind, object).and_then(|v| v.into_iter().next()) else { return Ok(()) };
+    let at = Box::new(at.clone());
+    Err(match first.problem {
+        Problem::UnknownField => LoadError::UnknownField { at, path: first.path, hint: None, more: Vec::new() },
+        Problem::Required => LoadError::Convert { at, error: ConvertError::Missing { path: first.path } },
+        Problem::Invalid(message) => LoadError::Convert { at, error: ConvertError::Invalid { path: first.path, message } },
     })
 }
 
@@ -764,9 +829,13 @@ fn job_pods(at: &Location, job: &batch::Job) -> Result<usize, LoadError> {
 fn json_documents(file: &str, text: &str) -> Result<Vec<(Option<u64>, Value)>, LoadError> {
     let mut docs = Vec::new();
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let (mut counted, mut line) = (0usize, 1u64);
     loop {
         let before = stream.byte_offset();
         let Some(value) = stream.next() else { break };
+        if docs.len() == MAX_DOCUMENTS {
+            return Err(LoadError::TooManyDocuments { file: file.to_string(), limit: MAX_DOCUMENTS });
+        }
         let value = value.map_err(|e| LoadError::Syntax {
             file: file.to_string(),
             format: "JSON",
@@ -776,7 +845,10 @@ fn json_documents(file: &str, text: &str) -> Result<Vec<(Option<u64>, Value)>, L
         })?;
         let rest = &text[before..];
         let start = before + (rest.len() - rest.trim_start().len());
-        let line = text[..start].bytes().filter(|b| *b == b'\n').count() as u64 + 1;
+        // Counted on from the previous document: a stream of many small
+        // documents is read in linear time.
+        line += text[counted..start].bytes().filter(|b| *b == b'\n').count() as u64;
+        counted = start;
         docs.push((Some(line), value));
     }
     Ok(docs)
@@ -810,6 +882,9 @@ fn json_message(e: &serde_json::Error) -> String {
 }
 
 fn yaml_error(file: &str, e: &serde_saphyr::Error) -> LoadError {
+    if let serde_saphyr::Error::Budget { breach: serde_saphyr::budget::BudgetBreach::Documents { .. }, .. } = e.without_snippet() {
+        return LoadError::TooManyDocuments { file: file.to_string(), limit: MAX_DOCUMENTS };
+    }
     let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
     let options = serde_saphyr::render_options! { snippets: serde_saphyr::SnippetMode::Off };
     let mut message = e.render_with_options(options);

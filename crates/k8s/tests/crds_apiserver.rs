@@ -268,3 +268,138 @@ async fn status_goes_through_the_status_subresource_and_claims_keep_their_server
     assert_eq!(in_flight.stage, ironclaim_core::model::Stage::Booting);
     assert_eq!(in_flight.stage_started_s, 1_767_225_645);
 }
+
+/// Issue "The first hour", item 2: the same files, fed to `ironclaim plan`'s
+/// loader and to the API server (`kubectl create --dry-run=server
+/// --validate=strict`: server-side strict field validation, nothing
+/// stored), are refused by both, each naming the same field; a good file is
+/// accepted by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loader_and_the_api_server_refuse_the_same_files() {
+    let env = env();
+    installed(&env).await;
+    let server = "apiVersion: ironclaim.dev/v1alpha1
+kind: Server
+metadata: {name: diff-r1}
+spec:
+  bmc:
+    address: https://10.0.1.10
+    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}
+  hardware: {cpu: 32, memory: 128Gi}
+";
+    let pool = "apiVersion: ironclaim.dev/v1alpha1
+kind: NodePool
+metadata: {name: diff-general}
+spec:
+  weight: 10
+  requirements: [{key: zone, operator: In, values: [a]}]
+  template: {labels: {pool: general}}
+";
+    let claim = "apiVersion: ironclaim.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: diff-c1}\nspec: {server: diff-r1, pool: diff-general}\n";
+    let pod = "apiVersion: v1
+kind: Pod
+metadata: {name: diff-p, namespace: default, labels: {app: diff}}
+spec:
+  automountServiceAccountToken: false
+  containers:
+  - name: c
+    image: registry.example/app:1
+    resources: {requests: {cpu: 100m}}
+";
+    let deployment = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: diff-web, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: diff}}
+  template:
+    metadata: {labels: {app: diff}}
+    spec:
+      containers:
+      - name: web
+        image: registry.example/web:1
+        resources: {requests: {cpu: 500m}}
+";
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: diff-n1}\nstatus: {allocatable: {cpu: '8', memory: 32Gi, pods: '110'}}\n";
+    let bmc = "  bmc:\n    address: https://10.0.1.10\n    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}\n";
+
+    // Each bad file, and the field both must name.
+    let bad: Vec<(&str, String, &str)> = vec![
+        ("maintainance", format!("{server}  maintainance: true\n"), "spec.maintainance"),
+        ("root-field", format!("{server}resource: {{cpu: 1}}\n"), "resource"),
+        ("server-metadata", server.replace("{name: diff-r1}", "{name: diff-r1, lables: {zone: a}}"), "metadata.lables"),
+        (
+            "gpu-field",
+            server.replace("memory: 128Gi}", "memory: 128Gi, gpus: [{model: A100, count: 1, memory: 80Gi}]}"),
+            "spec.hardware.gpus[0].memory",
+        ),
+        ("no-bmc", server.replace(bmc, ""), "bmc is required unless provider.type is Metal3"),
+        ("ftp", server.replace("https://", "ftp://"), "spec.bmc.address"),
+        ("watts", format!("{server}  power: {{idleWatts: 500, peakWatts: 300}}\n"), "peakWatts must be at least idleWatts"),
+        ("pool-selecter", pool.replace("template: {labels", "template: {nodeSelecter: {a: b}, labels"), "spec.template.nodeSelecter"),
+        ("pool-value", pool.replace("values: [a]", "value: [a]"), "spec.requirements[0].value"),
+        ("pool-weight", pool.replace("weight: 10", "weight: 101"), "spec.weight"),
+        ("claim-field", claim.replace("pool: diff-general}", "pool: diff-general, node: n1}"), "spec.node"),
+        ("pod-selecter", pod.replace("  containers:", "  nodeSelecter: {zone: a}\n  containers:"), "spec.nodeSelecter"),
+        ("pod-resource", pod.replace("    resources:", "    resource:"), "spec.containers[0].resource"),
+        ("pod-labels", pod.replace("labels: {app: diff}}", "lables: {app: diff}}"), "metadata.lables"),
+        ("deployment-resource", deployment.replace("        resources:", "        resource:"), "spec.template.spec.containers[0].resource"),
+        ("deployment-replica", deployment.replace("  replicas: 2", "  replica: 2"), "spec.replica"),
+        ("node-status", node.replace("allocatable", "allocatible"), "status.allocatible"),
+        // The bad document second in a file: both refuse the file.
+        ("second-document", format!("{server}---\n{}", pod.replace("    resources:", "    resource:")), "spec.containers[0].resource"),
+    ];
+    let dry_run = |text: &str| env.kubectl_with_stdin(["create", "--dry-run=server", "--validate=strict", "-f", "-"], text);
+    let started = std::time::Instant::now();
+    // kubectl runs are independent: all at once, to keep this test quick.
+    let verdicts: Vec<_> = std::thread::scope(|scope| {
+        let runs: Vec<_> = bad.iter().map(|(_, text, _)| scope.spawn(|| dry_run(text))).collect();
+        runs.into_iter().map(|run| run.join().expect("kubectl thread")).collect()
+    });
+    let mut disagreements = Vec::new();
+    for ((name, text, field), api) in bad.iter().zip(&verdicts) {
+        let file = format!("{name}.yaml");
+        let loader = ironclaim_k8s::load_str(&file, text);
+        match (&loader, api) {
+            (Err(l), Err(ironclaim_testenv::Error::KubectlFailed { stderr, .. })) => {
+                let l = l.to_string();
+                if !(l.contains(field) && l.starts_with(&file) && stderr.contains(field)) {
+                    disagreements.push(format!("{name}: both refuse, not both naming {field:?}:\n  loader: {l}\n  api:    {stderr}"));
+                }
+            }
+            (Err(_), Err(other)) => disagreements.push(format!("{name}: kubectl did not run: {other}")),
+            (Ok(_), Err(e)) => disagreements.push(format!("{name}: the loader accepts what the API server refuses: {e}")),
+            (Err(e), Ok(out)) => disagreements.push(format!("{name}: the API server accepts ({}) what the loader refuses: {e}", out.trim())),
+            (Ok(_), Ok(out)) => disagreements.push(format!("{name}: both accept ({})", out.trim())),
+        }
+    }
+
+    // The good documents together, and a Metal3 server without a bmc:
+    // both accept them.
+    let metal3 = format!(
+        "{}  provider: {{type: Metal3, metal3: {{namespace: metal3, name: diff-r2}}}}\n  power: {{idleWatts: 300, peakWatts: 300}}\n",
+        server.replace(bmc, "").replace("diff-r1", "diff-r2")
+    );
+    let good = [server, pool, claim, pod, deployment, node, metal3.as_str()].join("---\n");
+    if let Err(e) = ironclaim_k8s::load_str("good.yaml", &good) {
+        disagreements.push(format!("good: the loader refuses: {e}"));
+    }
+    // A pod is admitted once its namespace's default ServiceAccount exists,
+    // which the controller manager creates a moment after start.
+    let mut tries = 0;
+    loop {
+        match dry_run(&good) {
+            Ok(_) => break,
+            Err(ironclaim_testenv::Error::KubectlFailed { stderr, .. }) if stderr.contains("serviceaccount") && tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                disagreements.push(format!("good: the API server refuses: {e}"));
+                break;
+            }
+        }
+    }
+    eprintln!("{} files through the loader and the API server in {:?}", bad.len() + 1, started.elapsed());
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}

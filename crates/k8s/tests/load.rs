@@ -772,3 +772,252 @@ spec: {priorityClassName: batch-low, containers: [{name: c}]}
         vec!["prio.yaml:37: document 7 (Pod orphan): PriorityClass batch-low is not in the input: its pods are planned at priority 0"]
     );
 }
+
+#[test]
+fn too_many_documents_is_an_error_naming_the_file_and_the_limit() {
+    let text = "--- ~\n".repeat(200_001);
+    let message = error("huge.yaml", &text);
+    assert!(message.starts_with("huge.yaml: "), "{message}");
+    assert!(message.contains("more than 200000 documents"), "{message}");
+    assert!(!message.contains("Budget") && !message.contains("{"), "debug text: {message}");
+    // Under the limit, the same stream loads.
+    load_str("huge.yaml", &"--- ~\n".repeat(1000)).expect("a thousand empty documents");
+    // JSON streams have the same limit.
+    let message = error("huge.json", &"{}\n".repeat(200_001));
+    assert!(message.starts_with("huge.json: more than 200000 documents"), "{message}");
+}
+
+/// Issue "The first hour", item 2: a field the API server would reject as
+/// unknown (`kubectl apply`, strict field validation) was dropped, and the
+/// plan went on without it: `maintainance: true` planned the server as not
+/// in maintenance.
+#[test]
+fn unknown_fields_are_errors_naming_file_document_object_and_field() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: 100m}}\n";
+    let cases: Vec<(&str, String, &str)> = vec![
+        // The Server's own fields, at every depth.
+        ("inventory.yaml", format!("{SERVER}  maintainance: true\n"), "inventory.yaml:1: document 1 (Server r1-u10): spec.maintainance: unknown field (did you mean maintenance?)"),
+        ("inventory.yaml", format!("{SERVER}resource: {{}}\n"), "inventory.yaml:1: document 1 (Server r1-u10): resource: unknown field"),
+        (
+            "inventory.yaml",
+            SERVER.replace("metadata: {name: r1-u10}", "metadata: {name: r1-u10, lables: {zone: a}}"),
+            "inventory.yaml:1: document 1 (Server r1-u10): metadata.lables: unknown field",
+        ),
+        (
+            "inventory.yaml",
+            SERVER.replace("{model: X1, count: 2,", "{model: X1, count: 2, memory: 80Gi,"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.hardware.gpus[1].memory: unknown field",
+        ),
+        (
+            "inventory.yaml",
+            format!("---\n{SERVER}status: {{measuredDurations: {{boot: {{p50Seconds: 1, p90Seconds: 2, samples: 1, p99Seconds: 3}}}}}}\n"),
+            "inventory.yaml:2: document 1 (Server r1-u10): status.measuredDurations.boot.p99Seconds: unknown field",
+        ),
+        (
+            "pools.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  nodeSelecter: {gpu: 'true'}\n".into(),
+            "pools.yaml:1: document 1 (NodePool gpu): spec.nodeSelecter: unknown field",
+        ),
+        (
+            "pools.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  requirements: [{key: zone, operator: In, value: [a]}]\n".into(),
+            "pools.yaml:1: document 1 (NodePool gpu): spec.requirements[0].value: unknown field",
+        ),
+        (
+            "claims.yaml",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: c1}\nspec: {server: r1, pool: gpu, node: n1}\n".into(),
+            "claims.yaml:1: document 1 (NodeClaim c1): spec.node: unknown field",
+        ),
+        // Kubernetes' kinds, read through k8s-openapi's types.
+        ("pods.yaml", pod.replace("  containers:", "  nodeSelecter: {zone: a}\n  containers:"), "pods.yaml:1: document 1 (Pod shop/p): spec.nodeSelecter: unknown field (did you mean nodeSelector?)"),
+        ("pods.yaml", pod.replace("    resources:", "    resource:"), "pods.yaml:1: document 1 (Pod shop/p): spec.containers[0].resource: unknown field"),
+        ("pods.yaml", pod.replace("namespace: shop}", "namespace: shop, lables: {app: web}}"), "pods.yaml:1: document 1 (Pod shop/p): metadata.lables: unknown field"),
+        (
+            "pods.yaml",
+            pod.replace("requests: {cpu: 100m}", "requests: {cpu: 100m}, limts: {cpu: 200m}"),
+            "pods.yaml:1: document 1 (Pod shop/p): spec.containers[0].resources.limts: unknown field",
+        ),
+        (
+            "web.yaml",
+            deployment("web", Some(2)).replace("resources:", "resource:"),
+            "web.yaml:1: document 1 (Deployment shop/web): spec.template.spec.containers[0].resource: unknown field",
+        ),
+        ("web.yaml", deployment("web", None).replace("spec:\n  selector", "spec:\n  replica: 3\n  selector"), "web.yaml:1: document 1 (Deployment shop/web): spec.replica: unknown field"),
+        (
+            "web.yaml",
+            deployment("web", None).replace("metadata: {labels: {app: web}}", "metadata: {lables: {app: web}}"),
+            "web.yaml:1: document 1 (Deployment shop/web): spec.template.metadata.lables: unknown field",
+        ),
+        (
+            "nodes.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatible: {cpu: '8'}}\n".into(),
+            "nodes.yaml:1: document 1 (Node n1): status.allocatible: unknown field (did you mean allocatable?)",
+        ),
+        (
+            "list.yaml",
+            "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a}}\n- {apiVersion: policy/v1, kind: PodDisruptionBudget, metadata: {name: b, namespace: n}, spec: {minAvailabe: 1}}\n".into(),
+            "list.yaml:1: document 1, items[1] (PodDisruptionBudget n/b): spec.minAvailabe: unknown field",
+        ),
+        (
+            "pods.json",
+            r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [], "priorityClass": "high"}}"#.into(),
+            "pods.json:1: document 1 (Pod p): spec.priorityClass: unknown field",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (file, text, want) in &cases {
+        match load_str(file, text) {
+            Ok(_) => failures.push(format!("loaded, want {want}")),
+            Err(e) if e.to_string().starts_with(want) && e.metric_label() == "unknown_field" => {}
+            Err(e) => failures.push(format!("got:  {e} ({})\nwant: {want}", e.metric_label())),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Without the typos, the same documents load.
+    load(&format!("{SERVER}  maintenance: true\n"));
+    load(pod);
+    load(&deployment("web", Some(2)));
+}
+
+/// Issue "The first hour", item 2: Servers the API server refuses by its
+/// CRD's rules were loaded, and even claimed. The loader applies the same
+/// rules, read from the same CRD.
+#[test]
+fn objects_the_crds_refuse_are_errors_with_the_crds_reason() {
+    let no_bmc = SERVER.replace(
+        "  bmc:\n    address: redfish+https://10.0.1.10/redfish/v1/Systems/1\n    credentialsSecretRef: {name: bmc, namespace: ironclaim-system}\n",
+        "",
+    );
+    let cases: Vec<(String, &str)> = vec![
+        (no_bmc.clone(), "inventory.yaml:1: document 1 (Server r1-u10): spec: bmc is required unless provider.type is Metal3"),
+        (
+            format!("{no_bmc}  provider: {{type: Redfish}}\n"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec: bmc is required unless provider.type is Metal3",
+        ),
+        (
+            SERVER.replace("redfish+https://10.0.1.10/redfish/v1/Systems/1", "ftp://10.0.1.10"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.bmc.address: invalid value \"ftp://10.0.1.10\": must match ^(redfish\\+)?https?://[^\\s]+$",
+        ),
+        (
+            format!("{SERVER}  power: {{idleWatts: 500, peakWatts: 300}}\n"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.power: peakWatts must be at least idleWatts",
+        ),
+        (
+            SERVER.replace("credentialsSecretRef: {name: bmc, namespace: ironclaim-system}", "credentialsSecretRef: {name: bmc}"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.bmc.credentialsSecretRef: missing field `namespace`",
+        ),
+        (format!("{SERVER}  adopt: Always\n"), "inventory.yaml:1: document 1 (Server r1-u10): spec.adopt: unknown variant `Always`"),
+        (
+            SERVER.replace("{model: H100, count: 8}", "{model: H100, count: 80}"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.hardware.gpus[0].count: must be at most 64, found 80",
+        ),
+        (
+            SERVER.replace("labels: {zone: a}", "labels: {zone: 'rack 1'}"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.labels.zone: invalid value \"rack 1\": must match",
+        ),
+        (
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec: {weight: 101}\n".into(),
+            "inventory.yaml:1: document 1 (NodePool p): spec.weight: must be at most 100, found 101",
+        ),
+        (
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {schedule: '0 8 * * 1-5'}\n".into(),
+            "inventory.yaml:1: document 1 (NodePool p): spec.warmSpares: schedule and duration go together",
+        ),
+        (
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 30s}}\n".into(),
+            "inventory.yaml:1: document 1 (NodePool p): spec.warmSpares.adaptive.window: must be between 1m and 168h",
+        ),
+        (
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: c}\nspec: {server: r1, pool: ''}\n".into(),
+            "inventory.yaml:1: document 1 (NodeClaim c): spec.pool: \"\" is shorter than 1 characters",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (text, want) in &cases {
+        match load_str("inventory.yaml", text) {
+            Ok(m) => failures.push(format!("loaded ({} servers), want {want}", m.snapshot.servers.len())),
+            Err(e) if e.to_string().starts_with(want) => {}
+            Err(e) => failures.push(format!("got:  {e}\nwant: {want}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // What the rules allow loads: Metal3 without a BMC, http, equal watts,
+    // a Redfish server with its BMC, a window in range.
+    load(&format!("{no_bmc}  provider: {{type: Metal3, metal3: {{namespace: metal3, name: r1-u10}}}}\n"));
+    load(&SERVER.replace("redfish+https://10.0.1.10/redfish/v1/Systems/1", "http://10.0.1.10"));
+    load(&format!("{SERVER}  power: {{idleWatts: 300, peakWatts: 300}}\n  provider: {{type: Redfish}}\n"));
+    load(
+        "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 2h}, schedule: '@daily', duration: 8h}\n",
+    );
+}
+
+/// Strictness must not refuse what kubectl itself writes: `create
+/// --dry-run=client -o yaml` (null creationTimestamp, empty strategy,
+/// resources and status), a StatefulSet's claim templates with their
+/// apiVersion and kind, and a Server as `kubectl get -o yaml` prints it.
+#[test]
+fn what_kubectl_writes_still_loads_strictly() {
+    let created = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  creationTimestamp: null
+  labels: {app: web}
+  name: web
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  strategy: {}
+  template:
+    metadata:
+      creationTimestamp: null
+      labels: {app: web}
+    spec:
+      containers:
+      - image: nginx
+        name: nginx
+        resources: {}
+status: {}
+";
+    assert_eq!(load(created).pods.len(), 2);
+    let sts = "apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: shop}
+spec:
+  replicas: 1
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: postgres}]}
+  volumeClaimTemplates:
+  - apiVersion: v1
+    kind: PersistentVolumeClaim
+    metadata: {creationTimestamp: null, name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 10Gi}}
+      volumeMode: Filesystem
+    status: {phase: Pending}
+";
+    assert_eq!(load(sts).pods.len(), 1);
+    let got = SERVER.replace(
+        "metadata: {name: r1-u10}",
+        "metadata:
+  creationTimestamp: '2026-01-01T00:00:00Z'
+  generation: 3
+  name: r1-u10
+  resourceVersion: '4242'
+  uid: 5f0e7a52-1c3b-4c4e-9a53-6b0d1c9e2f11
+  managedFields:
+  - {apiVersion: ironclaim.dev/v1alpha1, fieldsType: FieldsV1, fieldsV1: {f:spec: {}}, manager: kubectl, operation: Apply, time: '2026-01-01T00:00:00Z'}",
+    ) + "status:
+  powerState: 'Off'
+  failures: 0
+  quarantined: false
+  identity: {systemUUID: 5f0e7a52-1c3b-4c4e-9a53-6b0d1c9e2f11}
+  conditions:
+  - {type: Reachable, status: 'True', reason: BmcAnswered, message: '', lastTransitionTime: '2026-01-01T00:00:00Z', observedGeneration: 3}
+";
+    assert_eq!(load(&got).servers.len(), 1);
+}

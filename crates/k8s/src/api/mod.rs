@@ -6,6 +6,7 @@ pub mod nodeclaim;
 pub mod nodepool;
 mod schema;
 pub mod server;
+pub mod validate;
 
 pub use common::{NodeRequirement, NodeTaint, RequirementOperator, SecretReference, TaintEffect};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};

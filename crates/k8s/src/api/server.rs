@@ -267,8 +267,10 @@ pub struct StageDurations {
     pub ready: Option<String>,
     /// The 90th percentile as a percentage of the median: 150 means the
     /// slow tail takes 1.5 times as long.
+    // schemars writes `format: uint32` for a u32, which kube-apiserver does
+    // not recognize (every apply warns); the range fits an int32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 100, max = 1000))]
+    #[schemars(range(min = 100, max = 1000), extend("format" = "int32"))]
     pub tail_percent: Option<u32>,
 }
 
