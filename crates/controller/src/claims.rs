@@ -583,10 +583,15 @@ impl Claims {
             }
         }
         let word = timeline::reason_word(reason);
-        for (name, note) in &marked {
-            self.set_server_condition(name, BMC_CONFIGURED_CONDITION, false, &word, note).await?;
+        let mut written = Vec::new();
+        for (name, note) in marked {
+            // One server's write failing does not spare the others.
+            match self.set_server_condition(&name, BMC_CONFIGURED_CONDITION, false, &word, &note).await {
+                Ok(()) => written.push((name, note)),
+                Err(err) => tracing::warn!(server = %name, error = %err, "holding back a server whose BMC configuration is broken failed"),
+            }
         }
-        Ok(marked)
+        Ok(written)
     }
 
     /// Sets one condition on a server's status, on the resourceVersion read
@@ -690,14 +695,14 @@ impl Claims {
     }
 
     /// Carries out [`ironclaim_driver::Effect::Release`].
-    pub async fn release(&self, server: &str, claim: &str, count_failure: bool, quarantine: bool) -> Result<()> {
+    pub async fn release(&self, server: &str, claim: &str, count_failure: bool, quarantine: bool, untouched: bool) -> Result<()> {
         self.ensure_acting()?;
         let current = match self.servers_api().get(server).await {
             Ok(s) => s,
             Err(err) if not_found(&err) => return self.locks.give_up(server, claim).await,
             Err(source) => return Err(Error::ServerStatusFailed { server: server.into(), source }),
         };
-        self.release_server(&current, claim, count_failure, quarantine).await
+        self.release_server(&current, claim, count_failure, quarantine, untouched).await
     }
 
     fn record(&self, ended: Option<Ended>, pool: &str) {
@@ -739,6 +744,9 @@ impl Claims {
                 return Err(Error::ServerHeld { server: server.into(), holder: holder.into() });
             }
             _ => {}
+        }
+        if let Some(held) = status.misconfigured() {
+            return Err(Error::ServerHeld { server: server.into(), holder: format!("nothing: its BMC configuration is broken ({})", held.reason) });
         }
         if current.spec.maintenance || status.quarantined {
             return Err(Error::ServerHeld { server: server.into(), holder: "maintenance or quarantine".into() });
@@ -804,8 +812,8 @@ impl Claims {
     /// the failure, quarantines the server when told to, and sets the
     /// failure condition; then gives up the
     /// claim's lock, which outlives the status claim by this order.
-    pub async fn release_server(&self, server: &Server, claim: &str, count_failure: bool, quarantine: bool) -> Result<()> {
-        if self.clear_claim(server, claim, count_failure, quarantine).await? {
+    pub async fn release_server(&self, server: &Server, claim: &str, count_failure: bool, quarantine: bool, untouched: bool) -> Result<()> {
+        if self.clear_claim(server, claim, count_failure, quarantine, untouched).await? {
             self.locks.give_up(&server.name_any(), claim).await?;
         }
         Ok(())
@@ -813,7 +821,7 @@ impl Claims {
 
     /// True once the server no longer names `claim`; false when five
     /// writers in a row got there first (the next pass tries again).
-    async fn clear_claim(&self, server: &Server, claim: &str, count_failure: bool, quarantine: bool) -> Result<bool> {
+    async fn clear_claim(&self, server: &Server, claim: &str, count_failure: bool, quarantine: bool, untouched: bool) -> Result<bool> {
         let api = self.servers_api();
         let server_name = server.name_any();
         for _ in 0..5 {
@@ -840,10 +848,10 @@ impl Claims {
                 }
                 status.power_state = Some(PowerState::Off);
                 status.powered_on_by_ironclaim = false;
-            } else if status.power_state == Some(PowerState::PoweringOn) {
-                // Written when the claim was taken; no power-on confirmed
-                // since (a fault of configuration sent none): the sweep
-                // says what it is once it can read it.
+            } else if untouched && status.power_state == Some(PowerState::PoweringOn) {
+                // Written when the claim was taken (the server was not on);
+                // no power-on was sent since: the sweep says what it is
+                // once it can read it.
                 status.power_state = Some(PowerState::Unknown);
             }
             current.status = Some(status);
@@ -902,7 +910,7 @@ impl Claims {
         if !has_node {
             self.power_off_unless_in_doubt(server).await?;
         }
-        self.release_server(server, claim, false, false).await
+        self.release_server(server, claim, false, false, false).await
     }
 
     /// Powers `server` off, read fresh, unless its BMC already reads Off or

@@ -663,6 +663,7 @@ fn identity_patch(recorded: Option<&Identity>, address: Option<&str>, read: &cra
 /// ironclaim powered on. `standing` is (adopted, why not; mismatch).
 fn sweep_patch(
     status: &ServerStatus,
+    resource_version: Option<&str>,
     address: Option<&str>,
     read: &Reading,
     standing: (Option<&str>, Option<&str>),
@@ -752,7 +753,12 @@ fn sweep_patch(
             && a.iter().zip(b).all(|(x, y)| x.type_ == y.type_ && x.status == y.status && x.reason == y.reason && x.message == y.message)
     };
     if !same(&conditions, &status.conditions) {
+        // The list is written whole, from the copy read before the BMCs
+        // were: on the version read only, so a condition another writer
+        // set since (a server held back for its configuration) is never
+        // erased. A conflict skips this server until the next sweep.
         patch["status"]["conditions"] = serde_json::json!(conditions);
+        patch["metadata"] = serde_json::json!({"resourceVersion": resource_version});
     }
     (patch["status"].as_object().is_some_and(|o| !o.is_empty())).then_some(patch)
 }
@@ -863,10 +869,15 @@ impl Sweeper {
                 *held.entry("unadopted").or_default() += 1;
             }
             let address = server.spec.bmc.as_ref().map(|b| b.address.as_str());
-            if let Some(patch) = sweep_patch(&status, address, read, standing, now)
+            if let Some(patch) = sweep_patch(&status, server.metadata.resource_version.as_deref(), address, read, standing, now)
                 && let Err(err) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
             {
-                tracing::warn!(server = %name, error = %err, "writing the server's status failed");
+                match err {
+                    kube::Error::Api(s) if s.code == 409 => {
+                        tracing::debug!(server = %name, "the server changed since the sweep read it; its status is written next sweep")
+                    }
+                    err => tracing::warn!(server = %name, error = %err, "writing the server's status failed"),
+                }
             }
         }
         self.metrics.servers.clear();
@@ -1002,7 +1013,7 @@ mod tests {
             ..ServerStatus::default()
         };
         let read = |state: Option<PowerState>, watts: Option<f64>| Reading { state, watts, identity: None, configured: None };
-        let patch = |s: &ServerStatus, state, watts| sweep_patch(s, None, &read(state, watts), (None, None), 2);
+        let patch = |s: &ServerStatus, state, watts| sweep_patch(s, Some("7"), None, &read(state, watts), (None, None), 2);
         use PowerState::*;
         assert_eq!(patch(&status(Some(On), None, Some(200)), Some(On), Some(200.2)), None);
         assert_eq!(patch(&status(Some(On), None, Some(200)), Some(On), Some(250.0)), Some(json!({"status": {"watts": 250}})));
@@ -1070,7 +1081,8 @@ mod tests {
         };
         let read = |configured| Reading { state: None, watts: None, identity: None, configured };
         let status = ServerStatus::default();
-        let patch = sweep_patch(&status, None, &read(configured_by(&Err(missing))), (None, None), 5).expect("a condition");
+        let patch = sweep_patch(&status, Some("7"), None, &read(configured_by(&Err(missing))), (None, None), 5).expect("a condition");
+        assert_eq!(patch["metadata"]["resourceVersion"], "7", "the whole list is written on the version it was computed from");
         let mut held = status.clone();
         held.conditions = serde_json::from_value(patch["status"]["conditions"].clone()).unwrap();
         let c = held.misconfigured().expect("BmcConfigured False");
@@ -1080,15 +1092,15 @@ mod tests {
         assert_eq!(core.health, ironclaim_core::model::Health::Misconfigured);
         assert!(core.health.hands_off());
         // Another failure says nothing of the configuration: it stays.
-        let patch = sweep_patch(&held, None, &read(configured_by(&Err(unreachable))), (None, None), 6);
+        let patch = sweep_patch(&held, Some("7"), None, &read(configured_by(&Err(unreachable))), (None, None), 6);
         assert!(patch.is_none_or(|p| p["status"].get("conditions").is_none()));
         // A read that passes clears it.
-        let patch = sweep_patch(&held, None, &read(configured_by(&Ok(PowerState::Off))), (None, None), 7).expect("cleared");
+        let patch = sweep_patch(&held, Some("7"), None, &read(configured_by(&Ok(PowerState::Off))), (None, None), 7).expect("cleared");
         held.conditions = serde_json::from_value(patch["status"]["conditions"].clone()).unwrap();
         assert!(held.misconfigured().is_none());
         assert_eq!(server_to_core(&Server { status: Some(held), ..server(None, None) }).unwrap().health, ironclaim_core::model::Health::Healthy);
         // A server that never had the condition does not get one.
-        let patch = sweep_patch(&ServerStatus::default(), None, &read(configured_by(&Ok(PowerState::Off))), (None, None), 7);
+        let patch = sweep_patch(&ServerStatus::default(), Some("7"), None, &read(configured_by(&Ok(PowerState::Off))), (None, None), 7);
         assert!(patch.is_none_or(|p| p["status"].get("conditions").is_none_or(|c| !c.to_string().contains("BmcConfigured"))));
     }
 
@@ -1096,7 +1108,8 @@ mod tests {
     fn the_sweep_says_on_the_server_why_it_is_held_back() {
         let status = ServerStatus { power_state: Some(PowerState::On), ..ServerStatus::default() };
         let read = Reading { state: Some(PowerState::On), watts: None, identity: None, configured: None };
-        let patch = sweep_patch(&status, None, &read, (Some("it is on and not ironclaim's"), Some("node n says it is a")), 5).expect("conditions");
+        let patch =
+            sweep_patch(&status, Some("7"), None, &read, (Some("it is on and not ironclaim's"), Some("node n says it is a")), 5).expect("conditions");
         let conditions: Vec<Condition> = serde_json::from_value(patch["status"]["conditions"].clone()).unwrap();
         let of = |t: &str| conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.as_str(), c.reason.as_str(), c.message.clone()));
         assert_eq!(of(ADOPTED_CONDITION).map(|c| (c.0, c.1)), Some(("False", "Unadopted")));

@@ -444,7 +444,9 @@ impl Executor {
                 (claims.link(claim, name, node_name, node, pool.as_ref(), server).await, Some(claim.clone()))
             }
             Effect::Measure { server, sample } => (claims.measure(server, *sample).await, None),
-            Effect::Release { server, claim, count_failure, quarantine } => (claims.release(server, claim, *count_failure, *quarantine).await, None),
+            Effect::Release { server, claim, count_failure, quarantine, untouched } => {
+                (claims.release(server, claim, *count_failure, *quarantine, *untouched).await, None)
+            }
             Effect::DeleteClaim { claim } => (claims.delete_claim(claim).await, None),
             Effect::Note { subject: s, reason, message, warning } => {
                 self.note(s, reason, message, *warning, subject).await;

@@ -66,11 +66,13 @@ impl From<ironclaim_redfish::Error> for PowerError {
         let label = err.metric_label();
         use ironclaim_redfish::Error as E;
         let reason = match &err {
-            E::Unreachable { .. } | E::RequestTimedOut { .. } => FailureReason::BmcUnreachable,
+            // A handshake can fail mid-restart of a BMC: retried, not held
+            // as configuration.
+            E::Unreachable { .. } | E::RequestTimedOut { .. } | E::TlsHandshake { .. } => FailureReason::BmcUnreachable,
             E::AuthFailed { .. } => FailureReason::BmcAuthenticationFailed,
             E::CredentialsUnreadable { .. } => FailureReason::BmcCredentialsMissing,
             // Faults of the Server's spec: they will not pass by themselves.
-            E::InvalidAddress { .. } | E::TlsConfig { .. } | E::TlsHandshake { .. } | E::SystemNotFound { .. } => FailureReason::BmcConfigInvalid,
+            E::InvalidAddress { .. } | E::TlsConfig { .. } | E::SystemNotFound { .. } => FailureReason::BmcConfigInvalid,
             E::TimedOutWaitingForState { .. } => FailureReason::PowerOnTimedOut,
             _ => FailureReason::PowerActionFailed,
         };

@@ -66,6 +66,7 @@ impl IndexWorld<'_> {
                 holder: status.and_then(|st| st.claim.clone()).filter(|c| !c.is_empty()),
                 durations: server_to_core(s).map(|c| c.durations).unwrap_or_default(),
                 failures: status.map_or(0, |st| u32::try_from(st.failures.max(0)).unwrap_or(u32::MAX)),
+                power_on_sent: status.is_some_and(|st| st.powered_on_by_ironclaim),
             }
         });
         let node = index.node_of_server(&claim.spec.server);

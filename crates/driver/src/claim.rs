@@ -20,10 +20,10 @@
 //!   will not pass by itself.
 //! - A stage past its budget ([`Deadlines`]) fails the claim as timed out.
 //! - A failed claim's server is powered off (unless it is a node, the
-//!   claim lost its server to another claim, or the failure is one of
-//!   configuration, which sent nothing and would refuse a power-off too)
-//!   and confirmed off before it is released; a release counts a failure
-//!   except after a conflict or a fault of configuration.
+//!   claim lost its server to another claim, or a fault of configuration
+//!   stopped it before any power-on was sent) and confirmed off before it
+//!   is released; a release counts a failure except after a conflict or a
+//!   fault of configuration.
 
 use std::time::Duration;
 
@@ -67,6 +67,9 @@ pub struct ServerFacts {
     pub durations: StageDurations,
     /// Failed claims in a row so far.
     pub failures: u32,
+    /// A power-on may have been sent since it was last read off: its
+    /// record says ironclaim powered it on (written before every power-on).
+    pub power_on_sent: bool,
 }
 
 /// The node linked to the claim's server.
@@ -422,11 +425,14 @@ fn release_failed(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, 
         return Vec::new();
     }
     let conflict = r.failure == Some(FailureReason::ClaimConflict);
-    // A configuration fault sent nothing to the machine, and would refuse
-    // a power-off just the same: the server is released as it is, and not
-    // blamed for it.
+    // A fault of configuration is not the machine's: it is not counted.
+    // When no power-on was ever sent, the server is released as it is; when
+    // one may have been (an earlier attempt, an earlier run), it is powered
+    // off and confirmed off like any other, and a configuration that still
+    // fails keeps the claim holding the server until it is fixed.
     let configuration = r.failure.is_some_and(FailureReason::is_configuration);
-    if view.node.is_none() && !conflict && !configuration {
+    let untouched = configuration && view.server.as_ref().is_some_and(|s| !s.power_on_sent);
+    if view.node.is_none() && !conflict && !untouched {
         if io.running.is_some() {
             return Vec::new();
         }
@@ -453,6 +459,7 @@ fn release_failed(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, 
         claim: name.into(),
         count_failure: blamed,
         quarantine: blamed && quarantines(failures, settings.quarantine_after),
+        untouched,
     }]
 }
 
@@ -484,6 +491,7 @@ mod tests {
                 holder: Some("c".into()),
                 durations: StageDurations { power_on_s: 30, boot_s: 240, join_s: 30, ready_s: 30, tail_percent: 150 },
                 failures: 0,
+                power_on_sent: false,
             }),
             node: None,
             pods_pending: vec!["ns/a".into()],
@@ -511,7 +519,12 @@ mod tests {
                 Effect::PowerOff { .. } => "power off".into(),
                 Effect::ReadPower { .. } => "read power".into(),
                 Effect::LinkNode { .. } => "link node".into(),
-                Effect::Release { count_failure, quarantine, .. } => format!("release (count {count_failure}, quarantine {quarantine})"),
+                Effect::Release { count_failure, quarantine, untouched: false, .. } => {
+                    format!("release (count {count_failure}, quarantine {quarantine})")
+                }
+                Effect::Release { count_failure, quarantine, untouched: true, .. } => {
+                    format!("release untouched (count {count_failure}, quarantine {quarantine})")
+                }
                 Effect::DeleteClaim { .. } => "delete claim".into(),
                 Effect::Note { reason, .. } => format!("note {reason}"),
                 Effect::Measure { .. } => "measure".into(),
@@ -643,10 +656,10 @@ mod tests {
                 vec!["release (count false, quarantine false)"],
             ),
             (
-                "failed by its configuration: released as it is, not counted, no power-off",
+                "failed by its configuration, no power-on ever sent: released as it is, not counted, no power-off",
                 failed(FailureReason::BmcCredentialsMissing),
                 ClaimIo::default(),
-                vec!["release (count false, quarantine false)"],
+                vec!["release untouched (count false, quarantine false)"],
             ),
             (
                 "failed by its configuration, third in a row: not quarantined",
@@ -656,7 +669,37 @@ mod tests {
                     v
                 },
                 ClaimIo::default(),
+                vec!["release untouched (count false, quarantine false)"],
+            ),
+            (
+                "failed by its configuration after a power-on may have been sent: powered off first",
+                {
+                    let mut v = failed(FailureReason::BmcCredentialsMissing);
+                    v.server.as_mut().unwrap().power_on_sent = true;
+                    v
+                },
+                ClaimIo::default(),
+                vec!["power off"],
+            ),
+            (
+                "failed by its configuration after a power-on, confirmed off: released, not counted",
+                {
+                    let mut v = failed(FailureReason::BmcCredentialsMissing);
+                    v.server.as_mut().unwrap().power_on_sent = true;
+                    v
+                },
+                ok(Io::PowerOff, false),
                 vec!["release (count false, quarantine false)"],
+            ),
+            (
+                "failed by its configuration after a power-on, the power-off fails too: the claim keeps the server",
+                {
+                    let mut v = failed(FailureReason::BmcCredentialsMissing);
+                    v.server.as_mut().unwrap().power_on_sent = true;
+                    v
+                },
+                config(Io::PowerOff, FailureReason::BmcCredentialsMissing),
+                vec![],
             ),
             ("failed, released, kept as a record", not_held_failed, ClaimIo::default(), vec![]),
             ("failed, released, past its TTL", old_not_held, ClaimIo::default(), vec!["delete claim"]),

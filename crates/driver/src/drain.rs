@@ -232,7 +232,13 @@ impl Drain {
                 let Some(server) = self.server.clone() else { return (out, Some(Ended::Done { evicted: self.evicted.len() })) };
                 out.push(Effect::DeleteNode { node: self.node.clone() });
                 if let Some(claim) = holder {
-                    out.push(Effect::Release { server: server.clone(), claim: claim.to_string(), count_failure: false, quarantine: false });
+                    out.push(Effect::Release {
+                        server: server.clone(),
+                        claim: claim.to_string(),
+                        count_failure: false,
+                        quarantine: false,
+                        untouched: false,
+                    });
                     out.push(Effect::DeleteClaim { claim: claim.to_string() });
                 }
                 let took = now.saturating_sub(self.started).as_secs();
@@ -311,7 +317,7 @@ impl Drain {
             }
             if !self.power_off {
                 if let (Some(server), Some(claim)) = (self.server.clone(), holder) {
-                    out.push(Effect::Release { server, claim: claim.to_string(), count_failure: false, quarantine: false });
+                    out.push(Effect::Release { server, claim: claim.to_string(), count_failure: false, quarantine: false, untouched: false });
                     out.push(Effect::DeleteClaim { claim: claim.to_string() });
                 }
                 out.push(Effect::KeepCordoned { node: self.node.clone() });

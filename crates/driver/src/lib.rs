@@ -229,8 +229,10 @@ pub enum Effect {
     FailClaim { claim: String, reason: FailureReason, message: String, timed_out: bool },
     /// Clear the server's claim (only if `claim` still holds it); with
     /// `count_failure`, count one more failure in a row and quarantine the
-    /// server when `quarantine`.
-    Release { server: String, claim: String, count_failure: bool, quarantine: bool },
+    /// server when `quarantine`. `untouched`: no power-on was ever sent for
+    /// it (a fault of configuration stopped the claim first), so the
+    /// `PoweringOn` its claim recorded is not so.
+    Release { server: String, claim: String, count_failure: bool, quarantine: bool, untouched: bool },
     /// Delete a failed claim's record once it has been kept long enough.
     DeleteClaim { claim: String },
     /// Cordon the node and taint it as being disrupted.

@@ -1228,7 +1228,7 @@ impl<'a> Engine<'a> {
                 self.fail_claim(&claim, reason);
                 None
             }
-            Effect::Release { server, claim, count_failure, quarantine } => {
+            Effect::Release { server, claim, count_failure, quarantine, .. } => {
                 self.release(&server, &claim, count_failure, quarantine);
                 None
             }
@@ -2398,6 +2398,7 @@ impl World for Engine<'_> {
                     holder: self.srv[s].holder.clone(),
                     durations: self.w.servers[s].server.durations,
                     failures: self.srv[s].in_row,
+                    power_on_sent: self.srv[s].powered_by_ironclaim,
                 });
                 let node = s.and_then(|s| {
                     let n = self.srv[s].node.as_ref()?;

@@ -354,7 +354,7 @@ impl Drainer {
                 Err(err) => tracing::warn!(%claim, error = %err, "deleting the claim failed; the sweep releases its server"),
             }
             self.claims
-                .release_server(&server, &claim, false, false)
+                .release_server(&server, &claim, false, false, false)
                 .await
                 .map_err(|source| DrainError::ReleaseFailed { server: server_name.to_string(), source })?;
         } else if status.node.is_some() {
