@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
 use crate::exit::Failure;
+use crate::secrets;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -98,6 +99,11 @@ enum Auth {
     Session,
     Basic,
 }
+
+/// The words an inventory error may quote: the format's field names, and
+/// `password`, the field people write by mistake.
+const INVENTORY_WORDS: &[&str] =
+    &["name", "address", "system", "credentials", "tls", "username", "password", "password_file", "directory", "ca_file", "insecure_skip_verify"];
 
 /// One entry of an inventory file.
 #[derive(Deserialize)]
@@ -344,11 +350,21 @@ fn pick_system(address: &BmcAddress, flag: Option<&str>) -> anyhow::Result<Syste
 /// file's own directory.
 fn load_inventory(path: &Path) -> anyhow::Result<Vec<ServerSpec>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read inventory {}", path.display()))?;
-    let entries: Vec<InventoryEntry> = if path.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(&text).with_context(|| format!("invalid inventory {}", path.display()))?
+    // An inventory names password files, but a mistaken one may hold a
+    // password: its errors never quote it (see crate::secrets).
+    let parsed = if path.extension().is_some_and(|e| e == "json") {
+        secrets::from_json::<Vec<InventoryEntry>>(&text, INVENTORY_WORDS)
     } else {
-        serde_saphyr::from_str(&text).with_context(|| format!("invalid inventory {}", path.display()))?
+        secrets::from_yaml::<Vec<InventoryEntry>>(&text, INVENTORY_WORDS)
     };
+    let entries = parsed.map_err(|err| {
+        let hint = if err.message.starts_with("unknown field `password`") {
+            ": an inventory holds no password, only the file it is in (`password_file`) or a directory (see docs/redfish.md)"
+        } else {
+            ""
+        };
+        anyhow!("invalid inventory {}{hint}", err.at_file(path))
+    })?;
     if entries.is_empty() {
         return Err(anyhow!("inventory {} lists no server", path.display()));
     }

@@ -10,6 +10,7 @@ use anyhow::{Context, anyhow};
 use ironclaim_controller::batch::Windows;
 use ironclaim_controller::leader::LeaseSettings;
 use ironclaim_controller::{Controller, Metal3Power, ProviderRouter, RedfishPower, Settings};
+use kube::config::KubeconfigError;
 
 use crate::exit::Failure;
 
@@ -69,14 +70,34 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client
     ironclaim_redfish::install_crypto_provider();
     let config = match kubeconfig {
         Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let file = kube::config::Kubeconfig::read_from(path).map_err(without_secrets).with_context(|| format!("reading {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
                 .await
+                .map_err(without_secrets)
                 .with_context(|| format!("using {}", path.display()))?
         }
-        None => kube::Config::infer().await.context("no kubeconfig and not in a cluster")?,
+        None => {
+            kube::Config::infer().await.map_err(|err| match std::error::Error::source(&err).and_then(|s| s.downcast_ref::<KubeconfigError>()) {
+                // The in-cluster half of the error says only that this is not a pod.
+                Some(KubeconfigError::Parse(yaml)) => anyhow!("$KUBECONFIG or ~/.kube/config: {}", parse_error(yaml)),
+                _ => anyhow::Error::new(err).context("no kubeconfig and not in a cluster"),
+            })?
+        }
     };
     kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// A kubeconfig holds tokens, passwords and keys, and kube's parse error
+/// quotes the lines around a mistake: it is described again without them.
+fn without_secrets(err: KubeconfigError) -> anyhow::Error {
+    match err {
+        KubeconfigError::Parse(yaml) => anyhow!(parse_error(&yaml)),
+        other => other.into(),
+    }
+}
+
+fn parse_error(yaml: &serde_saphyr::Error) -> String {
+    format!("invalid kubeconfig YAML: {}", crate::secrets::describe_yaml(yaml, &[]))
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {

@@ -12,6 +12,7 @@ mod exit;
 mod explain;
 mod plan;
 mod render;
+mod secrets;
 mod servers;
 mod simulate;
 mod swarm;
