@@ -40,7 +40,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let now = args.now.unwrap_or_else(|| snapshot.pods.iter().map(|p| p.created_s).max().unwrap_or(0));
     if args.vary.is_empty() {
         let plan = provision(&snapshot, now);
-        let view = PlanView::new(&snapshot, &plan);
+        let view = PlanView::new(&plan);
         match args.output {
             Output::Json => println!("{}", serde_json::to_string_pretty(&view).map_err(Failure::world)?),
             Output::Table => print_plan(&view, &plan),
@@ -53,7 +53,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         .map(|variations| {
             let varied = sensitivity::apply(&snapshot, &variations);
             let plan = provision(&varied, now);
-            SensitivityRow::new(&variations, &PlanView::new(&varied, &plan))
+            SensitivityRow::new(&variations, &PlanView::new(&plan))
         })
         .collect();
     match args.output {
@@ -115,16 +115,15 @@ struct ClaimView {
     deadline_missed: bool,
 }
 
-fn workload_name(snapshot: &Snapshot, key: &str) -> String {
-    snapshot.pods.iter().find(|p| p.key() == key).and_then(|p| p.workload.clone()).unwrap_or_else(|| key.to_string())
-}
-
 impl PlanView {
-    fn new(snapshot: &Snapshot, plan: &Provisioning) -> Self {
+    /// The view of a plan, from the plan alone: a decision carries its
+    /// pod's workload, and a pod without one (no ownerReferences) is a
+    /// workload of its own, named by its key. Linear in the decisions.
+    fn new(plan: &Provisioning) -> Self {
         let mut workloads: Vec<WorkloadView> = Vec::new();
         let mut index: BTreeMap<String, usize> = BTreeMap::new();
         for d in &plan.pods {
-            let name = d.workload.clone().unwrap_or_else(|| workload_name(snapshot, &d.pod));
+            let name = d.workload.clone().unwrap_or_else(|| d.pod.clone());
             let i = *index.entry(name.clone()).or_insert_with(|| {
                 workloads.push(WorkloadView { name, pods: Vec::new() });
                 workloads.len() - 1
@@ -303,4 +302,30 @@ fn print_sensitivity(rows: &[SensitivityRow]) {
         t.add_row(cells);
     }
     println!("{t}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(pod: &str, workload: Option<&str>) -> PodDecision {
+        PodDecision { pod: pod.into(), workload: workload.map(String::from), outcome: Outcome::Existing { node: "n1".into() } }
+    }
+
+    /// Pods without ownerReferences: each is a workload of its own, named
+    /// by its key, in the order of the decisions; the view is made from the
+    /// plan alone (it once searched the snapshot's pods for every decision:
+    /// 20,000 bare pods took 27 s).
+    #[test]
+    fn bare_pods_are_workloads_of_their_own_named_by_their_keys() {
+        let mut pods: Vec<PodDecision> = (0..20_000).map(|i| decision(&format!("batch/bare-{i}"), None)).collect();
+        pods.insert(1, decision("shop/web-0", Some("web")));
+        pods.push(decision("shop/web-1", Some("web")));
+        let view = PlanView::new(&Provisioning { pods, claims: Vec::new() });
+        assert_eq!(view.workloads.len(), 20_001);
+        let names: Vec<&str> = view.workloads.iter().take(3).map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["batch/bare-0", "web", "batch/bare-1"]);
+        assert_eq!(view.workloads[1].pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["shop/web-0", "shop/web-1"]);
+        assert!(view.workloads.iter().filter(|w| w.name != "web").all(|w| w.pods.len() == 1 && w.pods[0].name == w.name));
+    }
 }
