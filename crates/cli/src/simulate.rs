@@ -7,7 +7,7 @@ use anyhow::{Context, anyhow};
 use clap::ValueEnum;
 use ironclaim_sim::compare::compare;
 use ironclaim_sim::sample::{peak_demand, sample_size_for_peak, stratified_sample};
-use ironclaim_sim::trace::{read_pods, read_servers, workload_from_rows};
+use ironclaim_sim::trace::{is_yaml, read_pods, read_servers, workload_from_rows};
 use ironclaim_sim::{Faults, PolicyKind, Scoring, SimConfig, Workload, embedded};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -176,13 +176,24 @@ fn workload(args: &Args) -> anyhow::Result<Workload> {
     let mut w = match (&args.trace, &args.servers) {
         (None, None) => embedded::default_day(args.seed),
         (Some(trace), servers) => {
-            let pods = read_pods(trace)?;
-            let server_path = servers.as_ref().unwrap_or(trace);
+            let pods = read_pods(trace).context("--trace takes the pods to replay")?;
+            // Only the YAML user document holds servers beside its pods; a
+            // pod CSV read as servers would make a server of every pod.
+            let server_path = match servers {
+                Some(path) => path,
+                None if is_yaml(trace) => trace,
+                None => {
+                    return Err(anyhow!(
+                        "--trace needs --servers FILE (the node list the pods run on, such as openb_node_list_all_node.csv); \
+                         only a YAML trace can list its servers itself"
+                    ));
+                }
+            };
             let servers = read_servers(server_path).with_context(|| {
                 if args.servers.is_none() {
                     "--trace without --servers needs a YAML trace that lists servers".to_string()
                 } else {
-                    format!("reading servers from {}", server_path.display())
+                    "--servers takes the node list".to_string()
                 }
             })?;
             let name = trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -284,6 +295,30 @@ mod tests {
             Err(Failure::BadInput(e)) => {
                 let text = format!("{e:#}");
                 assert!(text.contains("bad-pods.csv:3:3"), "{text}");
+            }
+            other => panic!("expected bad input, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_csv_trace_without_servers_is_bad_input_naming_the_flag() {
+        let pods = temp_file("pods-only.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\n");
+        match run(args(&["--trace", pods.to_str().unwrap()])) {
+            Err(Failure::BadInput(e)) => {
+                let text = format!("{e:#}");
+                assert!(text.contains("--trace needs --servers FILE"), "{text}");
+            }
+            other => panic!("expected bad input, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pod_list_given_as_servers_is_bad_input_naming_file_and_column() {
+        let pods = temp_file("pods.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\n");
+        match run(args(&["--trace", pods.to_str().unwrap(), "--servers", pods.to_str().unwrap()])) {
+            Err(Failure::BadInput(e)) => {
+                let text = format!("{e:#}");
+                assert!(text.contains("pods.csv") && text.contains("`creation_time`") && text.contains("not a server list"), "{text}");
             }
             other => panic!("expected bad input, got {other:?}"),
         }
