@@ -143,8 +143,10 @@ impl PlanView {
             match &d.outcome {
                 Outcome::Existing { node } => {
                     pod.node = Some(node.clone());
-                    pod.reason =
-                        Some(format!("fits Ready node {node} now: this pod should already schedule; capacity or request accounting is stale"));
+                    // plan reads manifests, a what-if: a pod that fits a
+                    // Ready node there needs no server. (explain, which reads
+                    // a live cluster, says the scheduler should bind it.)
+                    pod.reason = Some(format!("fits Ready node {node}: no server needed"));
                 }
                 Outcome::InFlight { claim, server, .. } => {
                     pod.claim = Some(claim.clone());
@@ -199,8 +201,7 @@ fn print_plan(view: &PlanView, plan: &Provisioning) {
     for w in &view.workloads {
         for p in &w.pods {
             let note = match p.outcome {
-                "existing" => "should already schedule: stale accounting".to_string(),
-                "unschedulable" => p.reason.clone().unwrap_or_default(),
+                "existing" | "unschedulable" => p.reason.clone().unwrap_or_default(),
                 _ if p.deadline_missed => "misses its deadline".to_string(),
                 _ => String::new(),
             };
@@ -233,15 +234,28 @@ fn print_plan(view: &PlanView, plan: &Provisioning) {
         }
         println!("{claims}");
     }
-    let stale = plan.pods.iter().filter(|d| matches!(d.outcome, Outcome::Existing { .. })).count();
-    let unschedulable = plan.pods.iter().filter(|d| matches!(d.outcome, Outcome::Unschedulable { .. })).count();
-    let added: f64 = plan.claims.iter().map(|c| c.added_idle_watts).sum();
-    println!(
-        "{} pending pods: {stale} fit Ready nodes now, {} go to {} new claims (+{added:.0} W idle), {unschedulable} cannot be placed.",
-        plan.pods.len(),
-        plan.pods.len() - stale - unschedulable,
-        plan.claims.len(),
-    );
+    println!("{}", summary(plan));
+}
+
+/// `9 pending pods: 7 fit Ready nodes now, 2 go to 2 new claims (+480 W idle), 0 cannot be placed.`
+fn summary(plan: &Provisioning) -> String {
+    let count_of = |f: fn(&Outcome) -> bool| plan.pods.iter().filter(|d| f(&d.outcome)).count() as u64;
+    let existing = count_of(|o| matches!(o, Outcome::Existing { .. }));
+    let unschedulable = count_of(|o| matches!(o, Outcome::Unschedulable { .. }));
+    let total = plan.pods.len() as u64;
+    if total == 0 {
+        return "No pending pods: nothing to place.".to_string();
+    }
+    let claimed = total - existing - unschedulable;
+    // Summed from +0.0: an empty sum of f64 is -0.0, printed "-0".
+    let added = plan.claims.iter().fold(0.0, |watts, c| watts + c.added_idle_watts);
+    format!(
+        "{}: {existing} {} now, {claimed} {} to {} (+{added:.0} W idle), {unschedulable} cannot be placed.",
+        render::count(total, "pending pod", "pending pods"),
+        if existing == 1 { "fits a Ready node" } else { "fit Ready nodes" },
+        if claimed == 1 { "goes" } else { "go" },
+        render::count(plan.claims.len() as u64, "new claim", "new claims"),
+    )
 }
 
 #[derive(Serialize)]
@@ -310,6 +324,16 @@ mod tests {
 
     fn decision(pod: &str, workload: Option<&str>) -> PodDecision {
         PodDecision { pod: pod.into(), workload: workload.map(String::from), outcome: Outcome::Existing { node: "n1".into() } }
+    }
+
+    #[test]
+    fn the_summary_agrees_in_number_and_shows_no_negative_zero() {
+        let existing = decision("shop/web-0", Some("web"));
+        let plan = Provisioning { pods: vec![existing.clone()], claims: Vec::new() };
+        assert_eq!(summary(&plan), "1 pending pod: 1 fits a Ready node now, 0 go to 0 new claims (+0 W idle), 0 cannot be placed.");
+        let plan = Provisioning { pods: vec![existing.clone(), existing], claims: Vec::new() };
+        assert_eq!(summary(&plan), "2 pending pods: 2 fit Ready nodes now, 0 go to 0 new claims (+0 W idle), 0 cannot be placed.");
+        assert_eq!(summary(&Provisioning::default()), "No pending pods: nothing to place.");
     }
 
     /// Pods without ownerReferences: each is a workload of its own, named

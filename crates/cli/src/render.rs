@@ -11,3 +11,6 @@ pub fn table(header: &[&str]) -> Table {
 
 /// "45s", "1m45s", "12m", "1h05m".
 pub use ironclaim_core::sensitivity::format_duration as duration;
+
+/// "1 pod", "0 pods", "2 pods": a count and its noun in agreement.
+pub use ironclaim_sim::report::count;

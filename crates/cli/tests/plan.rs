@@ -40,13 +40,16 @@ fn plan_with_no_arguments_runs_the_worked_example() {
     }
 }
 
+/// plan is a what-if on manifests: a pod that fits a Ready node needs no
+/// server, which is not a sign of stale accounting there.
 #[test]
-fn the_table_names_stale_accounting_and_the_claims() {
+fn the_table_says_a_pod_on_a_ready_node_needs_no_server_and_names_the_claims() {
     let (code, out, _) = ironclaim(&["plan"]);
     assert_eq!(code, 0);
-    assert!(out.contains("stale accounting"), "{out}");
+    assert!(out.contains("fits Ready node general-a: no server needed"), "{out}");
+    assert!(!out.contains("stale"), "{out}");
     assert!(out.contains("r1-u10 (warm)"), "{out}");
-    assert!(out.contains("2 go to 2 new claims"), "{out}");
+    assert!(out.contains("9 pending pods: 7 fit Ready nodes now, 2 go to 2 new claims (+480 W idle), 0 cannot be placed."), "{out}");
 }
 
 #[test]

@@ -227,6 +227,12 @@ impl PolicyReport {
     }
 }
 
+/// A count and its noun in agreement: `count(1, "pod", "pods")` is
+/// `1 pod`, `count(0, "pod", "pods")` is `0 pods`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// `1h 05m`, `12m 30s`, `45s`.
 pub fn human_s(s: Seconds) -> String {
     if s >= 86_400 {
