@@ -30,7 +30,7 @@ fn plan_with_no_arguments_runs_the_worked_example() {
     let pods = outcomes(&json);
     assert_eq!(pods.len(), 9);
     assert_eq!(pods.iter().filter(|p| p.1 == "existing").count(), 7);
-    let batch = pods.iter().find(|p| p.0 == "analytics/batch-0").unwrap();
+    let batch = pods.iter().find(|p| p.0 == "analytics/batch-job-0").unwrap();
     assert_eq!((batch.1.as_str(), batch.2.as_deref()), ("new_claim", Some("r1-u10")));
     assert_eq!(json["claims"].as_array().unwrap().len(), 2);
     for claim in json["claims"].as_array().unwrap() {
@@ -65,6 +65,30 @@ fn the_worked_example_as_manifests_plans_like_the_embedded_one() {
         s
     };
     assert_eq!(summary(&json), summary(&embedded));
+}
+
+/// The manifests are the embedded example written out: the same pods,
+/// by the same names, in the same workloads, with the same outcomes.
+#[test]
+fn the_example_manifests_name_their_pods_as_the_embedded_example_does() {
+    let (code, out, err) = ironclaim(&["plan", "-f", &repo_file("examples/worked-example.yaml"), "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, embedded, _) = ironclaim(&["plan", "--output", "json"]);
+    let pods = |json: &str| {
+        let json: Value = serde_json::from_str(json).unwrap();
+        let mut pods: Vec<(String, String, String, Option<String>)> = json["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|w| w["pods"].as_array().unwrap().iter().map(move |p| (w["name"].as_str().unwrap().to_string(), p)))
+            .map(|(w, p)| {
+                (w, p["name"].as_str().unwrap().to_string(), p["outcome"].as_str().unwrap().to_string(), p["server"].as_str().map(String::from))
+            })
+            .collect();
+        pods.sort();
+        pods
+    };
+    assert_eq!(pods(&out), pods(&embedded));
 }
 
 #[test]
