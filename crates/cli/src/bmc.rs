@@ -302,10 +302,16 @@ fn print_table(report: &Report) {
         table.add_row(cells);
     }
     println!("{table}");
-    if let Some(total) = report.total_watts {
-        let read = report.servers.iter().filter(|r| r.watts.is_some()).count();
-        println!("total: {total:.0} W from {read} of {} servers", report.servers.len());
+    if let Some(line) = total_line(report) {
+        println!("{line}");
     }
+}
+
+/// `total: 830 W from 3 of 4 servers`, for `watts`.
+fn total_line(report: &Report) -> Option<String> {
+    let total = report.total_watts?;
+    let read = report.servers.iter().filter(|r| r.watts.is_some()).count();
+    Some(format!("total: {total:.0} W from {read} of {}", crate::render::count(report.servers.len() as u64, "server", "servers")))
 }
 
 fn resolve_servers(target: &Target) -> Result<Vec<ServerSpec>, Failure> {
@@ -390,4 +396,23 @@ fn load_inventory(path: &Path) -> anyhow::Result<Vec<ServerSpec>> {
             Ok(ServerSpec { name: entry.name, endpoint: address.endpoint, system, credentials, tls })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(server: &str, watts: Option<f64>) -> Row {
+        Row { server: server.into(), power_state: None, watts, sent: None, latency_ms: 1, error: None }
+    }
+
+    #[test]
+    fn the_watts_total_counts_its_servers_in_agreement() {
+        let one = Report { action: "watts", servers: vec![row("a", Some(210.0))], total_watts: Some(210.0), failed: 0 };
+        assert_eq!(total_line(&one).as_deref(), Some("total: 210 W from 1 of 1 server"));
+        let two = Report { action: "watts", servers: vec![row("a", Some(210.0)), row("b", None)], total_watts: Some(210.0), failed: 0 };
+        assert_eq!(total_line(&two).as_deref(), Some("total: 210 W from 1 of 2 servers"));
+        let status = Report { action: "status", servers: vec![row("a", None)], total_watts: None, failed: 0 };
+        assert_eq!(total_line(&status), None);
+    }
 }

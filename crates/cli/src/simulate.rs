@@ -3,6 +3,7 @@
 //! prints the comparison (table or JSON) and an HTML report.
 
 use crate::exit::Failure;
+use crate::render;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
 use ironclaim_sim::compare::compare;
@@ -208,7 +209,7 @@ fn workload(args: &Args) -> anyhow::Result<Workload> {
             n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?
         };
         w.servers = stratified_sample(&w.servers, size, args.seed);
-        w.name = format!("{} on {} sampled servers", w.name, w.servers.len());
+        w.name = format!("{} on {}", w.name, render::count(w.servers.len() as u64, "sampled server", "sampled servers"));
     }
     Ok(w)
 }
@@ -218,10 +219,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let kinds = policies(&args).map_err(Failure::bad_input)?;
     let w = workload(&args).map_err(Failure::bad_input)?;
     eprintln!(
-        "simulating {} ({} servers, {} pods): seed={} scoring={} quiet_max_s={} batch_idle_s={} batch_max_s={}",
+        "simulating {} ({}, {}): seed={} scoring={} quiet_max_s={} batch_idle_s={} batch_max_s={}",
         w.name,
-        w.servers.len(),
-        w.pods.len(),
+        render::count(w.servers.len() as u64, "server", "servers"),
+        render::count(w.pods.len() as u64, "pod", "pods"),
         cfg.seed,
         cfg.scoring,
         cfg.quiet_max_s,

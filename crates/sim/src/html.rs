@@ -3,7 +3,7 @@
 //! against powered servers, fleet watts, pending pods over time, and the
 //! pending-time distribution per policy.
 
-use crate::report::{CDF_BOUNDS_S, Report, human_s};
+use crate::report::{CDF_BOUNDS_S, Report, count, human_s};
 use std::fmt::Write;
 
 const COLOURS: [&str; 6] = ["#7f7f7f", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"];
@@ -158,14 +158,9 @@ pub fn render(report: &Report) -> String {
     let w = &report.workload;
     let _ = write!(
         out,
-        "<h1>ironclaim simulate: {}</h1><p>{} servers in {} hardware classes, {} pods ({} that no server can host), {} simulated. \
-         Oracle lower bound {:.1} kWh.</p><p><code>{}</code></p>",
+        "<h1>ironclaim simulate: {}</h1><p>{}. Oracle lower bound {:.1} kWh.</p><p><code>{}</code></p>",
         esc(&w.name),
-        w.servers,
-        w.hardware_classes,
-        w.pods,
-        w.pods_unplaceable,
-        human_s(w.duration_s),
+        esc(&w.describe()),
         report.oracle.energy_kwh,
         esc(&report.settings_line())
     );
@@ -262,7 +257,7 @@ pub fn render(report: &Report) -> String {
     if !report.unplaceable.is_empty() {
         out.push_str("<h2>Pods no server can host</h2><ul>");
         for g in &report.unplaceable {
-            let _ = write!(out, "<li>{} pods: {} (e.g. {})</li>", g.pods, esc(&g.reason), esc(&g.examples.join(", ")));
+            let _ = write!(out, "<li>{}: {} (e.g. {})</li>", count(g.pods as u64, "pod", "pods"), esc(&g.reason), esc(&g.examples.join(", ")));
         }
         out.push_str("</ul>");
     }

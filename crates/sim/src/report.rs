@@ -33,6 +33,20 @@ pub struct WorkloadSummary {
     pub peak: PeakDemand,
 }
 
+impl WorkloadSummary {
+    /// `8 servers in 3 hardware classes, 1 pod (0 no server can host), 1d 00h simulated`
+    pub fn describe(&self) -> String {
+        format!(
+            "{} in {}, {} ({} no server can host), {} simulated",
+            count(self.servers as u64, "server", "servers"),
+            count(self.hardware_classes as u64, "hardware class", "hardware classes"),
+            count(self.pods as u64, "pod", "pods"),
+            self.pods_unplaceable,
+            human_s(self.duration_s)
+        )
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct OracleSummary {
     pub energy_kwh: f64,
@@ -265,15 +279,7 @@ impl Report {
         use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
         let mut out = String::new();
         let w = &self.workload;
-        out.push_str(&format!(
-            "workload {}: {} servers in {} hardware classes, {} pods ({} no server can host), {} simulated\n",
-            w.name,
-            w.servers,
-            w.hardware_classes,
-            w.pods,
-            w.pods_unplaceable,
-            human_s(w.duration_s)
-        ));
+        out.push_str(&format!("workload {}: {}\n", w.name, w.describe()));
         out.push_str(&format!("oracle lower bound: {:.1} kWh, {:.1} servers on average\n", self.oracle.energy_kwh, self.oracle.servers_mean));
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED);
@@ -341,7 +347,7 @@ impl Report {
         if !self.unplaceable.is_empty() {
             out.push_str("pods no server can host:\n");
             for g in &self.unplaceable {
-                out.push_str(&format!("  {} pods: {} (e.g. {})\n", g.pods, g.reason, g.examples.join(", ")));
+                out.push_str(&format!("  {}: {} (e.g. {})\n", count(g.pods as u64, "pod", "pods"), g.reason, g.examples.join(", ")));
             }
         }
         out
@@ -359,6 +365,24 @@ mod tests {
         assert_eq!((p.p50, p.p95, p.p99, p.max), (50, 95, 99, 100));
         assert_eq!(percentiles(&[7]).p99, 7);
         assert_eq!(percentiles(&[]).max, 0);
+    }
+
+    #[test]
+    fn counts_of_one_are_singular() {
+        assert_eq!(count(1, "pod", "pods"), "1 pod");
+        assert_eq!(count(0, "pod", "pods"), "0 pods");
+        let w = WorkloadSummary {
+            name: "one".into(),
+            servers: 1,
+            hardware_classes: 1,
+            pods: 1,
+            pods_unplaceable: 0,
+            duration_s: 60,
+            peak: PeakDemand::default(),
+        };
+        assert_eq!(w.describe(), "1 server in 1 hardware class, 1 pod (0 no server can host), 1m 00s simulated");
+        let w = WorkloadSummary { servers: 2, hardware_classes: 2, pods: 0, ..w };
+        assert_eq!(w.describe(), "2 servers in 2 hardware classes, 0 pods (0 no server can host), 1m 00s simulated");
     }
 
     #[test]
