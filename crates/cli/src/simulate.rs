@@ -256,7 +256,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         eprintln!("report written to {}", path.display());
     }
     match args.output {
-        Output::Table => print!("{}", report.to_table()),
+        Output::Table => print!("{}", report.to_table(render::width())),
         Output::Json => println!("{}", report.to_json()),
     }
     Ok(())

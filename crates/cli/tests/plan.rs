@@ -120,6 +120,31 @@ fn bad_input_exits_2_and_names_the_place() {
     assert_eq!(code, 2);
 }
 
+/// COLUMNS fits every table to the terminal: plan's and, run here too so
+/// as not to build a test binary for one check, simulate's.
+#[test]
+fn tables_fit_the_width_columns_gives() {
+    let table_widths =
+        |out: &str| -> Vec<usize> { out.lines().filter(|l| l.starts_with(['┌', '│', '╞', '├', '└'])).map(|l| l.chars().count()).collect() };
+    let dir = std::env::temp_dir().join(format!("ironclaim-columns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("one.yaml");
+    std::fs::write(
+        &trace,
+        "servers:\n  - {name: r1, cpu_milli: 32000, memory_mib: 131072}\n\
+         pods:\n  - {name: web, cpu_milli: 1000, memory_mib: 2048, arrival_s: 10, departure_s: 70}\n",
+    )
+    .unwrap();
+    for args in [vec!["plan"], vec!["simulate", "--trace", trace.to_str().unwrap(), "--no-faults"]] {
+        for columns in [80, 100] {
+            let out = Command::new(env!("CARGO_BIN_EXE_ironclaim")).args(&args).env("COLUMNS", columns.to_string()).output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let widths = table_widths(&stdout);
+            assert!(!widths.is_empty() && widths.iter().all(|&w| w <= columns), "{args:?} COLUMNS={columns}: {widths:?}\n{stdout}");
+        }
+    }
+}
+
 #[test]
 fn bench_reports_throughput_and_the_baseline() {
     let (code, out, err) = ironclaim(&["bench", "scheduling", "--pods", "200", "--runs", "1", "--output", "json"]);
