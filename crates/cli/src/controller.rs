@@ -47,7 +47,7 @@ pub struct Args {
     /// ledger (the ConfigMap ironclaim-claim-locks) live there.
     #[arg(long, env = "POD_NAMESPACE", default_value = "ironclaim-system")]
     lease_namespace: String,
-    #[arg(long, default_value = "ironclaim-controller")]
+    #[arg(long, default_value = LEASE_NAME)]
     lease_name: String,
     #[arg(long, default_value = "15s", value_parser = duration)]
     lease_duration: Duration,
@@ -55,6 +55,9 @@ pub struct Args {
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
 }
+
+/// The leader Lease's name, unless `--lease-name` says otherwise.
+pub const LEASE_NAME: &str = "ironclaim-controller";
 
 /// `1s`, `500ms`, `2m`, `1h30m`.
 fn duration(text: &str) -> Result<Duration, String> {
