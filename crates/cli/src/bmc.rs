@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
 use crate::exit::Failure;
+use crate::secrets;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -98,6 +99,11 @@ enum Auth {
     Session,
     Basic,
 }
+
+/// The words an inventory error may quote: the format's field names, and
+/// `password`, the field people write by mistake.
+const INVENTORY_WORDS: &[&str] =
+    &["name", "address", "system", "credentials", "tls", "username", "password", "password_file", "directory", "ca_file", "insecure_skip_verify"];
 
 /// One entry of an inventory file.
 #[derive(Deserialize)]
@@ -296,10 +302,16 @@ fn print_table(report: &Report) {
         table.add_row(cells);
     }
     println!("{table}");
-    if let Some(total) = report.total_watts {
-        let read = report.servers.iter().filter(|r| r.watts.is_some()).count();
-        println!("total: {total:.0} W from {read} of {} servers", report.servers.len());
+    if let Some(line) = total_line(report) {
+        println!("{line}");
     }
+}
+
+/// `total: 830 W from 3 of 4 servers`, for `watts`.
+fn total_line(report: &Report) -> Option<String> {
+    let total = report.total_watts?;
+    let read = report.servers.iter().filter(|r| r.watts.is_some()).count();
+    Some(format!("total: {total:.0} W from {read} of {}", crate::render::count(report.servers.len() as u64, "server", "servers")))
 }
 
 fn resolve_servers(target: &Target) -> Result<Vec<ServerSpec>, Failure> {
@@ -344,11 +356,21 @@ fn pick_system(address: &BmcAddress, flag: Option<&str>) -> anyhow::Result<Syste
 /// file's own directory.
 fn load_inventory(path: &Path) -> anyhow::Result<Vec<ServerSpec>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read inventory {}", path.display()))?;
-    let entries: Vec<InventoryEntry> = if path.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(&text).with_context(|| format!("invalid inventory {}", path.display()))?
+    // An inventory names password files, but a mistaken one may hold a
+    // password: its errors never quote it (see crate::secrets).
+    let parsed = if path.extension().is_some_and(|e| e == "json") {
+        secrets::from_json::<Vec<InventoryEntry>>(&text, INVENTORY_WORDS)
     } else {
-        serde_saphyr::from_str(&text).with_context(|| format!("invalid inventory {}", path.display()))?
+        secrets::from_yaml::<Vec<InventoryEntry>>(&text, INVENTORY_WORDS)
     };
+    let entries = parsed.map_err(|err| {
+        let hint = if err.message.starts_with("unknown field `password`") {
+            ": an inventory holds no password, only the file it is in (`password_file`) or a directory (see docs/redfish.md)"
+        } else {
+            ""
+        };
+        anyhow!("invalid inventory {}{hint}", err.at_file(path))
+    })?;
     if entries.is_empty() {
         return Err(anyhow!("inventory {} lists no server", path.display()));
     }
@@ -374,4 +396,23 @@ fn load_inventory(path: &Path) -> anyhow::Result<Vec<ServerSpec>> {
             Ok(ServerSpec { name: entry.name, endpoint: address.endpoint, system, credentials, tls })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(server: &str, watts: Option<f64>) -> Row {
+        Row { server: server.into(), power_state: None, watts, sent: None, latency_ms: 1, error: None }
+    }
+
+    #[test]
+    fn the_watts_total_counts_its_servers_in_agreement() {
+        let one = Report { action: "watts", servers: vec![row("a", Some(210.0))], total_watts: Some(210.0), failed: 0 };
+        assert_eq!(total_line(&one).as_deref(), Some("total: 210 W from 1 of 1 server"));
+        let two = Report { action: "watts", servers: vec![row("a", Some(210.0)), row("b", None)], total_watts: Some(210.0), failed: 0 };
+        assert_eq!(total_line(&two).as_deref(), Some("total: 210 W from 1 of 2 servers"));
+        let status = Report { action: "status", servers: vec![row("a", None)], total_watts: None, failed: 0 };
+        assert_eq!(total_line(&status), None);
+    }
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::anyhow;
+use kube::config::KubeconfigError;
 
 use crate::exit::Failure;
 
@@ -29,22 +30,39 @@ pub async fn connect(args: &ClusterArgs) -> Result<kube::Client, Failure> {
     let config = match &args.kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Failure::bad_input(anyhow!("cannot read the kubeconfig {}: {}", path.display(), first_line(&e))))?;
+                .map_err(|e| Failure::bad_input(anyhow!("cannot read the kubeconfig {}: {}", path.display(), described(&e))))?;
             kube::Config::from_custom_kubeconfig(file, &options)
                 .await
-                .map_err(|e| Failure::bad_input(anyhow!("cannot use the kubeconfig {}: {}", path.display(), first_line(&e))))?
+                .map_err(|e| Failure::bad_input(anyhow!("cannot use the kubeconfig {}: {}", path.display(), described(&e))))?
         }
         None if args.context.is_some() => kube::Config::from_kubeconfig(&options).await.map_err(|e| {
-            Failure::bad_input(anyhow!("cannot use the context {:?}: {}", args.context.as_deref().unwrap_or_default(), first_line(&e)))
+            Failure::bad_input(anyhow!("cannot use the context {:?}: {}", args.context.as_deref().unwrap_or_default(), described(&e)))
         })?,
-        None => kube::Config::infer().await.map_err(|e| {
-            Failure::bad_input(anyhow!(
-                "no cluster to talk to: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod ({}); pass --kubeconfig FILE",
-                first_line(&e)
-            ))
+        None => kube::Config::infer().await.map_err(|e| match std::error::Error::source(&e).and_then(|s| s.downcast_ref::<KubeconfigError>()) {
+            // The in-cluster half of the error says only that this is not a pod.
+            Some(KubeconfigError::Parse(yaml)) => Failure::bad_input(anyhow!("$KUBECONFIG or ~/.kube/config: {}", parse_error(yaml))),
+            Some(other) if !matches!(other, KubeconfigError::ReadConfig(..) | KubeconfigError::FindPath) => {
+                Failure::bad_input(anyhow!("$KUBECONFIG or ~/.kube/config: {}", described(other)))
+            }
+            _ => Failure::bad_input(anyhow!(
+                "no cluster to talk to: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod; pass --kubeconfig FILE"
+            )),
         })?,
     };
     kube::Client::try_from(config).map_err(|e| Failure::bad_input(anyhow!("cannot build a client for the cluster: {}", first_line(&e))))
+}
+
+/// A kubeconfig holds tokens, passwords and keys, and kube's parse error
+/// quotes the lines around a mistake: it is described again without them.
+fn described(err: &KubeconfigError) -> String {
+    match err {
+        KubeconfigError::Parse(yaml) => parse_error(yaml),
+        other => first_line(other),
+    }
+}
+
+fn parse_error(yaml: &serde_saphyr::Error) -> String {
+    format!("invalid kubeconfig YAML: {}", crate::secrets::describe_yaml(yaml, &[]))
 }
 
 fn first_line(err: &dyn std::fmt::Display) -> String {

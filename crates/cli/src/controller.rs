@@ -51,7 +51,7 @@ pub struct Args {
     #[arg(long, visible_alias = "lease-namespace", env = "POD_NAMESPACE", default_value = "ironclaim-system")]
     controller_namespace: String,
     /// The leader Lease's name.
-    #[arg(long, default_value = "ironclaim-controller")]
+    #[arg(long, default_value = LEASE_NAME)]
     lease_name: String,
     /// How long a leader's Lease lasts without renewal.
     #[arg(long, default_value = "15s", value_parser = duration)]
@@ -60,6 +60,9 @@ pub struct Args {
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
 }
+
+/// The leader Lease's name, unless `--lease-name` says otherwise.
+pub const LEASE_NAME: &str = "ironclaim-controller";
 
 /// `1s`, `500ms`, `2m`, `1h30m`.
 pub fn duration(text: &str) -> Result<Duration, String> {

@@ -10,7 +10,8 @@ use ironclaim_controller::timeline;
 use ironclaim_core::outcome::Outcome;
 use ironclaim_k8s::api::NodeClaim;
 use ironclaim_k8s::server_to_core;
-use kube::ResourceExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, ResourceExt};
 use serde::Serialize;
 
 use crate::exit::Failure;
@@ -24,9 +25,14 @@ pub struct Args {
     /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
     #[arg(long, value_name = "FILE", global = true)]
     kubeconfig: Option<PathBuf>,
-    /// The controller's namespace, where its claim lock ledger lives.
+    /// The controller's namespace, where its claim lock ledger and its
+    /// leader Lease live.
     #[arg(long, value_name = "NAMESPACE", default_value = "ironclaim-system", global = true)]
     controller_namespace: String,
+    /// The controller's leader Lease: whether it is renewed tells whether a
+    /// controller runs.
+    #[arg(long, value_name = "NAME", default_value = crate::controller::LEASE_NAME, global = true)]
+    lease_name: String,
     #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
     output: Output,
 }
@@ -87,6 +93,104 @@ struct Explanation {
     /// What the core decides for it now (`waiting` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     decision: Option<DecisionView>,
+    /// When it should be running, if it has a deadline (`waiting` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline: Option<DeadlineView>,
+    /// Whether a controller runs to act on the decision.
+    controller: ControllerView,
+}
+
+#[derive(Serialize)]
+struct DeadlineView {
+    /// How long after its creation the pod should be running.
+    after_creation_s: u64,
+    /// `annotation` (ironclaim.dev/deadline) or `pool` (its NodePool's defaultDeadline).
+    source: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<String>,
+    /// Seconds until the deadline; negative once it has passed.
+    left_s: i64,
+}
+
+impl DeadlineView {
+    /// `deadline: 10m after it was created (its ironclaim.dev/deadline annotation): 4m left`
+    fn line(&self) -> String {
+        let source = match &self.pool {
+            Some(pool) => format!("NodePool {pool}'s defaultDeadline"),
+            None => "its ironclaim.dev/deadline annotation".to_string(),
+        };
+        let left = if self.left_s >= 0 {
+            format!("{} left", timeline::human(self.left_s as u64))
+        } else {
+            format!("passed {} ago", timeline::human(self.left_s.unsigned_abs()))
+        };
+        format!("deadline: {} after it was created ({source}): {left}", timeline::human(self.after_creation_s))
+    }
+}
+
+/// Whether a controller runs, as its leader Lease says.
+#[derive(Serialize)]
+struct ControllerView {
+    /// `running` (the lease was renewed within its duration), `stopped`
+    /// (it lapsed), `no_lease`, or `unknown` (it could not be read).
+    state: &'static str,
+    /// NAMESPACE/NAME of the lease.
+    lease: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holder: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    renewed_ago_s: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl ControllerView {
+    /// Reads what a Lease (or its absence, or the error reading it) says at `now`.
+    fn of(lease_name: String, read: Result<Option<Lease>, String>, now: u64) -> Self {
+        let mut view = ControllerView { state: "no_lease", lease: lease_name, holder: None, renewed_ago_s: None, error: None };
+        match read {
+            Err(error) => {
+                view.state = "unknown";
+                view.error = Some(error);
+            }
+            Ok(None) => {}
+            Ok(Some(lease)) => {
+                let spec = lease.spec.unwrap_or_default();
+                view.holder = spec.holder_identity.filter(|h| !h.is_empty());
+                let renewed = spec.renew_time.map(|t| t.0.as_second().max(0) as u64);
+                view.renewed_ago_s = renewed.map(|r| now.saturating_sub(r));
+                let duration = spec.lease_duration_seconds.unwrap_or(15).max(1) as u64;
+                view.state = match (&view.holder, renewed) {
+                    (Some(_), Some(r)) if r + duration >= now => "running",
+                    _ => "stopped",
+                };
+            }
+        }
+        view
+    }
+
+    /// What to say when no controller is known to run; nothing when one is.
+    fn warning(&self) -> Option<String> {
+        let act = "nothing claims or powers on a server for this pod until one runs";
+        match self.state {
+            "running" => None,
+            "stopped" => Some(format!(
+                "no controller is running: the lease {} was last renewed{}{}; {act}",
+                self.lease,
+                self.holder.as_deref().map(|h| format!(" by {h}")).unwrap_or_default(),
+                self.renewed_ago_s.map(|s| format!(" {} ago", timeline::human(s))).unwrap_or_default(),
+            )),
+            "no_lease" => Some(format!(
+                "no controller is running, as far as can be seen: there is no lease {} (a controller started with --leader-elect holds it); {act}",
+                self.lease
+            )),
+            _ => Some(format!(
+                "whether a controller runs is unknown: the lease {} cannot be read: {}",
+                self.lease,
+                self.error.as_deref().unwrap_or("?")
+            )),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -148,7 +252,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let explanation = runtime.block_on(async {
         let client = crate::controller::client(args.kubeconfig.as_ref()).await.map_err(Failure::world)?;
         let index = ironclaim_controller::cluster::read(&client, &args.controller_namespace).await.map_err(Failure::world)?;
-        explain(&index, &namespace, &name, now_s())
+        let lease = Api::<Lease>::namespaced(client, &args.controller_namespace).get_opt(&args.lease_name).await.map_err(|e| e.to_string());
+        let now = now_s();
+        let controller = ControllerView::of(format!("{}/{}", args.controller_namespace, args.lease_name), lease, now);
+        explain(&index, &namespace, &name, now, controller)
     })?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&explanation).map_err(Failure::world)?),
@@ -157,7 +264,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     Ok(())
 }
 
-fn explain(index: &Index, namespace: &str, name: &str, now: u64) -> Result<Explanation, Failure> {
+fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: ControllerView) -> Result<Explanation, Failure> {
     let key = format!("{namespace}/{name}");
     let Some(entry) = index.pods.get(&key) else {
         if let Some(err) = index.bad_pods.get(&key) {
@@ -172,6 +279,8 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64) -> Result<Expla
         phase: Some(format!("{:?}", entry.pod.phase)),
         claims: Vec::new(),
         decision: None,
+        deadline: None,
+        controller,
     };
     // The claims opened for it, oldest first.
     let mut claims: Vec<&NodeClaim> =
@@ -200,7 +309,26 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64) -> Result<Expla
         reason_detail: None,
         summary: String::new(),
     };
-    explanation.decision = Some(match plan.decision(&key).map(|d| &d.outcome) {
+    let outcome = plan.decision(&key).map(|d| &d.outcome);
+    // The pod's own deadline, else its claim's NodePool's default (the
+    // core's rule); a pod with no claim has no pool to take one from.
+    let pool = match outcome {
+        Some(Outcome::NewClaim { claim, .. }) => plan.claims.iter().find(|c| &c.name == claim).map(|c| c.pool.clone()),
+        Some(Outcome::InFlight { claim, .. }) => index.claims.get(claim).map(|c| c.spec.pool.clone()),
+        _ => None,
+    };
+    let deadline = match (entry.pod.deadline_s, pool) {
+        (Some(after), _) => Some((after, None)),
+        (None, Some(pool)) => snapshot.pools.iter().find(|p| p.name == pool).and_then(|p| p.deadline_s).map(|after| (after, Some(pool))),
+        (None, None) => None,
+    };
+    explanation.deadline = deadline.map(|(after, pool)| DeadlineView {
+        after_creation_s: after,
+        source: if pool.is_some() { "pool" } else { "annotation" },
+        pool,
+        left_s: (entry.pod.created_s + after) as i64 - now as i64,
+    });
+    explanation.decision = Some(match outcome {
         Some(Outcome::Existing { node }) => DecisionView {
             outcome: "existing",
             node: Some(node.clone()),
@@ -293,14 +421,101 @@ fn print(e: &Explanation) {
             println!("  {p}");
         }
     }
+    if let Some(d) = &e.deadline {
+        println!("{}", d.line());
+    }
     if let Some(d) = &e.decision {
         println!("{}", d.summary);
+    }
+    // A bound pod needs no controller; a waiting one does.
+    if e.state == "waiting"
+        && let Some(warning) = e.controller.warning()
+    {
+        println!("{warning}");
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_pod;
+    use super::*;
+    use ironclaim_controller::index::Indexed;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn lease(holder: &str, renewed_ago_s: u64) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                lease_duration_seconds: Some(15),
+                renew_time: Some(MicroTime(timeline::time(NOW - renewed_ago_s).0)),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        }
+    }
+
+    fn no_controller() -> ControllerView {
+        ControllerView::of("ironclaim-system/ironclaim-controller".into(), Ok(None), NOW)
+    }
+
+    /// A pending pod created `age_s` ago, with an `ironclaim.dev/deadline` when given.
+    fn index_with_pod(age_s: u64, deadline: Option<&str>) -> Index {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "web", "namespace": "shop",
+                "creationTimestamp": timeline::time(NOW - age_s),
+                "annotations": deadline.map(|d| serde_json::json!({"ironclaim.dev/deadline": d})).unwrap_or(serde_json::json!({}))
+            },
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending"}
+        }))
+        .expect("a pod");
+        let mut index = Index::default();
+        pod.apply(&mut index);
+        index
+    }
+
+    #[test]
+    fn a_waiting_pod_is_told_its_deadline_and_what_is_left_of_it() {
+        let e = explain(&index_with_pod(120, Some("10m")), "shop", "web", NOW, no_controller()).unwrap_or_else(|_| panic!("explained"));
+        let d = e.deadline.expect("a deadline");
+        assert_eq!((d.after_creation_s, d.source, d.left_s), (600, "annotation", 480));
+        assert_eq!(d.line(), "deadline: 10m after it was created (its ironclaim.dev/deadline annotation): 8m left");
+        let e = explain(&index_with_pod(900, Some("10m")), "shop", "web", NOW, no_controller()).unwrap_or_else(|_| panic!("explained"));
+        assert_eq!(
+            e.deadline.expect("a deadline").line(),
+            "deadline: 10m after it was created (its ironclaim.dev/deadline annotation): passed 5m ago"
+        );
+        let e = explain(&index_with_pod(120, None), "shop", "web", NOW, no_controller()).unwrap_or_else(|_| panic!("explained"));
+        assert!(e.deadline.is_none());
+    }
+
+    #[test]
+    fn the_lease_tells_whether_a_controller_runs() {
+        let name = || "ironclaim-system/ironclaim-controller".to_string();
+        let running = ControllerView::of(name(), Ok(Some(lease("ironclaim-7f9", 5))), NOW);
+        assert_eq!((running.state, running.warning()), ("running", None));
+        let stopped = ControllerView::of(name(), Ok(Some(lease("ironclaim-7f9", 7200))), NOW);
+        assert_eq!(stopped.state, "stopped");
+        assert_eq!(
+            stopped.warning().as_deref(),
+            Some(
+                "no controller is running: the lease ironclaim-system/ironclaim-controller was last renewed by ironclaim-7f9 2h00m ago; \
+                 nothing claims or powers on a server for this pod until one runs"
+            )
+        );
+        let released = ControllerView::of(name(), Ok(Some(lease("", 1))), NOW);
+        assert_eq!(released.state, "stopped");
+        let none = ControllerView::of(name(), Ok(None), NOW);
+        assert!(none.warning().is_some_and(|w| w.starts_with("no controller is running, as far as can be seen: there is no lease")));
+        let forbidden = ControllerView::of(name(), Err("leases is forbidden".into()), NOW);
+        assert_eq!(forbidden.state, "unknown");
+        assert!(forbidden.warning().is_some_and(|w| w.ends_with("cannot be read: leases is forbidden")));
+    }
 
     #[test]
     fn pod_references_are_checked_as_kubernetes_names() {

@@ -15,6 +15,7 @@ mod explain;
 mod logging;
 mod plan;
 mod render;
+mod secrets;
 mod servers;
 mod simulate;
 mod swarm;

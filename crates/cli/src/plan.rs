@@ -40,7 +40,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let now = args.now.unwrap_or_else(|| snapshot.pods.iter().map(|p| p.created_s).max().unwrap_or(0));
     if args.vary.is_empty() {
         let plan = provision(&snapshot, now);
-        let view = PlanView::new(&snapshot, &plan);
+        let view = PlanView::new(&plan);
         match args.output {
             Output::Json => println!("{}", serde_json::to_string_pretty(&view).map_err(Failure::world)?),
             Output::Table => print_plan(&view, &plan),
@@ -53,7 +53,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         .map(|variations| {
             let varied = sensitivity::apply(&snapshot, &variations);
             let plan = provision(&varied, now);
-            SensitivityRow::new(&variations, &PlanView::new(&varied, &plan))
+            SensitivityRow::new(&variations, &PlanView::new(&plan))
         })
         .collect();
     match args.output {
@@ -115,16 +115,15 @@ struct ClaimView {
     deadline_missed: bool,
 }
 
-fn workload_name(snapshot: &Snapshot, key: &str) -> String {
-    snapshot.pods.iter().find(|p| p.key() == key).and_then(|p| p.workload.clone()).unwrap_or_else(|| key.to_string())
-}
-
 impl PlanView {
-    fn new(snapshot: &Snapshot, plan: &Provisioning) -> Self {
+    /// The view of a plan, from the plan alone: a decision carries its
+    /// pod's workload, and a pod without one (no ownerReferences) is a
+    /// workload of its own, named by its key. Linear in the decisions.
+    fn new(plan: &Provisioning) -> Self {
         let mut workloads: Vec<WorkloadView> = Vec::new();
         let mut index: BTreeMap<String, usize> = BTreeMap::new();
         for d in &plan.pods {
-            let name = d.workload.clone().unwrap_or_else(|| workload_name(snapshot, &d.pod));
+            let name = d.workload.clone().unwrap_or_else(|| d.pod.clone());
             let i = *index.entry(name.clone()).or_insert_with(|| {
                 workloads.push(WorkloadView { name, pods: Vec::new() });
                 workloads.len() - 1
@@ -144,8 +143,10 @@ impl PlanView {
             match &d.outcome {
                 Outcome::Existing { node } => {
                     pod.node = Some(node.clone());
-                    pod.reason =
-                        Some(format!("fits Ready node {node} now: this pod should already schedule; capacity or request accounting is stale"));
+                    // plan reads manifests, a what-if: a pod that fits a
+                    // Ready node there needs no server. (explain, which reads
+                    // a live cluster, says the scheduler should bind it.)
+                    pod.reason = Some(format!("fits Ready node {node}: no server needed"));
                 }
                 Outcome::InFlight { claim, server, .. } => {
                     pod.claim = Some(claim.clone());
@@ -200,8 +201,7 @@ fn print_plan(view: &PlanView, plan: &Provisioning) {
     for w in &view.workloads {
         for p in &w.pods {
             let note = match p.outcome {
-                "existing" => "should already schedule: stale accounting".to_string(),
-                "unschedulable" => p.reason.clone().unwrap_or_default(),
+                "existing" | "unschedulable" => p.reason.clone().unwrap_or_default(),
                 _ if p.deadline_missed => "misses its deadline".to_string(),
                 _ => String::new(),
             };
@@ -234,15 +234,28 @@ fn print_plan(view: &PlanView, plan: &Provisioning) {
         }
         println!("{claims}");
     }
-    let stale = plan.pods.iter().filter(|d| matches!(d.outcome, Outcome::Existing { .. })).count();
-    let unschedulable = plan.pods.iter().filter(|d| matches!(d.outcome, Outcome::Unschedulable { .. })).count();
-    let added: f64 = plan.claims.iter().map(|c| c.added_idle_watts).sum();
-    println!(
-        "{} pending pods: {stale} fit Ready nodes now, {} go to {} new claims (+{added:.0} W idle), {unschedulable} cannot be placed.",
-        plan.pods.len(),
-        plan.pods.len() - stale - unschedulable,
-        plan.claims.len(),
-    );
+    println!("{}", summary(plan));
+}
+
+/// `9 pending pods: 7 fit Ready nodes now, 2 go to 2 new claims (+480 W idle), 0 cannot be placed.`
+fn summary(plan: &Provisioning) -> String {
+    let count_of = |f: fn(&Outcome) -> bool| plan.pods.iter().filter(|d| f(&d.outcome)).count() as u64;
+    let existing = count_of(|o| matches!(o, Outcome::Existing { .. }));
+    let unschedulable = count_of(|o| matches!(o, Outcome::Unschedulable { .. }));
+    let total = plan.pods.len() as u64;
+    if total == 0 {
+        return "No pending pods: nothing to place.".to_string();
+    }
+    let claimed = total - existing - unschedulable;
+    // Summed from +0.0: an empty sum of f64 is -0.0, printed "-0".
+    let added = plan.claims.iter().fold(0.0, |watts, c| watts + c.added_idle_watts);
+    format!(
+        "{}: {existing} {} now, {claimed} {} to {} (+{added:.0} W idle), {unschedulable} cannot be placed.",
+        render::count(total, "pending pod", "pending pods"),
+        if existing == 1 { "fits a Ready node" } else { "fit Ready nodes" },
+        if claimed == 1 { "goes" } else { "go" },
+        render::count(plan.claims.len() as u64, "new claim", "new claims"),
+    )
 }
 
 #[derive(Serialize)]
@@ -303,4 +316,40 @@ fn print_sensitivity(rows: &[SensitivityRow]) {
         t.add_row(cells);
     }
     println!("{t}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(pod: &str, workload: Option<&str>) -> PodDecision {
+        PodDecision { pod: pod.into(), workload: workload.map(String::from), outcome: Outcome::Existing { node: "n1".into() } }
+    }
+
+    #[test]
+    fn the_summary_agrees_in_number_and_shows_no_negative_zero() {
+        let existing = decision("shop/web-0", Some("web"));
+        let plan = Provisioning { pods: vec![existing.clone()], claims: Vec::new() };
+        assert_eq!(summary(&plan), "1 pending pod: 1 fits a Ready node now, 0 go to 0 new claims (+0 W idle), 0 cannot be placed.");
+        let plan = Provisioning { pods: vec![existing.clone(), existing], claims: Vec::new() };
+        assert_eq!(summary(&plan), "2 pending pods: 2 fit Ready nodes now, 0 go to 0 new claims (+0 W idle), 0 cannot be placed.");
+        assert_eq!(summary(&Provisioning::default()), "No pending pods: nothing to place.");
+    }
+
+    /// Pods without ownerReferences: each is a workload of its own, named
+    /// by its key, in the order of the decisions; the view is made from the
+    /// plan alone (it once searched the snapshot's pods for every decision:
+    /// 20,000 bare pods took 27 s).
+    #[test]
+    fn bare_pods_are_workloads_of_their_own_named_by_their_keys() {
+        let mut pods: Vec<PodDecision> = (0..20_000).map(|i| decision(&format!("batch/bare-{i}"), None)).collect();
+        pods.insert(1, decision("shop/web-0", Some("web")));
+        pods.push(decision("shop/web-1", Some("web")));
+        let view = PlanView::new(&Provisioning { pods, claims: Vec::new() });
+        assert_eq!(view.workloads.len(), 20_001);
+        let names: Vec<&str> = view.workloads.iter().take(3).map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["batch/bare-0", "web", "batch/bare-1"]);
+        assert_eq!(view.workloads[1].pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["shop/web-0", "shop/web-1"]);
+        assert!(view.workloads.iter().filter(|w| w.name != "web").all(|w| w.pods.len() == 1 && w.pods[0].name == w.name));
+    }
 }

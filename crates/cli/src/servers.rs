@@ -49,7 +49,7 @@ struct Row {
     watts: Option<i64>,
     /// `identity mismatch`, `not adopted` (ironclaim keeps its hands off;
     /// the Server's conditions say why), `maintenance`, `quarantined (N
-    /// failures)`, `N failure(s)` or `healthy`.
+    /// failures)`, `N failures` (`1 failure`) or `healthy`.
     health: String,
     cpu: String,
     memory: String,
@@ -185,9 +185,9 @@ fn inventory(index: &Index) -> Inventory {
         } else if server.spec.maintenance {
             "maintenance".to_string()
         } else if status.quarantined {
-            format!("quarantined ({} failures)", status.failures)
+            format!("quarantined ({})", failures(status.failures))
         } else if status.failures > 0 {
-            format!("{} failure(s)", status.failures)
+            failures(status.failures)
         } else {
             "healthy".to_string()
         };
@@ -248,6 +248,11 @@ fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
+/// `1 failure`, `3 failures`.
+fn failures(n: i64) -> String {
+    render::count(n.max(0) as u64, "failure", "failures")
+}
+
 fn print(inventory: &Inventory) {
     let mut table = render::table(&["SERVER", "POWER", "CLAIM", "STAGE", "NODE", "WATTS", "HEALTH", "CPU", "MEMORY", "GPUS"]);
     for r in &inventory.servers {
@@ -271,7 +276,13 @@ fn print(inventory: &Inventory) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Summary, summary_line};
+    use super::{Summary, failures, summary_line};
+
+    #[test]
+    fn failures_are_counted_in_agreement() {
+        assert_eq!(failures(1), "1 failure");
+        assert_eq!(failures(3), "3 failures");
+    }
 
     #[test]
     fn the_summary_says_what_is_measured_and_what_is_estimated() {

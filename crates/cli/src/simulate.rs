@@ -3,11 +3,12 @@
 //! prints the comparison (table or JSON) and an HTML report.
 
 use crate::exit::Failure;
+use crate::render;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
 use ironclaim_sim::compare::compare;
 use ironclaim_sim::sample::{peak_demand, sample_size_for_peak, stratified_sample};
-use ironclaim_sim::trace::{read_pods, read_servers, workload_from_rows};
+use ironclaim_sim::trace::{is_yaml, read_pods, read_servers, workload_from_rows};
 use ironclaim_sim::{Faults, PolicyKind, Scoring, SimConfig, Workload, embedded};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -176,13 +177,24 @@ fn workload(args: &Args) -> anyhow::Result<Workload> {
     let mut w = match (&args.trace, &args.servers) {
         (None, None) => embedded::default_day(args.seed),
         (Some(trace), servers) => {
-            let pods = read_pods(trace)?;
-            let server_path = servers.as_ref().unwrap_or(trace);
+            let pods = read_pods(trace).context("--trace takes the pods to replay")?;
+            // Only the YAML user document holds servers beside its pods; a
+            // pod CSV read as servers would make a server of every pod.
+            let server_path = match servers {
+                Some(path) => path,
+                None if is_yaml(trace) => trace,
+                None => {
+                    return Err(anyhow!(
+                        "--trace needs --servers FILE (the node list the pods run on, such as openb_node_list_all_node.csv); \
+                         only a YAML trace can list its servers itself"
+                    ));
+                }
+            };
             let servers = read_servers(server_path).with_context(|| {
                 if args.servers.is_none() {
                     "--trace without --servers needs a YAML trace that lists servers".to_string()
                 } else {
-                    format!("reading servers from {}", server_path.display())
+                    "--servers takes the node list".to_string()
                 }
             })?;
             let name = trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -197,7 +209,7 @@ fn workload(args: &Args) -> anyhow::Result<Workload> {
             n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?
         };
         w.servers = stratified_sample(&w.servers, size, args.seed);
-        w.name = format!("{} on {} sampled servers", w.name, w.servers.len());
+        w.name = format!("{} on {}", w.name, render::count(w.servers.len() as u64, "sampled server", "sampled servers"));
     }
     Ok(w)
 }
@@ -207,10 +219,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let kinds = policies(&args).map_err(Failure::bad_input)?;
     let w = workload(&args).map_err(Failure::bad_input)?;
     eprintln!(
-        "simulating {} ({} servers, {} pods): seed={} scoring={} quiet_max_s={} batch_idle_s={} batch_max_s={}",
+        "simulating {} ({}, {}): seed={} scoring={} quiet_max_s={} batch_idle_s={} batch_max_s={}",
         w.name,
-        w.servers.len(),
-        w.pods.len(),
+        render::count(w.servers.len() as u64, "server", "servers"),
+        render::count(w.pods.len() as u64, "pod", "pods"),
         cfg.seed,
         cfg.scoring,
         cfg.quiet_max_s,
@@ -244,7 +256,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         eprintln!("report written to {}", path.display());
     }
     match args.output {
-        Output::Table => print!("{}", report.to_table()),
+        Output::Table => print!("{}", report.to_table(render::width())),
         Output::Json => println!("{}", report.to_json()),
     }
     Ok(())
@@ -284,6 +296,30 @@ mod tests {
             Err(Failure::BadInput(e)) => {
                 let text = format!("{e:#}");
                 assert!(text.contains("bad-pods.csv:3:3"), "{text}");
+            }
+            other => panic!("expected bad input, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_csv_trace_without_servers_is_bad_input_naming_the_flag() {
+        let pods = temp_file("pods-only.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\n");
+        match run(args(&["--trace", pods.to_str().unwrap()])) {
+            Err(Failure::BadInput(e)) => {
+                let text = format!("{e:#}");
+                assert!(text.contains("--trace needs --servers FILE"), "{text}");
+            }
+            other => panic!("expected bad input, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pod_list_given_as_servers_is_bad_input_naming_file_and_column() {
+        let pods = temp_file("pods.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\n");
+        match run(args(&["--trace", pods.to_str().unwrap(), "--servers", pods.to_str().unwrap()])) {
+            Err(Failure::BadInput(e)) => {
+                let text = format!("{e:#}");
+                assert!(text.contains("pods.csv") && text.contains("`creation_time`") && text.contains("not a server list"), "{text}");
             }
             other => panic!("expected bad input, got {other:?}"),
         }

@@ -5,6 +5,7 @@
 //! adds every effect, answer and crash of one policy.
 
 use crate::exit::Failure;
+use crate::render::count;
 use anyhow::anyhow;
 use ironclaim_sim::engine::Prepared;
 use ironclaim_sim::swarm::{self, SeedResult};
@@ -50,8 +51,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
     let last = args.from.checked_add(args.seeds - 1).ok_or_else(|| Failure::bad_input(anyhow!("--from plus --seeds overflows")))?;
     eprintln!(
-        "swarm: seeds {}..={last} on {jobs} threads, policies {}; each seed draws its rack, load and faults (faults stop at {} s)",
+        "swarm: seeds {}..={last} on {}, policies {}; each seed draws its rack, load and faults (faults stop at {} s)",
         args.from,
+        count(jobs as u64, "thread", "threads"),
         policies.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
         swarm::FAULTS_FOR_S
     );
@@ -102,16 +104,22 @@ pub fn run(args: Args) -> Result<(), Failure> {
         bar.finish_and_clear();
     }
     let elapsed = started.elapsed().as_secs_f64();
-    println!("{done} seeds in {elapsed:.1} s ({:.1} seeds/s on {jobs} threads): {} failing", done as f64 / elapsed.max(1e-9), failing.len());
+    println!(
+        "{} in {elapsed:.1} s ({:.1} seeds/s on {}): {} failing",
+        count(done, "seed", "seeds"),
+        done as f64 / elapsed.max(1e-9),
+        count(jobs as u64, "thread", "threads"),
+        failing.len()
+    );
     failing.sort_by_key(|r| r.seed);
     for r in &failing {
         for run in r.runs.iter().filter(|run| !run.violations.is_empty()) {
             let first = &run.violations[0];
             println!(
-                "  seed {} {}: {} violation(s), first at {} s: {}: {}",
+                "  seed {} {}: {}, first at {} s: {}: {}",
                 r.seed,
                 run.policy.name(),
-                run.violations.len(),
+                count(run.violations.len() as u64, "violation", "violations"),
                 first.at_s,
                 first.checker,
                 first.message
@@ -119,7 +127,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         }
         println!("    replay: {}", swarm::replay_command(r.seed));
     }
-    if failing.is_empty() { Ok(()) } else { Err(Failure::world(anyhow!("{} of {done} seeds broke a checker", failing.len()))) }
+    if failing.is_empty() { Ok(()) } else { Err(Failure::world(anyhow!("{} of {} broke a checker", failing.len(), count(done, "seed", "seeds")))) }
 }
 
 /// Runs one seed and prints its case, what each policy did and every violation.
@@ -139,17 +147,17 @@ fn replay(seed: u64, policies: &[PolicyKind], trace: Option<&str>) -> Result<(),
             run_policy(&c.workload, &prep, &c.config, policy, &mut |_| {})
         };
         println!(
-            "{}: {} placed, {} pending at the end, {} decisions, {} scale-down passes, {} crashes, {} lease takeovers, {} nodes lost, {} power-offs refused, {} violation(s)",
+            "{}: {} placed, {} pending at the end, {}, {}, {}, {}, {} lost, {} refused, {}",
             policy.name(),
             stats.pods_placed,
             stats.pods_pending_at_end,
-            stats.provision_calls,
-            stats.scale_down_passes,
-            stats.crashes,
-            stats.takeovers,
-            stats.nodes_lost,
-            stats.power_offs_refused,
-            stats.violations.len()
+            count(stats.provision_calls, "decision", "decisions"),
+            count(stats.scale_down_passes, "scale-down pass", "scale-down passes"),
+            count(stats.crashes, "crash", "crashes"),
+            count(stats.takeovers, "lease takeover", "lease takeovers"),
+            count(stats.nodes_lost, "node", "nodes"),
+            count(stats.power_offs_refused, "power-off", "power-offs"),
+            count(stats.violations.len() as u64, "violation", "violations")
         );
         for v in &stats.violations {
             println!("  {} s {}: {}", v.at_s, v.checker, v.message);
@@ -158,5 +166,5 @@ fn replay(seed: u64, policies: &[PolicyKind], trace: Option<&str>) -> Result<(),
             broken += 1;
         }
     }
-    if broken == 0 { Ok(()) } else { Err(Failure::world(anyhow!("seed {seed}: {broken} policy run(s) broke a checker"))) }
+    if broken == 0 { Ok(()) } else { Err(Failure::world(anyhow!("seed {seed}: {} broke a checker", count(broken, "policy run", "policy runs")))) }
 }

@@ -109,7 +109,10 @@ async fn setup() -> (TestEnv, Client) {
         env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("established");
     }
     let _ = env.kubectl(["create", "namespace", NS]);
-    apply(&env, &json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool", "metadata": {"name": "general"}, "spec": {"requirements": []}}));
+    apply(
+        &env,
+        &json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool", "metadata": {"name": "general"}, "spec": {"requirements": [], "defaultDeadline": "1h"}}),
+    );
     apply(&env, &server("s-on", 4, json!({})));
     apply(&env, &server("s-booting", 16, json!({})));
     apply(&env, &server("s-off", 24, json!({})));
@@ -223,9 +226,17 @@ async fn explain_and_servers_read_the_cluster() {
     for row in ["selected", "powering on", "booting", "InProgress", "power on confirmed"] {
         assert!(out.contains(row), "no {row:?} in {out}");
     }
+    assert!(out.lines().any(|l| l.starts_with("it waits for claim c-wait on server s-booting: ready in about ")), "{out}");
+    // Its deadline, from its claim's NodePool, and no controller to act.
+    assert!(
+        out.lines().any(|l| l.starts_with("deadline: 60m after it was created (NodePool general's defaultDeadline): ") && l.ends_with("m left")),
+        "{out}"
+    );
     let last = out.lines().last().unwrap_or_default();
-    assert!(last.starts_with("it waits for claim c-wait on server s-booting: ready in about "), "{out}");
+    assert!(last.starts_with("no controller is running, as far as can be seen: there is no lease ironclaim-system/ironclaim-controller"), "{out}");
     let json = json_of(&ironclaim(&env, &["explain", "pod", "cli/waiting", "-o", "json"]));
+    assert_eq!((json["deadline"]["after_creation_s"].as_u64(), json["deadline"]["pool"].as_str()), (Some(3600), Some("general")), "{json}");
+    assert_eq!(json["controller"]["state"], "no_lease", "{json}");
     assert_eq!(json["state"], "waiting");
     assert_eq!(json["claims"][0]["name"], "c-wait");
     assert_eq!(json["claims"][0]["stage"], "booting");
@@ -245,7 +256,7 @@ async fn explain_and_servers_read_the_cluster() {
     assert!(reason.starts_with("no hardware in the inventory matches: 0 of 6 servers"), "{reason}");
     let run = ironclaim(&env, &["explain", "pod", "cli/huge"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert_eq!(run.stdout.trim_end(), format!("nothing can be provisioned for it: {reason}"));
+    assert_eq!(run.stdout.lines().next(), Some(format!("nothing can be provisioned for it: {reason}").as_str()), "{}", run.stdout);
     let json = json_of(&ironclaim(&env, &["explain", "pod", "cli/huge", "--output", "json"]));
     assert_eq!(json["decision"]["outcome"], "unschedulable");
     assert_eq!(json["decision"]["reason"], reason.as_str());
@@ -270,7 +281,22 @@ async fn explain_and_servers_read_the_cluster() {
     let Outcome::NewClaim { eta_s, .. } = core_decision(&client, "retry").await else { panic!("no new claim") };
     assert_eq!(json["decision"]["eta_s"], eta_s, "{json}");
     let want = format!("the next decision claims server s-off (cold) for it: ready in about {}", timeline::human(eta_s));
-    assert_eq!(run.stdout.lines().last(), Some(want.as_str()), "{}", run.stdout);
+    assert!(run.stdout.lines().any(|l| l == want), "{}", run.stdout);
+
+    // With a controller holding its lease, nothing is said of it.
+    let renewed = serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(timeline::time(now_s()).0)).expect("time");
+    apply(
+        &env,
+        &json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "ironclaim-controller", "namespace": "ironclaim-system"},
+            "spec": {"holderIdentity": "ironclaim-test", "leaseDurationSeconds": 300, "renewTime": renewed}
+        }),
+    );
+    let run = ironclaim(&env, &["explain", "pod", "cli/retry"]);
+    assert!(!run.stdout.contains("controller"), "{}", run.stdout);
+    let json = json_of(&ironclaim(&env, &["explain", "pod", "cli/retry", "-o", "json"]));
+    assert_eq!((json["controller"]["state"].as_str(), json["controller"]["holder"].as_str()), (Some("running"), Some("ironclaim-test")), "{json}");
 
     // A bound pod.
     let run = ironclaim(&env, &["explain", "pod", "cli/bound"]);
@@ -295,7 +321,7 @@ async fn explain_and_servers_read_the_cluster() {
         out.lines().map(cells).find(|c| c.first().is_some_and(|c| c == name)).unwrap_or_else(|| panic!("no row {name}: {out}"))
     };
     assert_eq!(row("s-on"), ["s-on", "on", "", "", "n-general", "210 W", "healthy", "4", "8Gi", ""], "{out}");
-    assert_eq!(row("s-booting"), ["s-booting", "on", "c-wait", "powered on", "", "180 W", "healthy", "16", "32Gi", ""], "{out}");
+    assert_eq!(row("s-booting"), ["s-booting", "on", "c-wait", "booting", "", "180 W", "healthy", "16", "32Gi", ""], "{out}");
     assert_eq!(row("s-metal3")[..7], ["s-metal3", "off", "c-opening", "opening (locked)", "", "-", "healthy"], "{out}");
     assert_eq!(row("s-maint")[..7], ["s-maint", "off", "", "", "", "-", "maintenance"], "{out}");
     assert_eq!(row("s-quarantined")[..7], ["s-quarantined", "off", "", "", "", "-", "quarantined (3 failures)"], "{out}");
@@ -316,7 +342,7 @@ async fn explain_and_servers_read_the_cluster() {
     assert_eq!(by_name("s-metal3")["provider"], "metal3 hosts/worker-9");
     assert_eq!(by_name("s-on")["provider"], "redfish");
     assert_eq!(by_name("s-on")["node"], "n-general");
-    assert_eq!(by_name("s-booting")["stage"], "powered on");
+    assert_eq!(by_name("s-booting")["stage"], "booting");
     assert!(by_name("s-maint").get("watts").is_none(), "a stale reading shown: {json}");
     assert_eq!(json["summary"]["measured_watts"], 390);
     assert_eq!(json["summary"]["estimated_off_watts"], 40);

@@ -30,7 +30,7 @@ fn plan_with_no_arguments_runs_the_worked_example() {
     let pods = outcomes(&json);
     assert_eq!(pods.len(), 9);
     assert_eq!(pods.iter().filter(|p| p.1 == "existing").count(), 7);
-    let batch = pods.iter().find(|p| p.0 == "analytics/batch-0").unwrap();
+    let batch = pods.iter().find(|p| p.0 == "analytics/batch-job-0").unwrap();
     assert_eq!((batch.1.as_str(), batch.2.as_deref()), ("new_claim", Some("r1-u10")));
     assert_eq!(json["claims"].as_array().unwrap().len(), 2);
     for claim in json["claims"].as_array().unwrap() {
@@ -40,13 +40,16 @@ fn plan_with_no_arguments_runs_the_worked_example() {
     }
 }
 
+/// plan is a what-if on manifests: a pod that fits a Ready node needs no
+/// server, which is not a sign of stale accounting there.
 #[test]
-fn the_table_names_stale_accounting_and_the_claims() {
+fn the_table_says_a_pod_on_a_ready_node_needs_no_server_and_names_the_claims() {
     let (code, out, _) = ironclaim(&["plan"]);
     assert_eq!(code, 0);
-    assert!(out.contains("stale accounting"), "{out}");
+    assert!(out.contains("fits Ready node general-a: no server needed"), "{out}");
+    assert!(!out.contains("stale"), "{out}");
     assert!(out.contains("r1-u10 (warm)"), "{out}");
-    assert!(out.contains("2 go to 2 new claims"), "{out}");
+    assert!(out.contains("9 pending pods: 7 fit Ready nodes now, 2 go to 2 new claims (+480 W idle), 0 cannot be placed."), "{out}");
 }
 
 #[test]
@@ -62,6 +65,30 @@ fn the_worked_example_as_manifests_plans_like_the_embedded_one() {
         s
     };
     assert_eq!(summary(&json), summary(&embedded));
+}
+
+/// The manifests are the embedded example written out: the same pods,
+/// by the same names, in the same workloads, with the same outcomes.
+#[test]
+fn the_example_manifests_name_their_pods_as_the_embedded_example_does() {
+    let (code, out, err) = ironclaim(&["plan", "-f", &repo_file("examples/worked-example.yaml"), "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, embedded, _) = ironclaim(&["plan", "--output", "json"]);
+    let pods = |json: &str| {
+        let json: Value = serde_json::from_str(json).unwrap();
+        let mut pods: Vec<(String, String, String, Option<String>)> = json["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|w| w["pods"].as_array().unwrap().iter().map(move |p| (w["name"].as_str().unwrap().to_string(), p)))
+            .map(|(w, p)| {
+                (w, p["name"].as_str().unwrap().to_string(), p["outcome"].as_str().unwrap().to_string(), p["server"].as_str().map(String::from))
+            })
+            .collect();
+        pods.sort();
+        pods
+    };
+    assert_eq!(pods(&out), pods(&embedded));
 }
 
 #[test]
@@ -140,6 +167,31 @@ spec:
     std::fs::write(dir.join("inventory.yaml"), server).unwrap();
     let (code, _, err) = ironclaim(&["plan", "-f", dir.join("inventory.yaml").to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
+}
+
+/// COLUMNS fits every table to the terminal: plan's and, run here too so
+/// as not to build a test binary for one check, simulate's.
+#[test]
+fn tables_fit_the_width_columns_gives() {
+    let table_widths =
+        |out: &str| -> Vec<usize> { out.lines().filter(|l| l.starts_with(['┌', '│', '╞', '├', '└'])).map(|l| l.chars().count()).collect() };
+    let dir = std::env::temp_dir().join(format!("ironclaim-columns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("one.yaml");
+    std::fs::write(
+        &trace,
+        "servers:\n  - {name: r1, cpu_milli: 32000, memory_mib: 131072}\n\
+         pods:\n  - {name: web, cpu_milli: 1000, memory_mib: 2048, arrival_s: 10, departure_s: 70}\n",
+    )
+    .unwrap();
+    for args in [vec!["plan"], vec!["simulate", "--trace", trace.to_str().unwrap(), "--no-faults"]] {
+        for columns in [80, 100] {
+            let out = Command::new(env!("CARGO_BIN_EXE_ironclaim")).args(&args).env("COLUMNS", columns.to_string()).output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let widths = table_widths(&stdout);
+            assert!(!widths.is_empty() && widths.iter().all(|&w| w <= columns), "{args:?} COLUMNS={columns}: {widths:?}\n{stdout}");
+        }
+    }
 }
 
 #[test]

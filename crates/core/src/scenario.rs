@@ -59,21 +59,23 @@ fn gpu_toleration() -> Toleration {
     Toleration { key: GPU.into(), operator: TolerationOperator::Exists, effect: Some(TaintEffect::NoSchedule), ..Default::default() }
 }
 
-/// The three workloads of the example, pending together at time 0.
+/// The three workloads of the example, pending together at time 0. Pods
+/// are named as the loader names a workload's pods (`<workload>-<i>`), so
+/// `examples/worked-example.yaml` gives these very pods.
 pub fn worked_example_pods() -> Vec<Pod> {
     let mut pods = Vec::new();
     for i in 0..6 {
-        let mut p = Pod::new("shop", &format!("web-{i}"), Resources::new(1000, 2 * GI)).with_labels(&[("app", "web")]);
+        let mut p = Pod::new("shop", &format!("web-burst-{i}"), Resources::new(1000, 2 * GI)).with_labels(&[("app", "web")]);
         p.workload = Some("web-burst".into());
         p.deadline_s = Some(120);
         pods.push(p);
     }
-    let mut batch = Pod::new("analytics", "batch-0", Resources::new(20_000, 40 * GI)).with_labels(&[("job", "batch")]);
+    let mut batch = Pod::new("analytics", "batch-job-0", Resources::new(20_000, 40 * GI)).with_labels(&[("job", "batch")]);
     batch.workload = Some("batch-job".into());
     batch.deadline_s = Some(3600);
     pods.push(batch);
     for i in 0..2 {
-        let mut p = Pod::new("ml", &format!("inference-{i}"), Resources::new(8000, 32 * GI).with_extended(GPU, 1))
+        let mut p = Pod::new("ml", &format!("gpu-inference-{i}"), Resources::new(8000, 32 * GI).with_extended(GPU, 1))
             .with_labels(&[("app", "inference")])
             .with_node_selector(&[(ACCELERATOR_LABEL, "nvidia-a100")]);
         p.tolerations.push(gpu_toleration());

@@ -35,7 +35,7 @@ fn held_servers_count_in_the_pool_that_admits_them_and_a_reached_limit_is_the_on
     let reached = usage[1].limit_reached.clone().expect("the gpu limit is reached");
     assert!(reached.starts_with("gpus "), "{reached}");
     let plan = provision(&snap, 0);
-    let second = plan.pods.iter().find(|d| d.pod == "ml/inference-1").unwrap();
+    let second = plan.pods.iter().find(|d| d.pod == "ml/gpu-inference-1").unwrap();
     assert!(
         matches!(&second.outcome, Outcome::Unschedulable { reason: Unschedulable::PoolLimit { pool, .. } } if pool == "gpu"),
         "{:?}",

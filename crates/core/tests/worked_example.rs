@@ -11,7 +11,7 @@ fn outcome<'p>(plan: &'p Provisioning, pod: &str) -> &'p Outcome {
 fn web_burst_opens_no_claim_and_is_reported_as_stale_accounting() {
     let plan = provision(&worked_example(), 0);
     for i in 0..6 {
-        match outcome(&plan, &format!("shop/web-{i}")) {
+        match outcome(&plan, &format!("shop/web-burst-{i}")) {
             Outcome::Existing { node } => assert!(node.starts_with("general-"), "web-{i} on {node}"),
             other => panic!("web-{i}: {other:?}"),
         }
@@ -22,7 +22,7 @@ fn web_burst_opens_no_claim_and_is_reported_as_stale_accounting() {
 #[test]
 fn batch_pod_gets_a_32_vcpu_general_server_the_warm_one() {
     let plan = provision(&worked_example(), 0);
-    match outcome(&plan, "analytics/batch-0") {
+    match outcome(&plan, "analytics/batch-job-0") {
         Outcome::NewClaim { server, path, eta_s, .. } => {
             assert_eq!(server, "r1-u10");
             assert_eq!(*path, SupplyPath::Warm);
@@ -35,8 +35,8 @@ fn batch_pod_gets_a_32_vcpu_general_server_the_warm_one() {
 #[test]
 fn first_gpu_pod_lands_on_gpu_a_second_gets_an_a100_server() {
     let plan = provision(&worked_example(), 0);
-    assert_eq!(outcome(&plan, "ml/inference-0"), &Outcome::Existing { node: "gpu-a".into() });
-    match outcome(&plan, "ml/inference-1") {
+    assert_eq!(outcome(&plan, "ml/gpu-inference-0"), &Outcome::Existing { node: "gpu-a".into() });
+    match outcome(&plan, "ml/gpu-inference-1") {
         Outcome::NewClaim { server, path, .. } => {
             assert!(server.starts_with("r2-u2"), "{server}");
             assert_eq!(*path, SupplyPath::Cold);
@@ -51,7 +51,7 @@ fn without_the_warm_server_the_batch_pod_takes_a_cold_one_with_a_longer_eta() {
     let mut snap = worked_example();
     snap.servers.retain(|s| s.name != "r1-u10");
     let plan = provision(&snap, 0);
-    match outcome(&plan, "analytics/batch-0") {
+    match outcome(&plan, "analytics/batch-job-0") {
         Outcome::NewClaim { path, eta_s, .. } => {
             assert_eq!(*path, SupplyPath::Cold);
             assert_eq!(*eta_s, 45 + 600 + 60 + 45);
@@ -72,7 +72,7 @@ fn no_a100_in_stock_names_the_busy_servers() {
         }
     }
     let plan = provision(&snap, 0);
-    match outcome(&plan, "ml/inference-1") {
+    match outcome(&plan, "ml/gpu-inference-1") {
         Outcome::Unschedulable { reason: Unschedulable::AllMatchingBusy { matching, in_use, maintenance, .. } } => {
             assert_eq!((*matching, *in_use, *maintenance), (2, 1, 1));
         }
@@ -101,7 +101,7 @@ fn gpu_pool_limit_is_named_when_reached() {
     let mut snap = worked_example();
     snap.pools[1].limits.gpus = Some(3);
     let plan = provision(&snap, 0);
-    match outcome(&plan, "ml/inference-1") {
+    match outcome(&plan, "ml/gpu-inference-1") {
         Outcome::Unschedulable { reason: Unschedulable::PoolLimit { pool, limit } } => {
             assert_eq!(pool, "gpu");
             assert!(limit.starts_with("gpus"), "{limit}");
@@ -116,7 +116,7 @@ fn power_budget_stops_a_cold_power_on() {
     // The warm server already counts; no room for a 2.4 kW A100 host.
     snap.power_budget_watts = Some(1000.0);
     let plan = provision(&snap, 0);
-    assert!(matches!(outcome(&plan, "ml/inference-1"), Outcome::Unschedulable { reason: Unschedulable::PowerBudget { .. } }));
+    assert!(matches!(outcome(&plan, "ml/gpu-inference-1"), Outcome::Unschedulable { reason: Unschedulable::PowerBudget { .. } }));
 }
 
 #[test]

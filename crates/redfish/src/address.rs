@@ -74,17 +74,15 @@ fn looks_like_uuid(text: &str) -> bool {
 }
 
 /// Shows an address with any `user:password@` part removed, for errors.
+///
+/// Everything from the start of the authority (after `://`, or the start
+/// when there is none) to the last `@` goes: an address is shown for being
+/// wrong, so its shape cannot be trusted (a missing scheme, one slash, a
+/// `/` inside the password).
 fn redact(address: &str) -> String {
-    match address.split_once("://") {
-        Some((scheme, rest)) => {
-            let authority_end = rest.find('/').unwrap_or(rest.len());
-            match rest[..authority_end].rfind('@') {
-                Some(at) => format!("{scheme}://<redacted>@{}", &rest[at + 1..]),
-                None => address.to_owned(),
-            }
-        }
-        None => address.to_owned(),
-    }
+    let Some(at) = address.rfind('@') else { return address.to_owned() };
+    let start = address[..at].find("://").map_or(0, |i| i + "://".len());
+    format!("{}<redacted>@{}", &address[..start], &address[at + 1..])
 }
 
 impl BmcAddress {
@@ -156,6 +154,22 @@ mod tests {
         let err = BmcAddress::parse("redfish+https://root:calvin@bmc/redfish/v1/Systems/1").unwrap_err();
         let shown = err.to_string();
         assert!(!shown.contains("calvin") && !shown.contains("root"), "{shown}");
+    }
+
+    #[test]
+    fn a_password_is_not_echoed_whatever_else_is_wrong_with_the_address() {
+        for address in [
+            "root:calvin-pw@10.0.0.1",
+            "https:/root:calvin-pw@bmc/redfish/v1/Systems/1",
+            "https://root:cal/vin-pw@bmc/redfish/v1/Systems/1",
+            "https://root:calvin-pw@[::1/x",
+            "ftp://root:calvin-pw@bmc",
+            "https://root:calvin-pw@bmc:99999",
+            " https://root:calvin-pw@@bmc/x?y",
+        ] {
+            let shown = BmcAddress::parse(address).expect_err(address).to_string();
+            assert!(!shown.contains("calvin") && !shown.contains("vin-pw"), "{address}: {shown}");
+        }
     }
 
     #[test]

@@ -161,7 +161,11 @@ impl Checker {
     pub fn powering_off(&mut self, at_s: Seconds, server: usize, name: &str, shown: Option<&[u32]>) {
         if self.workload_pods[server] > 0 {
             let n = self.workload_pods[server];
-            self.flag(at_s, "powered-off-busy", format!("server {name} powered off with {n} running pods"));
+            self.flag(
+                at_s,
+                "powered-off-busy",
+                format!("server {name} powered off with {}", crate::report::count(u64::from(n), "running pod", "running pods")),
+            );
         }
         let was_idle = self.idle(server, shown);
         self.up.remove(&server);
@@ -174,7 +178,15 @@ impl Checker {
             }
             let left = self.idle_up(f.class, shown);
             if left < f.count as usize {
-                self.flag(at_s, "warm-spare-floor", format!("powering off {name} leaves {left} idle servers, below the floor of {}", f.count));
+                self.flag(
+                    at_s,
+                    "warm-spare-floor",
+                    format!(
+                        "powering off {name} leaves {}, below the floor of {}",
+                        crate::report::count(left as u64, "idle server", "idle servers"),
+                        f.count
+                    ),
+                );
             }
         }
     }
@@ -187,7 +199,11 @@ impl Checker {
     pub fn end(&mut self, at_s: Seconds) {
         if self.dropped > 0 {
             let n = self.dropped;
-            self.violations.push(Violation { at_s, checker: "more", message: format!("{n} more violations not listed") });
+            self.violations.push(Violation {
+                at_s,
+                checker: "more",
+                message: format!("{} not listed", crate::report::count(n, "more violation", "more violations")),
+            });
         }
     }
 }

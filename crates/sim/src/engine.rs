@@ -1582,7 +1582,8 @@ impl<'a> Engine<'a> {
             let pods = 1 + r.random_range(0..3u32);
             self.tell(|| {
                 format!(
-                    "rack: {name} already runs worker-{name} with {pods} pod(s){}",
+                    "rack: {name} already runs worker-{name} with {}{}",
+                    crate::report::count(u64::from(pods), "pod", "pods"),
                     says.as_ref().map(|o| format!(", labelled as server {o}")).unwrap_or_default()
                 )
             });
@@ -1712,7 +1713,11 @@ impl<'a> Engine<'a> {
         } else if self.srv[s].holder.as_deref() != claim {
             Some(format!("server {server} is held by {}, not {}", self.srv[s].holder.as_deref().unwrap_or("nothing"), claim.unwrap_or("nothing")))
         } else if node.is_some() && !self.srv[s].workload_pods.is_empty() {
-            Some(format!("node {} runs {} workload pod(s)", node.unwrap_or_default(), self.srv[s].workload_pods.len()))
+            Some(format!(
+                "node {} runs {}",
+                node.unwrap_or_default(),
+                crate::report::count(self.srv[s].workload_pods.len() as u64, "workload pod", "workload pods")
+            ))
         } else if node.is_none() && self.srv[s].node.is_some() {
             // Named no node, the server is listed against the Nodes.
             Some(format!("server {server} is node {server}"))

@@ -1,9 +1,15 @@
 //! The HTML report: one self-contained page (inline SVG and CSS, no
 //! scripts, no network) with the comparison table and four plots: demand
 //! against powered servers, fleet watts, pending pods over time, and the
-//! pending-time distribution per policy.
+//! pending-time distribution per policy, on a log time axis (seconds to a
+//! day: on a linear one everything but the slowest pods sits in a corner).
+//!
+//! Axis labels never overlap: a tick whose label would touch the one
+//! before is left out, and the y-axis title sits above the axis, clear of
+//! the tick labels however wide they are.
 
-use crate::report::{CDF_BOUNDS_S, Report, human_s};
+use crate::report::{CDF_BOUNDS_S, Report, count, human_s};
+use ironclaim_core::Seconds;
 use std::fmt::Write;
 
 const COLOURS: [&str; 6] = ["#7f7f7f", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"];
@@ -11,7 +17,7 @@ const W: f64 = 860.0;
 const H: f64 = 260.0;
 const LEFT: f64 = 60.0;
 const BOTTOM: f64 = 30.0;
-const TOP: f64 = 14.0;
+const TOP: f64 = 24.0;
 const RIGHT: f64 = 14.0;
 
 fn esc(s: &str) -> String {
@@ -38,6 +44,49 @@ struct Series<'a> {
     dashed: bool,
 }
 
+/// How wide a label of the 11 px axis font is, at most.
+fn label_width(text: &str) -> f64 {
+    7.0 * text.chars().count() as f64
+}
+
+/// The x-axis labels to draw, `(x, text)` in order, with any label that
+/// would come within 8 px of the one before left out. The last label marks
+/// the end of the axis (drawn right-aligned): the labels it would touch go
+/// instead, down to the first.
+fn spaced_labels(labels: Vec<(f64, String)>) -> Vec<(f64, String)> {
+    const GAP: f64 = 8.0;
+    let n = labels.len();
+    let mut kept: Vec<(usize, f64)> = Vec::new();
+    for (i, (x, text)) in labels.iter().enumerate() {
+        let w = label_width(text);
+        let (left, right) = if i + 1 == n { (x - w, *x) } else { (x - w / 2.0, x + w / 2.0) };
+        if i + 1 == n {
+            while kept.len() > 1 && kept.last().is_some_and(|&(_, previous)| left < previous + GAP) {
+                kept.pop();
+            }
+        }
+        if kept.last().is_none_or(|&(_, previous)| left >= previous + GAP) {
+            kept.push((i, right));
+        }
+    }
+    kept.into_iter().map(|(i, _)| labels[i].clone()).collect()
+}
+
+/// Writes x-axis labels at the bottom of a chart; the last one ends at its x.
+fn x_labels(out: &mut String, labels: Vec<(f64, String)>) {
+    let labels = spaced_labels(labels);
+    let n = labels.len();
+    for (i, (x, text)) in labels.into_iter().enumerate() {
+        let anchor = if i + 1 == n { " style=\"text-anchor:end\"" } else { "" };
+        let _ = write!(out, "<text x=\"{x:.1}\" y=\"{}\" class=\"xl\"{anchor}>{}</text>", H - 8.0, esc(&text));
+    }
+}
+
+/// The y-axis title, above the axis: never in the way of the tick labels.
+fn y_title(out: &mut String, title: &str) {
+    let _ = write!(out, "<text x=\"6\" y=\"{:.1}\" class=\"yt\">{}</text>", TOP - 10.0, esc(title));
+}
+
 fn axis_time_label(t: u64, span: u64) -> String {
     if span > 3 * 86_400 { format!("day {}", t / 86_400) } else { format!("{:02}:{:02}", (t / 3600) % 24 + 24 * (t / 86_400), (t % 3600) / 60) }
 }
@@ -62,18 +111,16 @@ fn line_chart(out: &mut String, title: &str, y_label: &str, at: &[u64], series: 
             y = y(v)
         );
     }
-    for k in 0..=6 {
-        let t = span * k / 6;
-        let anchor = if k == 6 { " style=\"text-anchor:end\"" } else { "" };
-        let _ = write!(out, "<text x=\"{:.1}\" y=\"{}\" class=\"xl\"{anchor}>{}</text>", x(t), H - 8.0, axis_time_label(t, span));
-    }
-    let _ = write!(
+    x_labels(
         out,
-        "<text x=\"12\" y=\"{:.1}\" class=\"yt\" transform=\"rotate(-90 12 {:.1})\">{}</text>",
-        TOP + ph / 2.0,
-        TOP + ph / 2.0,
-        esc(y_label)
+        (0..=6)
+            .map(|k| {
+                let t = span * k / 6;
+                (x(t), axis_time_label(t, span))
+            })
+            .collect(),
     );
+    y_title(out, y_label);
     for s in series {
         let mut d = String::new();
         let mut prev: Option<f64> = None;
@@ -104,11 +151,19 @@ fn legend<'a>(out: &mut String, items: impl Iterator<Item = (&'a str, &'a str, b
     out.push_str("</div>");
 }
 
+/// Where a pending time sits on the distribution's log axis: 0 at the
+/// left, a day at the right, each factor of ten the same distance.
+fn log_time_x(t: Seconds) -> f64 {
+    let last = CDF_BOUNDS_S[CDF_BOUNDS_S.len() - 1];
+    LEFT + (W - LEFT - RIGHT) * (1.0 + t as f64).log10() / (1.0 + last as f64).log10()
+}
+
+/// The distribution's time ticks: `0`, then seconds, minutes, hours, a day.
+const CDF_TICKS: [(Seconds, &str); 9] =
+    [(0, "0"), (1, "1s"), (10, "10s"), (60, "1m"), (600, "10m"), (1800, "30m"), (3600, "1h"), (6 * 3600, "6h"), (86_400, "1d")];
+
 fn cdf_chart(out: &mut String, report: &Report) {
-    let n = CDF_BOUNDS_S.len();
-    let pw = W - LEFT - RIGHT;
     let ph = H - TOP - BOTTOM;
-    let x = |i: usize| LEFT + pw * i as f64 / (n - 1) as f64;
     let y = |v: f64| TOP + ph * (1.0 - v);
     let _ = write!(out, "<h2>Pending time: share of pods placed within</h2><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\">");
     for k in 0..=4 {
@@ -123,18 +178,31 @@ fn cdf_chart(out: &mut String, report: &Report) {
             yv = y(v)
         );
     }
-    for (i, &b) in CDF_BOUNDS_S.iter().enumerate() {
-        let anchor = if i + 1 == n { " style=\"text-anchor:end\"" } else { "" };
-        let _ = write!(out, "<text x=\"{:.1}\" y=\"{}\" class=\"xl\"{anchor}>{}</text>", x(i), H - 8.0, human_s(b));
+    for &(t, _) in &CDF_TICKS {
+        let x = log_time_x(t);
+        let _ = write!(out, "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{TOP}\" y2=\"{:.1}\" class=\"grid\"/>", TOP + ph);
     }
+    x_labels(out, CDF_TICKS.iter().map(|&(t, text)| (log_time_x(t), text.to_string())).collect());
+    y_title(out, "share of pods (time on a log scale)");
     let mut items = Vec::new();
     for (k, p) in report.timeline.policies.iter().enumerate() {
         let colour = COLOURS[k % COLOURS.len()];
         let mut d = String::new();
-        for (i, &(_, share)) in p.pending_cdf.iter().enumerate() {
-            let _ = write!(d, "{}{:.1},{:.1}", if i == 0 { "M" } else { "L" }, x(i), y(share));
+        for (i, &(bound, share)) in p.pending_cdf.iter().enumerate() {
+            let _ = write!(d, "{}{:.1},{:.1}", if i == 0 { "M" } else { "L" }, log_time_x(bound), y(share));
         }
-        let _ = write!(out, "<path d=\"{d}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.6\"/>");
+        let _ = write!(out, "<path d=\"{d}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.6\"><title>{}</title></path>", esc(p.policy));
+        for &(bound, share) in &p.pending_cdf {
+            let _ = write!(
+                out,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2\" fill=\"{colour}\"><title>{}: {:.0} % within {}</title></circle>",
+                log_time_x(bound),
+                y(share),
+                esc(p.policy),
+                share * 100.0,
+                human_s(bound)
+            );
+        }
         items.push((p.policy, colour, false));
     }
     out.push_str("</svg>");
@@ -150,7 +218,7 @@ pub fn render(report: &Report) -> String {
          table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}\
          th{background:#f3f3f3}td:first-child{text-align:left}\
          .grid{stroke:#e4e4e4}.yl{font-size:11px;text-anchor:end;fill:#555}.xl{font-size:11px;text-anchor:middle;fill:#555}\
-         .yt{font-size:11px;text-anchor:middle;fill:#555}.legend span{margin-right:16px;font-size:13px}\
+         .yt{font-size:11px;text-anchor:start;fill:#555}.legend span{margin-right:16px;font-size:13px}\
          .legend i{display:inline-block;width:22px;margin-right:5px;vertical-align:middle}\
          code{background:#f3f3f3;padding:1px 4px}h2{font-size:16px;margin-top:28px}",
     );
@@ -158,14 +226,9 @@ pub fn render(report: &Report) -> String {
     let w = &report.workload;
     let _ = write!(
         out,
-        "<h1>ironclaim simulate: {}</h1><p>{} servers in {} hardware classes, {} pods ({} that no server can host), {} simulated. \
-         Oracle lower bound {:.1} kWh.</p><p><code>{}</code></p>",
+        "<h1>ironclaim simulate: {}</h1><p>{}. Oracle lower bound {:.1} kWh.</p><p><code>{}</code></p>",
         esc(&w.name),
-        w.servers,
-        w.hardware_classes,
-        w.pods,
-        w.pods_unplaceable,
-        human_s(w.duration_s),
+        esc(&w.describe()),
         report.oracle.energy_kwh,
         esc(&report.settings_line())
     );
@@ -262,10 +325,76 @@ pub fn render(report: &Report) -> String {
     if !report.unplaceable.is_empty() {
         out.push_str("<h2>Pods no server can host</h2><ul>");
         for g in &report.unplaceable {
-            let _ = write!(out, "<li>{} pods: {} (e.g. {})</li>", g.pods, esc(&g.reason), esc(&g.examples.join(", ")));
+            let _ = write!(out, "<li>{}: {} (e.g. {})</li>", count(g.pods as u64, "pod", "pods"), esc(&g.reason), esc(&g.examples.join(", ")));
         }
         out.push_str("</ul>");
     }
     out.push_str("</body></html>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rendered report of one server and one pod, every policy.
+    fn rendered() -> String {
+        let doc = "servers:\n  - {name: r1, cpu_milli: 32000, memory_mib: 131072}\n\
+                   pods:\n  - {name: web, cpu_milli: 1000, memory_mib: 2048, arrival_s: 10, departure_s: 70}\n";
+        let d = crate::trace::parse_user_yaml(std::path::Path::new("u.yaml"), doc).expect("parses");
+        let w = crate::trace::workload_from_rows("u", &d.servers, &d.pods);
+        render(&crate::compare::compare(&w, &crate::SimConfig::default(), &crate::PolicyKind::ALL, &|_, _| {}))
+    }
+
+    /// The x-axis labels of each chart: (left, right) in px, as drawn.
+    fn x_label_spans(html: &str) -> Vec<Vec<(f64, f64, String)>> {
+        html.split("<svg")
+            .skip(1)
+            .map(|chart| {
+                chart
+                    .split("<text ")
+                    .skip(1)
+                    .filter(|t| t.contains("class=\"xl\""))
+                    .map(|t| {
+                        let x: f64 = t.split("x=\"").nth(1).and_then(|r| r.split('"').next()).and_then(|v| v.parse().ok()).expect("x");
+                        let text = t.split('>').nth(1).and_then(|r| r.split('<').next()).unwrap_or_default().to_string();
+                        // The 11 px font: at most about 7 px a character.
+                        let w = 7.0 * text.chars().count() as f64;
+                        if t.contains("text-anchor:end") { (x - w, x, text) } else { (x - w / 2.0, x + w / 2.0, text) }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn no_two_axis_labels_of_a_chart_overlap() {
+        let charts = x_label_spans(&rendered());
+        assert_eq!(charts.len(), 4);
+        for labels in charts {
+            assert!(labels.len() >= 3, "{labels:?}");
+            for pair in labels.windows(2) {
+                assert!(pair[1].0 >= pair[0].1 + 4.0, "{:?} and {:?} touch", pair[0], pair[1]);
+            }
+        }
+    }
+
+    #[test]
+    fn pending_time_is_on_a_log_axis() {
+        assert_eq!(log_time_x(0), LEFT);
+        assert!((log_time_x(86_400) - (W - RIGHT)).abs() < 1e-9);
+        // Past a few seconds, each factor of ten takes the same width.
+        let per_decade = (W - LEFT - RIGHT) / 86_401f64.log10();
+        let decade = |t: Seconds| log_time_x(t * 10) - log_time_x(t);
+        assert!((decade(100) - per_decade).abs() < 1.0 && (decade(1000) - per_decade).abs() < 0.1, "{per_decade}");
+        assert!(rendered().contains("time on a log scale"));
+    }
+
+    #[test]
+    fn the_end_of_the_axis_keeps_its_label_and_crowded_ones_give_way() {
+        let crowded: Vec<(f64, String)> = [60.0, 70.0, 200.0, 830.0, 846.0].iter().map(|&x| (x, "2h 00m".to_string())).collect();
+        let kept = spaced_labels(crowded);
+        let xs: Vec<f64> = kept.iter().map(|(x, _)| *x).collect();
+        assert_eq!(xs, [60.0, 200.0, 846.0]);
+    }
 }

@@ -33,6 +33,20 @@ pub struct WorkloadSummary {
     pub peak: PeakDemand,
 }
 
+impl WorkloadSummary {
+    /// `8 servers in 3 hardware classes, 1 pod (0 no server can host), 1d 00h simulated`
+    pub fn describe(&self) -> String {
+        format!(
+            "{} in {}, {} ({} no server can host), {} simulated",
+            count(self.servers as u64, "server", "servers"),
+            count(self.hardware_classes as u64, "hardware class", "hardware classes"),
+            count(self.pods as u64, "pod", "pods"),
+            self.pods_unplaceable,
+            human_s(self.duration_s)
+        )
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct OracleSummary {
     pub energy_kwh: f64,
@@ -227,6 +241,12 @@ impl PolicyReport {
     }
 }
 
+/// A count and its noun in agreement: `count(1, "pod", "pods")` is
+/// `1 pod`, `count(0, "pod", "pods")` is `0 pods`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// `1h 05m`, `12m 30s`, `45s`.
 pub fn human_s(s: Seconds) -> String {
     if s >= 86_400 {
@@ -255,58 +275,91 @@ impl Report {
         )
     }
 
-    pub fn to_table(&self) -> String {
-        use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
+    /// One row per policy; when that is wider than `width`, one column per
+    /// policy instead (four policies fit 100 columns that way, where twelve
+    /// figures a row do not), wrapped at spaces to the width.
+    fn policy_table(&self, width: Option<u16>) -> comfy_table::Table {
+        use comfy_table::{CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+        // Each figure's header in a row per policy, and its label in a column per policy.
+        const FIGURES: [(&str, &str); 11] = [
+            ("energy kWh", "energy kWh"),
+            ("saved", "saved"),
+            ("x oracle", "x oracle"),
+            ("powered mean/peak", "powered mean/peak"),
+            ("pending p50", "pending p50"),
+            ("p95", "pending p95"),
+            ("p99", "pending p99"),
+            ("max", "pending max"),
+            ("deadline misses", "deadline misses"),
+            ("power-ons", "power-ons"),
+            ("claims ok/failed", "claims ok/failed"),
+        ];
+        let rows: Vec<[String; 11]> = self
+            .policies
+            .iter()
+            .map(|p| {
+                [
+                    format!("{:.1}", p.energy_kwh),
+                    p.saved_vs_always_on.map(|s| format!("{:.1} %", s * 100.0)).unwrap_or_else(|| "-".into()),
+                    format!("{:.2}", p.oracle_ratio),
+                    format!("{:.1} / {:.0}", p.powered_servers.mean, p.powered_servers.peak),
+                    human_s(p.pending_s.p50),
+                    human_s(p.pending_s.p95),
+                    human_s(p.pending_s.p99),
+                    human_s(p.pending_s.max),
+                    p.deadline_misses.to_string(),
+                    format!("{} ({:.1}/server)", p.power_on_cycles, p.power_on_cycles_per_server.mean),
+                    format!("{}/{}", p.claims.ready, p.claims.failed),
+                ]
+            })
+            .collect();
+        let table = |header: Vec<String>, body: Vec<Vec<String>>| {
+            let mut t = Table::new();
+            t.load_preset(UTF8_FULL_CONDENSED).set_header(header);
+            for row in body {
+                t.add_row(row);
+            }
+            for i in 1..t.column_count() {
+                if let Some(col) = t.column_mut(i) {
+                    col.set_cell_alignment(CellAlignment::Right);
+                }
+            }
+            t
+        };
+        let mut header = vec!["policy".to_string()];
+        header.extend(FIGURES.iter().map(|(f, _)| f.to_string()));
+        let wide = table(
+            header,
+            self.policies
+                .iter()
+                .zip(&rows)
+                .map(|(p, figures)| std::iter::once(p.policy.to_string()).chain(figures.iter().cloned()).collect())
+                .collect(),
+        );
+        let Some(width) = width else { return wide };
+        let wide_width = wide.to_string().lines().next().map_or(0, |l| l.chars().count());
+        if wide_width <= usize::from(width) {
+            return wide;
+        }
+        let mut header = vec![String::new()];
+        header.extend(self.policies.iter().map(|p| p.policy.to_string()));
+        let mut tall = table(
+            header,
+            FIGURES.iter().enumerate().map(|(i, (_, f))| std::iter::once(f.to_string()).chain(rows.iter().map(|r| r[i].clone())).collect()).collect(),
+        );
+        tall.set_content_arrangement(ContentArrangement::Dynamic).set_width(width);
+        tall
+    }
+
+    /// The comparison as text: a summary, the table of policies and what
+    /// went wrong. The table is fitted to `width` columns when given (the
+    /// terminal's), else laid out at its natural width.
+    pub fn to_table(&self, width: Option<u16>) -> String {
         let mut out = String::new();
         let w = &self.workload;
-        out.push_str(&format!(
-            "workload {}: {} servers in {} hardware classes, {} pods ({} no server can host), {} simulated\n",
-            w.name,
-            w.servers,
-            w.hardware_classes,
-            w.pods,
-            w.pods_unplaceable,
-            human_s(w.duration_s)
-        ));
+        out.push_str(&format!("workload {}: {}\n", w.name, w.describe()));
         out.push_str(&format!("oracle lower bound: {:.1} kWh, {:.1} servers on average\n", self.oracle.energy_kwh, self.oracle.servers_mean));
-        let mut t = Table::new();
-        t.load_preset(UTF8_FULL_CONDENSED);
-        t.set_header(vec![
-            "policy",
-            "energy kWh",
-            "saved",
-            "x oracle",
-            "powered mean/peak",
-            "pending p50",
-            "p95",
-            "p99",
-            "max",
-            "deadline misses",
-            "power-ons",
-            "claims ok/failed",
-        ]);
-        for p in &self.policies {
-            t.add_row(vec![
-                p.policy.to_string(),
-                format!("{:.1}", p.energy_kwh),
-                p.saved_vs_always_on.map(|s| format!("{:.1} %", s * 100.0)).unwrap_or_else(|| "-".into()),
-                format!("{:.2}", p.oracle_ratio),
-                format!("{:.1} / {:.0}", p.powered_servers.mean, p.powered_servers.peak),
-                human_s(p.pending_s.p50),
-                human_s(p.pending_s.p95),
-                human_s(p.pending_s.p99),
-                human_s(p.pending_s.max),
-                p.deadline_misses.to_string(),
-                format!("{} ({:.1}/server)", p.power_on_cycles, p.power_on_cycles_per_server.mean),
-                format!("{}/{}", p.claims.ready, p.claims.failed),
-            ]);
-        }
-        for i in 1..12 {
-            if let Some(col) = t.column_mut(i) {
-                col.set_cell_alignment(CellAlignment::Right);
-            }
-        }
-        out.push_str(&t.to_string());
+        out.push_str(&self.policy_table(width).to_string());
         out.push('\n');
         for p in &self.policies {
             if !p.claims.failures.is_empty() {
@@ -335,7 +388,7 @@ impl Report {
         if !self.unplaceable.is_empty() {
             out.push_str("pods no server can host:\n");
             for g in &self.unplaceable {
-                out.push_str(&format!("  {} pods: {} (e.g. {})\n", g.pods, g.reason, g.examples.join(", ")));
+                out.push_str(&format!("  {}: {} (e.g. {})\n", count(g.pods as u64, "pod", "pods"), g.reason, g.examples.join(", ")));
             }
         }
         out
@@ -353,6 +406,42 @@ mod tests {
         assert_eq!((p.p50, p.p95, p.p99, p.max), (50, 95, 99, 100));
         assert_eq!(percentiles(&[7]).p99, 7);
         assert_eq!(percentiles(&[]).max, 0);
+    }
+
+    #[test]
+    fn counts_of_one_are_singular() {
+        assert_eq!(count(1, "pod", "pods"), "1 pod");
+        assert_eq!(count(0, "pod", "pods"), "0 pods");
+        let w = WorkloadSummary {
+            name: "one".into(),
+            servers: 1,
+            hardware_classes: 1,
+            pods: 1,
+            pods_unplaceable: 0,
+            duration_s: 60,
+            peak: PeakDemand::default(),
+        };
+        assert_eq!(w.describe(), "1 server in 1 hardware class, 1 pod (0 no server can host), 1m 00s simulated");
+        let w = WorkloadSummary { servers: 2, hardware_classes: 2, pods: 0, ..w };
+        assert_eq!(w.describe(), "2 servers in 2 hardware classes, 0 pods (0 no server can host), 1m 00s simulated");
+    }
+
+    #[test]
+    fn the_table_fits_the_width_it_is_given() {
+        let doc = "servers:\n  - {name: r1, cpu_milli: 32000, memory_mib: 131072}\n\
+                   pods:\n  - {name: web, cpu_milli: 1000, memory_mib: 2048, arrival_s: 10, departure_s: 70}\n";
+        let d = crate::trace::parse_user_yaml(std::path::Path::new("u.yaml"), doc).unwrap();
+        let w = crate::trace::workload_from_rows("u", &d.servers, &d.pods);
+        let report = crate::compare::compare(&w, &SimConfig::default(), &crate::PolicyKind::ALL, &|_, _| {});
+        let table_lines = |text: &str| -> Vec<usize> {
+            text.lines().filter(|l| l.starts_with(['┌', '│', '╞', '├', '└'])).map(|l| l.chars().count()).collect()
+        };
+        let natural = table_lines(&report.to_table(None));
+        assert!(natural.iter().all(|&n| n > 120), "{natural:?}");
+        for width in [80, 100] {
+            let fitted = table_lines(&report.to_table(Some(width)));
+            assert!(!fitted.is_empty() && fitted.iter().all(|&n| n <= usize::from(width)), "{width}: {fitted:?}");
+        }
     }
 
     #[test]

@@ -196,11 +196,11 @@ pub fn replay_command(seed: u64) -> String {
 /// The settings of a case on one line: enough, with the seed, to replay it.
 pub fn describe(c: &Case) -> String {
     format!(
-        "seed {} ({}: {} servers, {} pods) scoring={} quarantine_after_failures={} replicas={} faults: {}",
+        "seed {} ({}: {}, {}) scoring={} quarantine_after_failures={} replicas={} faults: {}",
         c.seed,
         c.workload.name,
-        c.workload.servers.len(),
-        c.workload.pods.len(),
+        crate::report::count(c.workload.servers.len() as u64, "server", "servers"),
+        crate::report::count(c.workload.pods.len() as u64, "pod", "pods"),
         c.config.scoring,
         c.config.quarantine_after_failures,
         c.config.replicas,

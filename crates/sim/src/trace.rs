@@ -14,6 +14,11 @@
 //! `idle_watts`, `peak_watts`, `boot_watts`, `off_watts`, `power_on_s`,
 //! `boot_s`, `join_s`, `ready_s`, `tail_percent`; what is missing is
 //! estimated from the hardware (see [`crate::workload::estimated_power`]).
+//!
+//! A CSV with a column only the other format has (`creation_time`, `qos`,
+//! ... for pods; `sn`, `model`, the watts and stages for servers) is
+//! refused, naming the column: the shared columns would otherwise let a pod
+//! list pass for a server list.
 
 use crate::workload::{GPU_MODEL_LABEL, SimServer, TracePod, Workload, hardware_server, pod_requests};
 use ironclaim_core::{NodePool, NodeSelectorTerm, Operator, Pod, Requirement, Seconds};
@@ -40,6 +45,9 @@ pub enum TraceError {
     BadDocument { path: String, message: String },
     #[error("{path}: no {what} in the file")]
     Empty { path: String, what: String },
+    /// A pod list read as servers, or a server list read as pods.
+    #[error("{path}: the column `{column}` is a {found} column: this is a {found} list, not a {wanted} list")]
+    WrongList { path: String, column: String, wanted: &'static str, found: &'static str },
 }
 
 impl TraceError {
@@ -51,6 +59,7 @@ impl TraceError {
             TraceError::MissingColumn { .. } => "missing_column",
             TraceError::BadDocument { .. } => "bad_document",
             TraceError::Empty { .. } => "empty",
+            TraceError::WrongList { .. } => "wrong_list",
         }
     }
 }
@@ -139,11 +148,29 @@ pub fn deadline_for_qos(qos: &str) -> Seconds {
     }
 }
 
+/// Columns only the pod format has: a file with one is a pod list.
+const POD_COLUMNS: [&str; 9] =
+    ["creation_time", "arrival_s", "deletion_time", "departure_s", "gpu_milli", "gpu_spec", "qos", "deadline_s", "pod_phase"];
+
+/// Columns only the server format has: a file with one is a server list.
+const SERVER_COLUMNS: [&str; 12] =
+    ["sn", "model", "gpu_model", "idle_watts", "peak_watts", "boot_watts", "off_watts", "power_on_s", "boot_s", "join_s", "ready_s", "tail_percent"];
+
 struct Columns {
     header: Vec<String>,
 }
 
 impl Columns {
+    /// Refuses a file whose header has a column of the other list: the
+    /// shared columns (`name`, `cpu_milli`, `memory_mib`) would let a pod
+    /// list pass for a server list, one server per pod.
+    fn refuse_other_list(&self, path: &str, wanted: &'static str) -> Result<()> {
+        let (others, found) = if wanted == "server" { (&POD_COLUMNS[..], "pod") } else { (&SERVER_COLUMNS[..], "server") };
+        match self.header.iter().map(|h| h.trim()).find(|h| others.iter().any(|c| h.eq_ignore_ascii_case(c))) {
+            Some(column) => Err(TraceError::WrongList { path: path.to_string(), column: column.to_string(), wanted, found }),
+            None => Ok(()),
+        }
+    }
     fn find(&self, names: &[&str]) -> Option<usize> {
         names.iter().find_map(|n| self.header.iter().position(|h| h.trim().eq_ignore_ascii_case(n)))
     }
@@ -233,6 +260,7 @@ fn read_text(path: &Path) -> Result<String> {
 pub fn parse_pods_csv(path: &Path, data: &str) -> Result<Vec<PodRow>> {
     let p = path.display().to_string();
     let (mut reader, cols) = open_csv(path, data)?;
+    cols.refuse_other_list(&p, "pod")?;
     let name = cols.find(&["name"]);
     let count = cols.find(&["count"]);
     let cpu = cols.require(&p, &["cpu_milli"])?;
@@ -295,6 +323,7 @@ pub fn parse_pods_csv(path: &Path, data: &str) -> Result<Vec<PodRow>> {
 pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
     let p = path.display().to_string();
     let (mut reader, cols) = open_csv(path, data)?;
+    cols.refuse_other_list(&p, "server")?;
     let name = cols.require(&p, &["sn", "name"])?;
     let count = cols.find(&["count"]);
     let cpu = cols.require(&p, &["cpu_milli"])?;
@@ -362,7 +391,9 @@ pub fn parse_user_yaml(path: &Path, data: &str) -> Result<UserDocument> {
     serde_saphyr::from_str::<UserDocument>(data).map_err(|e| TraceError::BadDocument { path: path.display().to_string(), message: e.to_string() })
 }
 
-fn is_yaml(path: &Path) -> bool {
+/// Whether a trace file is read as the YAML user document (`.yaml`,
+/// `.yml`), which can hold servers and pods; else it is CSV.
+pub fn is_yaml(path: &Path) -> bool {
     matches!(path.extension().and_then(|e| e.to_str()), Some("yaml") | Some("yml"))
 }
 
@@ -596,6 +627,17 @@ mod tests {
         assert!(read_servers(&yaml).is_err());
         std::fs::write(&yaml, "pods:\n  - name: a\n    cpu_milli: 1\n    memory_mib: 1\n    arrival_s: 9\n    departure_s: 3\n").unwrap();
         assert!(read_pods(&yaml).is_err());
+    }
+
+    #[test]
+    fn a_pod_list_is_not_read_as_servers_nor_a_server_list_as_pods() {
+        let err = parse_servers_csv(Path::new("openb_pod_list_default.csv"), OPENB_PODS).unwrap_err();
+        assert_eq!(err.to_string(), "openb_pod_list_default.csv: the column `gpu_milli` is a pod column: this is a pod list, not a server list");
+        let nodes = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,0,\n";
+        let err = parse_pods_csv(Path::new("nodes.csv"), nodes).unwrap_err();
+        assert_eq!(err.to_string(), "nodes.csv: the column `sn` is a server column: this is a server list, not a pod list");
+        let user_servers = "name,cpu_milli,memory_mib,idle_watts\nr1,32000,1024,150\n";
+        assert!(matches!(parse_pods_csv(Path::new("s.csv"), user_servers), Err(TraceError::WrongList { .. })));
     }
 
     #[test]
