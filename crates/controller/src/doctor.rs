@@ -80,20 +80,7 @@ impl Default for Identity {
 /// the CRDs are missing (they would only repeat it).
 pub async fn examine(client: &Client, power: &dyn Power, identity: &Identity) -> Vec<Finding> {
     let mut out = Vec::new();
-    match client.apiserver_version().await {
-        Ok(v) => out.push(Finding::new("cluster", "api", Verdict::Ok, format!("Kubernetes {}", v.git_version), None)),
-        Err(err) => {
-            out.push(Finding::new(
-                "cluster",
-                "api",
-                Verdict::Fail,
-                format!("the API server does not answer: {}", one_line(&err)),
-                Some("check the kubeconfig, its context and the network path to the API server".into()),
-            ));
-            return out;
-        }
-    }
-    if !crds(client, &mut out).await {
+    if !api_answers(client, &mut out).await || !crds(client, &mut out).await {
         return out;
     }
     rbac(client, identity, &mut out).await;
@@ -116,17 +103,31 @@ pub async fn examine(client: &Client, power: &dyn Power, identity: &Identity) ->
 /// server answers and every CRD is installed. The failures, when not.
 pub async fn preflight(client: &Client) -> Result<(), Vec<Finding>> {
     let mut out = Vec::new();
-    if let Err(err) = client.apiserver_version().await {
-        out.push(Finding::new(
-            "cluster",
-            "api",
-            Verdict::Fail,
-            format!("the API server does not answer: {}", one_line(&err)),
-            Some("check the kubeconfig, its context and the network path to the API server".into()),
-        ));
-        return Err(out);
+    if api_answers(client, &mut out).await && crds(client, &mut out).await {
+        Ok(())
+    } else {
+        Err(out.into_iter().filter(|f| f.verdict == Verdict::Fail).collect())
     }
-    if crds(client, &mut out).await { Ok(()) } else { Err(out.into_iter().filter(|f| f.verdict == Verdict::Fail).collect()) }
+}
+
+/// True when the API server answers.
+async fn api_answers(client: &Client, out: &mut Vec<Finding>) -> bool {
+    match client.apiserver_version().await {
+        Ok(v) => {
+            out.push(Finding::new("cluster", "api", Verdict::Ok, format!("Kubernetes {}", v.git_version), None));
+            true
+        }
+        Err(err) => {
+            out.push(Finding::new(
+                "cluster",
+                "api",
+                Verdict::Fail,
+                format!("the API server does not answer: {}", one_line(&err)),
+                Some("check the kubeconfig, its context and the network path to the API server".into()),
+            ));
+            false
+        }
+    }
 }
 
 /// True when the run can go on: every CRD is installed.
