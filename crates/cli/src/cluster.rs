@@ -78,3 +78,19 @@ pub enum Output {
     Json,
     Yaml,
 }
+
+/// The cluster as the controller sees it, read once. When the read fails
+/// for what no retry mends (the API server gone, the ironclaim.dev CRDs
+/// not installed), the error says so with the fix.
+pub async fn read(client: &kube::Client, controller_namespace: &str) -> Result<ironclaim_controller::index::Index, Failure> {
+    match ironclaim_controller::cluster::read(client, controller_namespace).await {
+        Ok(index) => Ok(index),
+        Err(err) => match ironclaim_controller::doctor::preflight(client).await {
+            Err(failed) if !failed.is_empty() => {
+                let first = &failed[0];
+                Err(Failure::world(anyhow!("{}{}", first.detail, first.fix.as_deref().map(|f| format!(": {f}")).unwrap_or_default())))
+            }
+            _ => Err(Failure::world(err)),
+        },
+    }
+}

@@ -2,7 +2,6 @@
 //! kubeconfig or in-cluster. Stops gracefully on SIGTERM or Ctrl-C.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,12 +71,6 @@ pub fn duration(text: &str) -> Result<Duration, String> {
         return Ok(Duration::from_millis(ms));
     }
     ironclaim_k8s::duration::parse_duration_s(text).map(Duration::from_secs).map_err(|e| e.to_string())
-}
-
-pub async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    crate::cluster::connect(&ClusterArgs { kubeconfig: kubeconfig.cloned(), context: None }).await.map_err(|f| match f {
-        Failure::BadInput(e) | Failure::World(e) => e,
-    })
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {

@@ -25,6 +25,9 @@ pub struct Args {
     /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
     #[arg(long, value_name = "FILE", global = true)]
     kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use; without it, the current context.
+    #[arg(long, value_name = "NAME", global = true)]
+    context: Option<String>,
     /// The controller's namespace, where its claim lock ledger and its
     /// leader Lease live.
     #[arg(long, value_name = "NAMESPACE", default_value = "ironclaim-system", global = true)]
@@ -250,8 +253,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let (namespace, name) = parse_pod(&pod).map_err(Failure::bad_input)?;
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let explanation = runtime.block_on(async {
-        let client = crate::controller::client(args.kubeconfig.as_ref()).await.map_err(Failure::world)?;
-        let index = ironclaim_controller::cluster::read(&client, &args.controller_namespace).await.map_err(Failure::world)?;
+        let client =
+            crate::cluster::connect(&crate::cluster::ClusterArgs { kubeconfig: args.kubeconfig.clone(), context: args.context.clone() }).await?;
+        let index = crate::cluster::read(&client, &args.controller_namespace).await?;
         let lease = Api::<Lease>::namespaced(client, &args.controller_namespace).get_opt(&args.lease_name).await.map_err(|e| e.to_string());
         let now = now_s();
         let controller = ControllerView::of(format!("{}/{}", args.controller_namespace, args.lease_name), lease, now);

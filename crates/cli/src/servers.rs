@@ -21,6 +21,9 @@ pub struct Args {
     /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use; without it, the current context.
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
     /// The controller's namespace, where its claim lock ledger lives.
     #[arg(long, value_name = "NAMESPACE", default_value = "ironclaim-system")]
     controller_namespace: String,
@@ -99,8 +102,9 @@ struct Inventory {
 pub fn run(args: Args) -> Result<(), Failure> {
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let inventory = runtime.block_on(async {
-        let client = crate::controller::client(args.kubeconfig.as_ref()).await.map_err(Failure::world)?;
-        let index = ironclaim_controller::cluster::read(&client, &args.controller_namespace).await.map_err(Failure::world)?;
+        let client =
+            crate::cluster::connect(&crate::cluster::ClusterArgs { kubeconfig: args.kubeconfig.clone(), context: args.context.clone() }).await?;
+        let index = crate::cluster::read(&client, &args.controller_namespace).await?;
         Ok::<_, Failure>(inventory(&index))
     })?;
     match args.output {
