@@ -161,7 +161,7 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
     })
     .await;
     let text = metrics.render();
-    assert!(text.contains("ironclaim_stage_duration_seconds_count{stage=\"powered_on\",nodepool=\"gpu\",outcome=\"succeeded\"} 1"), "{text}");
+    assert!(text.contains("ironclaim_stage_duration_seconds_count{stage=\"booting\",nodepool=\"gpu\",outcome=\"succeeded\"} 1"), "{text}");
     assert!(text.contains("ironclaim_claims_total{outcome=\"ready\",reason=\"\"} 2"), "{text}");
     running.stop().await;
 }
