@@ -219,21 +219,19 @@ fn the_api_the_metrics_and_the_simulator_name_each_stage_and_reason_one_way() {
         }
         out
     };
-    let stages: Vec<String> = ironclaim_driver::Stage::ALL.iter().map(|s| format!("{s:?}")).collect();
-    let mut allowed = listed(&status["stage"]);
-    allowed.sort();
-    let mut all = stages.clone();
-    all.sort();
-    assert_eq!(allowed, all);
+    // The values the CRD allows for `field`, and the names of `all`, as sets.
+    let same_set = |field: &str, all: Vec<String>| {
+        let mut allowed = listed(&status[field]);
+        allowed.sort();
+        let mut all = all;
+        all.sort();
+        assert_eq!(allowed, all, "{field}");
+    };
+    same_set("stage", ironclaim_driver::Stage::ALL.iter().map(|s| format!("{s:?}")).collect());
     for s in ironclaim_driver::Stage::ALL {
         assert_eq!(s.label(), snake(&format!("{s:?}")), "{s:?}");
     }
-    let reasons: Vec<String> = ironclaim_driver::FailureReason::ALL.iter().map(|r| format!("{r:?}")).collect();
-    let mut allowed = listed(&status["failureReason"]);
-    allowed.sort();
-    let mut all = reasons.clone();
-    all.sort();
-    assert_eq!(allowed, all);
+    same_set("failureReason", ironclaim_driver::FailureReason::ALL.iter().map(|r| format!("{r:?}")).collect());
     for r in ironclaim_driver::FailureReason::ALL {
         assert_eq!(r.label(), snake(&format!("{r:?}")), "{r:?}");
     }
