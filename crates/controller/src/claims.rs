@@ -526,15 +526,7 @@ impl Claims {
         self.claims_api().get_opt(claim).await.ok().flatten().map(|c| c.spec.server)
     }
 
-    /// Returns the claim's server, when the claim was read.
-    pub async fn fail(
-        &self,
-        claim: &str,
-        reason: ironclaim_driver::FailureReason,
-        message: &str,
-        timed_out: bool,
-        pods: &[PodKey],
-    ) -> Result<Option<String>> {
+    pub async fn fail(&self, claim: &str, reason: ironclaim_driver::FailureReason, message: &str, timed_out: bool, pods: &[PodKey]) -> Result<()> {
         let now = now_s();
         let mut ended = None;
         let read = self
@@ -547,13 +539,13 @@ impl Claims {
             })
             .await?;
         self.metrics.claim_ended("failed", reason.label());
-        let Some(read) = read else { return Ok(None) };
+        let Some(read) = read else { return Ok(()) };
         self.record(ended, &read.spec.pool);
         for (namespace, pod, uid) in pods {
             let note = format!("claim {claim} on server {} failed ({reason:?}): {message}; re-planning", read.spec.server);
             self.events.warn(namespace, pod, uid.as_deref(), "ClaimFailed", &note).await;
         }
-        Ok(Some(read.spec.server))
+        Ok(())
     }
 
     /// After a claim failed by a fault of configuration: the

@@ -438,7 +438,7 @@ impl Executor {
                         self.hold_back_misconfigured(&name, *reason, message).await;
                     }
                 }
-                (claims.fail(claim, *reason, message, *timed_out, &pods).await.map(|_| ()), Some(claim.clone()))
+                (claims.fail(claim, *reason, message, *timed_out, &pods).await, Some(claim.clone()))
             }
             Effect::LinkNode { claim, server: name, node: node_name, .. } => {
                 (claims.link(claim, name, node_name, node, pool.as_ref(), server).await, Some(claim.clone()))

@@ -109,7 +109,7 @@ async fn a_missing_bmc_secret_fails_its_claim_at_once_holds_back_every_server_be
         all.iter().map(detail).collect::<Vec<_>>(),
         server(&client, "cfg-a").await.status
     );
-    let events = server_events(&client, "cfg-a").await;
+    let events = crate::scaledown_support::object_events(&client, "Server", "cfg-a").await;
     assert!(events.iter().any(|e| e.starts_with("BmcCredentialsMissing:")), "{events:?}");
     running.stop().await;
 
@@ -137,18 +137,4 @@ async fn a_missing_bmc_secret_fails_its_claim_at_once_holds_back_every_server_be
         assert_eq!(c.status, "True", "{name}: {c:?}");
     }
     running.stop().await;
-}
-
-/// The Events on a server, as "reason: note" lines.
-async fn server_events(client: &kube::Client, server: &str) -> Vec<String> {
-    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(client.clone());
-    events
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().is_some_and(|r| r.kind.as_deref() == Some("Server") && r.name.as_deref() == Some(server)))
-        .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
 }
