@@ -29,8 +29,8 @@ use tokio::time::Instant;
 
 use ironclaim_driver::lease::{LeaseTimes, Observer, Record, Round, Tenure};
 use ironclaim_k8s::api::Server;
-use ironclaim_k8s::api::nodeclaim::FailureReason;
 use ironclaim_k8s::api::server::PowerState;
+use ironclaim_k8s::api::serverclaim::FailureReason;
 use kube::ResourceExt;
 
 use crate::error::{Error, Result};

@@ -154,6 +154,22 @@ impl TestEnv {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// The directories of the CustomResourceDefinitions that ironclaim's
+    /// must coexist with, as their projects release them (Karpenter's and
+    /// Cluster API's, pinned in `hack/testenv`), fetched once and cached.
+    ///
+    /// # Errors
+    /// [`Error::PeerCrdsFailed`] with the script's output when they cannot be
+    /// fetched (no network to the Go module proxy and nothing cached).
+    pub fn peer_crd_dirs() -> Result<Vec<PathBuf>> {
+        let script = script_path();
+        let output = Command::new(&script).arg("peer-crds").output().map_err(|source| Error::Spawn { program: script, source })?;
+        if !output.status.success() {
+            return Err(Error::PeerCrdsFailed { status: output.status, stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned() });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect())
+    }
+
     /// A typed client authenticated as the environment's admin.
     ///
     /// kube's default retry of 429/503/504 is off: tests must see the

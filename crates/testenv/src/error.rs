@@ -21,6 +21,10 @@ pub enum Error {
     #[error("hack/testenv up failed ({status}); its output:\n{stderr}")]
     StartFailed { status: ExitStatus, stderr: String },
 
+    /// `hack/testenv peer-crds` could not fetch the peers' CRDs.
+    #[error("hack/testenv peer-crds failed ({status}); its output:\n{stderr}")]
+    PeerCrdsFailed { status: ExitStatus, stderr: String },
+
     #[error("hack/testenv up succeeded but printed no KUBECONFIG= line; stdout:\n{stdout}")]
     NoKubeconfigLine { stdout: String },
 
@@ -49,6 +53,7 @@ impl Error {
             Error::NotBuilt { .. } => "not_built",
             Error::Spawn { .. } => "spawn",
             Error::StartFailed { .. } => "start_failed",
+            Error::PeerCrdsFailed { .. } => "peer_crds_failed",
             Error::NoKubeconfigLine { .. } => "no_kubeconfig_line",
             Error::KubectlFailed { .. } => "kubectl_failed",
             Error::ReadKubeconfig { .. } => "read_kubeconfig",
