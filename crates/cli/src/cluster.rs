@@ -69,16 +69,6 @@ fn first_line(err: &dyn std::fmt::Display) -> String {
     err.to_string().lines().next().unwrap_or_default().to_string()
 }
 
-/// How a command prints what it found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    /// A table that fits the terminal.
-    #[default]
-    Table,
-    Json,
-    Yaml,
-}
-
 /// The cluster as the controller sees it, read once. When the read fails
 /// for what no retry mends (the API server gone, the ironclaim.dev CRDs
 /// not installed), the error says so with the fix.
