@@ -70,21 +70,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     crate::logging::init(args.log_format, "info");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     runtime.block_on(async move {
-        let client = crate::cluster::connect(&args.cluster).await?;
+        let connection = crate::cluster::connect(&args.cluster).await?;
         // Fail fast, with the fix, on what no retry mends.
-        if let Err(failed) = ironclaim_controller::doctor::preflight(&client).await {
-            // One line per problem, naming every object it touches.
-            let mut lines: Vec<(String, Vec<&str>)> = Vec::new();
-            for f in &failed {
-                let line = format!("{}{}", f.detail, f.fix.as_deref().map(|x| format!(": {x}")).unwrap_or_default());
-                match lines.iter_mut().find(|(l, _)| *l == line) {
-                    Some((_, objects)) => objects.push(&f.object),
-                    None => lines.push((line, vec![&f.object])),
-                }
-            }
-            let text: Vec<String> = lines.into_iter().map(|(line, objects)| format!("{line} ({})", objects.join(", "))).collect();
-            return Err(Failure::world(anyhow!("{}", text.join("\n"))));
-        }
+        crate::cluster::preflight(&connection).await?;
+        let client = connection.client;
         let identity =
             args.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| format!("ironclaim-{}", std::process::id()));
         let mut settings = Settings {

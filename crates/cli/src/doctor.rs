@@ -32,10 +32,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
-    crate::logging::init(crate::logging::LogFormat::Text, "error");
+    // The findings say what failed; kube's own log of the same failure
+    // would only repeat it.
+    crate::logging::init(crate::logging::LogFormat::Text, "error,kube_client=off");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let findings = runtime.block_on(async {
-        let client = crate::cluster::connect(&args.cluster).await?;
+        let client = crate::cluster::connect(&args.cluster).await?.client;
         let power = ProviderRouter {
             redfish: Arc::new(RedfishPower::new(client.clone(), ironclaim_redfish::Timing::default())),
             metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(300))),

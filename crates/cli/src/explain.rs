@@ -258,9 +258,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let (namespace, name) = parse_pod(&pod).map_err(Failure::bad_input)?;
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let explanation = runtime.block_on(async {
-        let client =
+        let connection =
             crate::cluster::connect(&crate::cluster::ClusterArgs { kubeconfig: args.kubeconfig.clone(), context: args.context.clone() }).await?;
-        let index = crate::cluster::read(&client, &args.controller_namespace).await?;
+        let index = crate::cluster::read(&connection, &args.controller_namespace).await?;
+        let client = connection.client;
         let lease = Api::<Lease>::namespaced(client, &args.controller_namespace).get_opt(&args.lease_name).await.map_err(|e| e.to_string());
         let now = now_s();
         let controller = ControllerView::of(format!("{}/{}", args.controller_namespace, args.lease_name), lease, now);

@@ -102,9 +102,9 @@ struct Inventory {
 pub fn run(args: Args) -> Result<(), Failure> {
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let inventory = runtime.block_on(async {
-        let client =
+        let connection =
             crate::cluster::connect(&crate::cluster::ClusterArgs { kubeconfig: args.kubeconfig.clone(), context: args.context.clone() }).await?;
-        let index = crate::cluster::read(&client, &args.controller_namespace).await?;
+        let index = crate::cluster::read(&connection, &args.controller_namespace).await?;
         Ok::<_, Failure>(inventory(&index))
     })?;
     output::print(args.output.output, &inventory, table)
