@@ -1,6 +1,6 @@
 //! `ironclaim doctor`: the preflight against a cluster. Every Server's
 //! BMC (reachability, credentials, system identity, power reading, TLS),
-//! every NodePool's references, the CRDs and RBAC of this version; a
+//! every ServerPool's references, the CRDs and RBAC of this version; a
 //! table of what is wrong with the fix. Exit 1 when anything would stop
 //! the controller or keep it from a server.
 

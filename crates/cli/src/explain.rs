@@ -8,7 +8,7 @@ use anyhow::anyhow;
 use ironclaim_controller::index::{FailureBackoff, Index};
 use ironclaim_controller::timeline;
 use ironclaim_core::outcome::Outcome;
-use ironclaim_k8s::api::NodeClaim;
+use ironclaim_k8s::api::ServerClaim;
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, ResourceExt};
@@ -112,7 +112,7 @@ struct Explanation {
 struct DeadlineView {
     /// How long after its creation the pod should be running.
     after_creation_s: u64,
-    /// `annotation` (ironclaim.dev/deadline) or `pool` (its NodePool's defaultDeadline).
+    /// `annotation` (ironclaim.dev/deadline) or `pool` (its ServerPool's defaultDeadline).
     source: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pool: Option<String>,
@@ -124,7 +124,7 @@ impl DeadlineView {
     /// `deadline: 10m after it was created (its ironclaim.dev/deadline annotation): 4m left`
     fn line(&self) -> String {
         let source = match &self.pool {
-            Some(pool) => format!("NodePool {pool}'s defaultDeadline"),
+            Some(pool) => format!("ServerPool {pool}'s defaultDeadline"),
             None => "its ironclaim.dev/deadline annotation".to_string(),
         };
         let left = if self.left_s >= 0 {
@@ -289,7 +289,7 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: Con
         controller,
     };
     // The claims opened for it, oldest first.
-    let mut claims: Vec<&NodeClaim> =
+    let mut claims: Vec<&ServerClaim> =
         index.claims.values().filter(|c| c.spec.pods.iter().any(|p| p.namespace == namespace && p.name == name)).collect();
     claims.sort_by_key(|c| (c.metadata.creation_timestamp.as_ref().map(|t| t.0), c.name_any()));
     explanation.claims = claims.into_iter().map(|c| claim_view(index, c, now)).collect();
@@ -316,7 +316,7 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: Con
         summary: String::new(),
     };
     let outcome = plan.decision(&key).map(|d| &d.outcome);
-    // The pod's own deadline, else its claim's NodePool's default (the
+    // The pod's own deadline, else its claim's ServerPool's default (the
     // core's rule); a pod with no claim has no pool to take one from.
     let pool = match outcome {
         Some(Outcome::NewClaim { claim, .. }) => plan.claims.iter().find(|c| &c.name == claim).map(|c| c.pool.clone()),
@@ -370,7 +370,7 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: Con
     Ok(explanation)
 }
 
-fn claim_view(index: &Index, claim: &NodeClaim, now: u64) -> ClaimView {
+fn claim_view(index: &Index, claim: &ServerClaim, now: u64) -> ClaimView {
     let status = claim.status.clone().unwrap_or_default();
     let server = index.servers.get(&claim.spec.server);
     let durations = server.and_then(|s| server_to_core(s).ok()).map(|s| s.durations).unwrap_or_default();

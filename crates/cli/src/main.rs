@@ -56,7 +56,7 @@ enum Command {
     /// Print the CustomResourceDefinitions of the ironclaim.dev API.
     Crds(crds::Args),
     /// Check a cluster before the controller relies on it: CRDs, RBAC,
-    /// every Server's BMC, every NodePool; what is wrong, with the fix.
+    /// every Server's BMC, every ServerPool; what is wrong, with the fix.
     Doctor(doctor::Args),
 }
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct Args {
     /// Manifests to plan for (multi-document YAML or JSON, `kind: List`
-    /// too): Pods, workloads, Nodes, PDBs, Servers, NodePools. Without it,
+    /// too): Pods, workloads, Nodes, PDBs, Servers, ServerPools. Without it,
     /// the worked example.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     files: Vec<PathBuf>,

@@ -1,6 +1,6 @@
 //! `ironclaim explain pod` and `ironclaim servers` against a real API
-//! server (the control plane of `hack/testenv`): the inventory, a NodePool,
-//! NodeClaims and pods in known states, statuses written through the status
+//! server (the control plane of `hack/testenv`): the inventory, a ServerPool,
+//! ServerClaims and pods in known states, statuses written through the status
 //! subresource as the controller writes them, and the built binary run
 //! with KUBECONFIG pointing at it.
 
@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ironclaim_controller::index::FailureBackoff;
 use ironclaim_controller::timeline;
 use ironclaim_core::outcome::Outcome;
-use ironclaim_k8s::api::{NodeClaim, Server};
+use ironclaim_k8s::api::{ServerClaim, Server};
 use ironclaim_testenv::{FAKE_NODE_ANNOTATION, TestEnv, eventually};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -77,7 +77,7 @@ fn pod(name: &str, cpu: &str) -> Value {
 
 fn claim(name: &str, server: &str, pods: &[&str]) -> Value {
     json!({
-        "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim",
+        "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerClaim",
         "metadata": {"name": name},
         "spec": {"server": server, "pool": "general", "pods": pods.iter().map(|p| json!({"namespace": NS, "name": p})).collect::<Vec<_>>()}
     })
@@ -91,7 +91,7 @@ async fn server_status(client: &Client, name: &str, status: Value) {
 }
 
 async fn claim_status(client: &Client, name: &str, status: Value) {
-    Api::<NodeClaim>::all(client.clone())
+    Api::<ServerClaim>::all(client.clone())
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
         .await
         .unwrap_or_else(|e| panic!("status of claim {name}: {e}"));
@@ -105,13 +105,13 @@ async fn setup() -> (TestEnv, Client) {
     let client = env.client().await.expect("client");
     let crds = ironclaim_k8s::api::crds_yaml().expect("crds");
     env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &crds).expect("apply CRDs");
-    for crd in ["servers", "nodepools", "nodeclaims"] {
+    for crd in ["servers", "serverpools", "serverclaims"] {
         env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("established");
     }
     let _ = env.kubectl(["create", "namespace", NS]);
     apply(
         &env,
-        &json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool", "metadata": {"name": "general"}, "spec": {"requirements": [], "defaultDeadline": "1h"}}),
+        &json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool", "metadata": {"name": "general"}, "spec": {"requirements": [], "defaultDeadline": "1h"}}),
     );
     apply(&env, &server("s-on", 4, json!({})));
     apply(&env, &server("s-booting", 16, json!({})));
@@ -227,9 +227,9 @@ async fn explain_and_servers_read_the_cluster() {
         assert!(out.contains(row), "no {row:?} in {out}");
     }
     assert!(out.lines().any(|l| l.starts_with("it waits for claim c-wait on server s-booting: ready in about ")), "{out}");
-    // Its deadline, from its claim's NodePool, and no controller to act.
+    // Its deadline, from its claim's ServerPool, and no controller to act.
     assert!(
-        out.lines().any(|l| l.starts_with("deadline: 60m after it was created (NodePool general's defaultDeadline): ") && l.ends_with("m left")),
+        out.lines().any(|l| l.starts_with("deadline: 60m after it was created (ServerPool general's defaultDeadline): ") && l.ends_with("m left")),
         "{out}"
     );
     let last = out.lines().last().unwrap_or_default();

@@ -11,7 +11,7 @@
 //!
 //! The power provider records calls and answers at once, so the figure is
 //! the controller's own: snapshot, core and the claim locks against a real
-//! kube-apiserver (the Servers' status and the NodeClaims are written after
+//! kube-apiserver (the Servers' status and the ServerClaims are written after
 //! the power-ons).
 //!
 //! It then times writes with nothing else running: 59 merge patches of
@@ -83,14 +83,14 @@ async fn main() {
     let env = TestEnv::shared().expect("test environment (hack/testenv build)");
     let client: Client = env.client().await.expect("client");
     env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &ironclaim_k8s::api::crds_yaml().unwrap()).unwrap();
-    for crd in ["servers", "nodepools", "nodeclaims"] {
+    for crd in ["servers", "serverpools", "serverclaims"] {
         env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev")]).unwrap();
     }
     let _ = env.kubectl(["create", "namespace", NAMESPACE]);
-    let pool: ironclaim_k8s::api::NodePool =
-        serde_json::from_value(json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool", "metadata": {"name": "bench"}, "spec": {}}))
+    let pool: ironclaim_k8s::api::ServerPool =
+        serde_json::from_value(json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool", "metadata": {"name": "bench"}, "spec": {}}))
             .unwrap();
-    let _ = Api::<ironclaim_k8s::api::NodePool>::all(client.clone()).create(&PostParams::default(), &pool).await;
+    let _ = Api::<ironclaim_k8s::api::ServerPool>::all(client.clone()).create(&PostParams::default(), &pool).await;
     let servers: Vec<Server> = (0..SERVERS)
         .map(|i| {
             let (cpu, memory) = [("16", "64Gi"), ("32", "128Gi"), ("64", "256Gi")][i % 3];

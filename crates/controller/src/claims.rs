@@ -7,7 +7,7 @@
 //! take ([`Claims::take`]) takes the server's claim lock (an entry in the
 //! lock ledger, see [`crate::locks`]; concurrent takes share one write),
 //! writes the claim to the Server (its name, `claimedAt`, power state
-//! `PoweringOn`) and creates the NodeClaim at `Selected`; only then does
+//! `PoweringOn`) and creates the ServerClaim at `Selected`; only then does
 //! the driver send the power-on. A restarted controller reads where each
 //! claim stands and the driver asks the BMC before acting: a server already
 //! on is not powered on again, and a power-on sent less than the server's
@@ -23,9 +23,9 @@ use std::time::Duration;
 use ironclaim_core::identity;
 use ironclaim_core::model::{Seconds, StageDurations};
 use ironclaim_driver::{ClaimRecord, PowerFailure, Report};
-use ironclaim_k8s::api::nodeclaim::{FailureReason, NodeClaimSpec, NodeClaimStatus, PodReference, Stage};
+use ironclaim_k8s::api::serverclaim::{FailureReason, ServerClaimSpec, ServerClaimStatus, PodReference, Stage};
 use ironclaim_k8s::api::server::{BMC_CONFIGURED_CONDITION, PowerState, ServerStatus};
-use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
+use ironclaim_k8s::api::{ServerClaim, ServerPool, Server};
 use ironclaim_k8s::node::SERVER_LABEL;
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -42,11 +42,11 @@ use crate::metrics::Metrics;
 use crate::provider::{Power, PowerError};
 use crate::timeline::{self, Deadlines, Ended};
 
-/// The label on a NodeClaim naming its NodePool.
-pub const NODEPOOL_LABEL: &str = ironclaim_core::provision::NODEPOOL_LABEL;
-/// The condition on a NodeClaim that carries the last power error.
+/// The label on a ServerClaim naming its ServerPool.
+pub const SERVERPOOL_LABEL: &str = ironclaim_core::provision::SERVERPOOL_LABEL;
+/// The condition on a ServerClaim that carries the last power error.
 pub const POWERED_ON_CONDITION: &str = "PoweredOn";
-/// The condition on a NodeClaim that says which gates are still unmet.
+/// The condition on a ServerClaim that says which gates are still unmet.
 pub const GATES_CONDITION: &str = "GatesPassed";
 
 /// How power actions are retried: the driver's rule.
@@ -61,8 +61,8 @@ pub struct ClaimSettings {
     pub quarantine_after: u32,
     /// Failed claims are kept this long as a record, then deleted.
     pub failed_claim_ttl: Duration,
-    /// How long a server's claim may wait for its NodeClaim before the
-    /// server counts as orphaned. The NodeClaim is written right after the
+    /// How long a server's claim may wait for its ServerClaim before the
+    /// server counts as orphaned. The ServerClaim is written right after the
     /// claim, so anything longer means the controller that opened it is
     /// gone.
     pub opening_grace: Duration,
@@ -169,7 +169,7 @@ impl Claims {
         self.power.clone()
     }
 
-    fn claims_api(&self) -> Api<NodeClaim> {
+    fn claims_api(&self) -> Api<ServerClaim> {
         Api::all(self.client.clone())
     }
 
@@ -187,7 +187,7 @@ impl Claims {
 
     /// Carries out [`ironclaim_driver::Effect::TakeServer`]: takes the
     /// server's lock, writes the claim to the Server, and creates the
-    /// NodeClaim at `Selected`. `uids` are the pods' uids as the index knows
+    /// ServerClaim at `Selected`. `uids` are the pods' uids as the index knows
     /// them; `known` is the server as the index last saw it (a stale copy
     /// is caught by the lock and the write's resourceVersion).
     ///
@@ -218,16 +218,16 @@ impl Claims {
                     PodReference { namespace: namespace.to_string(), name: name.to_string(), uid: uids.get(key).cloned() }
                 })
                 .collect();
-            let nodeclaim = NodeClaim {
+            let serverclaim = ServerClaim {
                 metadata: ObjectMeta {
                     name: Some(claim.clone()),
-                    labels: Some([(NODEPOOL_LABEL.to_string(), record.pool.clone()), (SERVER_LABEL.to_string(), record.server.clone())].into()),
+                    labels: Some([(SERVERPOOL_LABEL.to_string(), record.pool.clone()), (SERVER_LABEL.to_string(), record.server.clone())].into()),
                     ..ObjectMeta::default()
                 },
-                spec: NodeClaimSpec { server: record.server.clone(), pool: record.pool.clone(), pods },
+                spec: ServerClaimSpec { server: record.server.clone(), pool: record.pool.clone(), pods },
                 status: None,
             };
-            match self.claims_api().create(&PostParams::default(), &nodeclaim).await {
+            match self.claims_api().create(&PostParams::default(), &serverclaim).await {
                 Ok(_) => {}
                 // A retried create that had landed.
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
@@ -235,7 +235,7 @@ impl Claims {
             }
             // The claim exists: a lost write of its first stage only
             // leaves it at Selected, where the driver moves it on.
-            let mut status = NodeClaimStatus::default();
+            let mut status = ServerClaimStatus::default();
             timeline::enter(&mut status, Stage::Selected, record.stage_started_s, None);
             if let Err(err) = self.patch_claim_status(&claim, &status, None).await {
                 tracing::warn!(%claim, error = %err, "writing the claim's first stage failed");
@@ -404,9 +404,9 @@ impl Claims {
             .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())))
     }
 
-    /// Writes a NodeClaim's status, on the resourceVersion it was read at
+    /// Writes a ServerClaim's status, on the resourceVersion it was read at
     /// when given.
-    async fn patch_claim_status(&self, claim: &str, status: &NodeClaimStatus, version: Option<&str>) -> Result<()> {
+    async fn patch_claim_status(&self, claim: &str, status: &ServerClaimStatus, version: Option<&str>) -> Result<()> {
         let patch = match version {
             Some(v) => serde_json::json!({"metadata": {"resourceVersion": v}, "status": status}),
             None => serde_json::json!({ "status": status }),
@@ -418,16 +418,16 @@ impl Claims {
         Ok(())
     }
 
-    /// Reads the NodeClaim, lets `change` edit its status, and writes it on
+    /// Reads the ServerClaim, lets `change` edit its status, and writes it on
     /// the version read, read again on a conflict. Ok(None) when the claim
     /// is gone; otherwise the claim as read.
-    async fn update_claim(&self, claim: &str, mut change: impl FnMut(&NodeClaim, &mut NodeClaimStatus) -> bool) -> Result<Option<NodeClaim>> {
+    async fn update_claim(&self, claim: &str, mut change: impl FnMut(&ServerClaim, &mut ServerClaimStatus) -> bool) -> Result<Option<ServerClaim>> {
         self.ensure_acting()?;
         for _ in 0..5 {
             let read = match self.claims_api().get_status(claim).await {
                 Ok(c) => c,
                 Err(err) if not_found(&err) => return Ok(None),
-                Err(source) => return Err(Error::ReadFailed { what: format!("NodeClaim {claim}"), source }),
+                Err(source) => return Err(Error::ReadFailed { what: format!("ServerClaim {claim}"), source }),
             };
             let mut status = read.status.clone().unwrap_or_default();
             if !change(&read, &mut status) {
@@ -439,7 +439,7 @@ impl Claims {
                 Err(err) => return Err(err),
             }
         }
-        Err(Error::WriteContended { what: format!("the status of NodeClaim {claim}") })
+        Err(Error::WriteContended { what: format!("the status of ServerClaim {claim}") })
     }
 
     /// Carries out [`ironclaim_driver::Effect::EnterStage`]: closes the
@@ -455,7 +455,7 @@ impl Claims {
     ) -> Result<()> {
         let now = now_s();
         let mut ended = None;
-        let mut written = NodeClaimStatus::default();
+        let mut written = ServerClaimStatus::default();
         let read = self
             .update_claim(claim, |read, status| {
                 if status.stage == Some(stage) || status.failure_reason.is_some() {
@@ -638,7 +638,7 @@ impl Claims {
         self.ensure_acting()?;
         match self.claims_api().delete(claim, &Default::default()).await {
             Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
-            Err(source) => Err(Error::ReadFailed { what: format!("NodeClaim {claim}"), source }),
+            Err(source) => Err(Error::ReadFailed { what: format!("ServerClaim {claim}"), source }),
         }
     }
 
@@ -650,7 +650,7 @@ impl Claims {
         server: &str,
         node: &str,
         known_node: Option<Node>,
-        pool: Option<&NodePool>,
+        pool: Option<&ServerPool>,
         known: Option<Server>,
     ) -> Result<()> {
         self.ensure_acting()?;
@@ -860,14 +860,14 @@ impl Claims {
 
     /// Records the node on the server's status and gives the node its
     /// pool's labels.
-    async fn link_node(&self, server: &Server, node: &Node, pool: Option<&NodePool>) -> Result<()> {
+    async fn link_node(&self, server: &Server, node: &Node, pool: Option<&ServerPool>) -> Result<()> {
         let node_name = node.name_any();
         let mut labels: std::collections::BTreeMap<String, String> = server.spec.labels.clone();
         if let Some(pool) = pool {
             if let Some(t) = &pool.spec.template {
                 labels.extend(t.labels.clone());
             }
-            labels.insert(NODEPOOL_LABEL.to_string(), pool.name_any());
+            labels.insert(SERVERPOOL_LABEL.to_string(), pool.name_any());
         }
         labels.insert(SERVER_LABEL.to_string(), server.name_any());
         let missing = labels.iter().any(|(k, v)| node.labels().get(k) != Some(v));

@@ -1,7 +1,7 @@
 //! Reading the whole cluster once into an [`Index`], for the command line
 //! (`ironclaim explain`, `ironclaim servers`), which needs no watches.
 
-use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
+use ironclaim_k8s::api::{ServerClaim, ServerPool, Server};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -42,8 +42,8 @@ pub async fn read(client: &Client, lock_namespace: &str) -> Result<Index> {
     reset(&mut index, list::<DaemonSet>(client).await?);
     reset(&mut index, list::<PodDisruptionBudget>(client).await?);
     reset(&mut index, list::<Server>(client).await?);
-    reset(&mut index, list::<NodePool>(client).await?);
-    reset(&mut index, list::<NodeClaim>(client).await?);
+    reset(&mut index, list::<ServerPool>(client).await?);
+    reset(&mut index, list::<ServerClaim>(client).await?);
     index.locks = Locks::new(client.clone(), lock_namespace).all().await?;
     Ok(index)
 }

@@ -18,7 +18,7 @@ use ironclaim_core::provision;
 use ironclaim_driver::autoscaler::Autoscaler;
 use ironclaim_driver::{Effect, Report, Settings as DriverSettings};
 use ironclaim_k8s::api::server::{BMC_CONFIGURED_CONDITION, Identity, PowerState, ServerStatus};
-use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
+use ironclaim_k8s::api::{ServerClaim, ServerPool, Server};
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
@@ -348,8 +348,8 @@ impl Controller {
         watches.spawn(watch(Api::<DaemonSet>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<PodDisruptionBudget>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<Server>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<NodePool>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<NodeClaim>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<ServerPool>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch(Api::<ServerClaim>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         let ledger = Api::<ConfigMap>::namespaced(c.clone(), &self.settings.claims.lock_namespace);
         let only_ledger = watcher::Config::default().fields(&format!("metadata.name={LEDGER_NAME}"));
         watches.spawn(watch_with(ledger, only_ledger, i.clone(), n.clone(), s.clone()));
@@ -590,10 +590,10 @@ fn within_grace(at: jiff::Timestamp, now: jiff::Timestamp, grace: Duration) -> b
     now.duration_since(at).unsigned_abs() < grace || at > now
 }
 
-/// The claim holding `server` when it is an orphan: its NodeClaim does not
+/// The claim holding `server` when it is an orphan: its ServerClaim does not
 /// exist (as far as `claims` knows) and it was written longer than `grace`
 /// ago, or at a time not recorded.
-fn orphaned_claim(server: &Server, claims: &BTreeMap<String, NodeClaim>, now: jiff::Timestamp, grace: Duration) -> Option<String> {
+fn orphaned_claim(server: &Server, claims: &BTreeMap<String, ServerClaim>, now: jiff::Timestamp, grace: Duration) -> Option<String> {
     let status = server.status.as_ref()?;
     let claim = status.claim.clone().filter(|c| !c.is_empty())?;
     if claims.contains_key(&claim) {
@@ -802,7 +802,7 @@ impl Sweeper {
                 self.metrics.error(err.metric_label());
             }
         }
-        let claims_api: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims_api: Api<ServerClaim> = Api::all(self.client.clone());
         for (server, claim, has_node) in orphans {
             // The watch may lag a claim just created: ask the API itself.
             if !matches!(claims_api.get_opt(&claim).await, Ok(None)) {
@@ -891,7 +891,7 @@ impl Sweeper {
         self.write_pool_statuses().await;
     }
 
-    /// Each NodePool's status, written where it changed: its usage, and
+    /// Each ServerPool's status, written where it changed: its usage, and
     /// whether its spec could be read. A pool or pod the index could not
     /// read is said, not dropped: the pool's `Valid` condition and a
     /// Warning Event on it, a Warning Event on the pod.
@@ -901,9 +901,9 @@ impl Sweeper {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let (snapshot, problems) = index.snapshot(now, self.backoff);
             let usage = provision::pool_usage(&snapshot);
-            let mut changed: Vec<(String, ironclaim_k8s::api::nodepool::NodePoolStatus, Option<String>)> = Vec::new();
+            let mut changed: Vec<(String, ironclaim_k8s::api::serverpool::ServerPoolStatus, Option<String>)> = Vec::new();
             for (name, pool) in &index.pools {
-                let invalid = problems.iter().find(|p| p.object == format!("NodePool {name}")).map(|p| p.error.clone());
+                let invalid = problems.iter().find(|p| p.object == format!("ServerPool {name}")).map(|p| p.error.clone());
                 let mut status = match usage.iter().find(|u| u.pool == *name) {
                     Some(u) => pools::status_of(u, pool.status.as_ref(), pool.metadata.generation, now),
                     None => pool.status.clone().unwrap_or_default(),
@@ -917,11 +917,11 @@ impl Sweeper {
                 problems.iter().filter_map(|p| Some((p.object.strip_prefix("Pod ")?.to_string(), p.error.clone()))).collect();
             (changed, invalid_pods)
         };
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<ServerPool> = Api::all(self.client.clone());
         for (name, status, invalid) in changed {
             if let Some(error) = &invalid {
-                tracing::warn!(pool = %name, %error, "the NodePool cannot be read; its servers are claimed by no other pool");
-                self.notes.warn(crate::scaledown::notes::Kind::NodePool, &name, "InvalidSpec", error).await;
+                tracing::warn!(pool = %name, %error, "the ServerPool cannot be read; its servers are claimed by no other pool");
+                self.notes.warn(crate::scaledown::notes::Kind::ServerPool, &name, "InvalidSpec", error).await;
             }
             let patch = serde_json::json!({"status": status});
             if let Err(err) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
@@ -957,7 +957,7 @@ mod tests {
     const GRACE: Duration = Duration::from_secs(60);
 
     #[test]
-    fn a_claim_whose_nodeclaim_is_missing_is_an_orphan_only_after_the_opening_grace() {
+    fn a_claim_whose_serverclaim_is_missing_is_an_orphan_only_after_the_opening_grace() {
         let now: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
         let claims = BTreeMap::new();
         let ago = |s: i64| now - jiff::SignedDuration::from_secs(s);
@@ -972,11 +972,11 @@ mod tests {
         let mut held = BTreeMap::new();
         held.insert(
             "c1".to_string(),
-            serde_json::from_value(json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim",
+            serde_json::from_value(json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerClaim",
             "metadata": {"name": "c1"}, "spec": {"server": "r1-u01", "pool": "p", "pods": []}}))
             .unwrap(),
         );
-        assert_eq!(orphaned_claim(&server(Some("c1"), None), &held, now, GRACE), None, "its NodeClaim exists");
+        assert_eq!(orphaned_claim(&server(Some("c1"), None), &held, now, GRACE), None, "its ServerClaim exists");
     }
 
     #[test]
@@ -1070,12 +1070,12 @@ mod tests {
     #[test]
     fn the_sweep_holds_back_a_server_whose_bmc_configuration_is_broken_until_a_read_passes() {
         let missing = crate::provider::PowerError {
-            reason: ironclaim_k8s::api::nodeclaim::FailureReason::BmcCredentialsMissing,
+            reason: ironclaim_k8s::api::serverclaim::FailureReason::BmcCredentialsMissing,
             label: "credentials_missing",
             message: "the BMC credentials Secret metal/bmc-r1 (spec.bmc.credentialsSecretRef of Server r1-u01) does not exist".into(),
         };
         let unreachable = crate::provider::PowerError {
-            reason: ironclaim_k8s::api::nodeclaim::FailureReason::BmcUnreachable,
+            reason: ironclaim_k8s::api::serverclaim::FailureReason::BmcUnreachable,
             label: "unreachable",
             message: "connection refused".into(),
         };

@@ -10,15 +10,15 @@
 //!   keys, address, TLS), its BMC answers with these credentials, its
 //!   system reports an identity that agrees with the recorded one, and a
 //!   power reading.
-//! - Every NodePool: its spec reads, and some Server matches it.
+//! - Every ServerPool: its spec reads, and some Server matches it.
 //!
 //! Each check is read through the controller's own code (the same
 //! [`Power`] and conversions), so a check that passes here passes there.
 
 use std::collections::BTreeSet;
 
-use ironclaim_k8s::api::{NodePool, Server};
-use ironclaim_k8s::{nodepool_to_core, server_to_core};
+use ironclaim_k8s::api::{ServerPool, Server};
+use ironclaim_k8s::{serverpool_to_core, server_to_core};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, PostParams};
@@ -76,7 +76,7 @@ impl Default for Identity {
 }
 
 /// Every check, in order: the cluster, the CRDs, RBAC, Servers,
-/// NodePools. Later checks are skipped when the API does not answer or
+/// ServerPools. Later checks are skipped when the API does not answer or
 /// the CRDs are missing (they would only repeat it).
 pub async fn examine(client: &Client, power: &dyn Power, identity: &Identity) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -340,20 +340,20 @@ async fn server_checks(power: &dyn Power, server: &Server, out: &mut Vec<Finding
 }
 
 async fn pools(client: &Client, servers: &[Server], out: &mut Vec<Finding>) {
-    let pools = match Api::<NodePool>::all(client.clone()).list(&ListParams::default()).await {
+    let pools = match Api::<ServerPool>::all(client.clone()).list(&ListParams::default()).await {
         Ok(l) => l.items,
         Err(err) => {
-            out.push(Finding::new("NodePools", "list", Verdict::Fail, one_line(&err), None));
+            out.push(Finding::new("ServerPools", "list", Verdict::Fail, one_line(&err), None));
             return;
         }
     };
     if pools.is_empty() {
-        out.push(Finding::new("NodePools", "present", Verdict::Fail, "no NodePool: no server is ever claimed", Some("create a NodePool".into())));
+        out.push(Finding::new("ServerPools", "present", Verdict::Fail, "no ServerPool: no server is ever claimed", Some("create a ServerPool".into())));
     }
     let inventory: Vec<ironclaim_core::model::Server> = servers.iter().filter_map(|s| server_to_core(s).ok()).collect();
     for pool in &pools {
-        let object = format!("NodePool {}", pool.name_any());
-        match nodepool_to_core(pool) {
+        let object = format!("ServerPool {}", pool.name_any());
+        match serverpool_to_core(pool) {
             Err(err) => out.push(Finding::new(object, "spec", Verdict::Fail, err.to_string(), Some("fix the field named".into()))),
             Ok(p) => {
                 let matching = inventory.iter().filter(|s| p.admits(s)).count();

@@ -4,7 +4,7 @@ use crate::provider::PowerError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("creating NodeClaim for server {server} failed")]
+    #[error("creating ServerClaim for server {server} failed")]
     CreateClaimFailed {
         server: String,
         #[source]
@@ -24,7 +24,7 @@ pub enum Error {
     #[error("server {server} is already held by claim {holder}")]
     ServerHeld { server: String, holder: String },
 
-    #[error("writing the status of NodeClaim {claim} failed")]
+    #[error("writing the status of ServerClaim {claim} failed")]
     ApplyStatusFailed {
         claim: String,
         #[source]

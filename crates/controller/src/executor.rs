@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ironclaim_driver::{ClaimRecord, Effect, Eviction, FailureReason, PowerFailure, Report};
-use ironclaim_k8s::api::{NodePool, Server};
+use ironclaim_k8s::api::{ServerPool, Server};
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
@@ -40,7 +40,7 @@ struct WriteJob {
     pods: Vec<PodKey>,
     server: Option<Server>,
     node: Option<Node>,
-    pool: Option<NodePool>,
+    pool: Option<ServerPool>,
     subject: Option<Kind>,
 }
 
@@ -62,7 +62,7 @@ pub struct Executor {
     notes: Notes,
     reports: UnboundedSender<Report>,
     /// The pods of each claim being taken, until its power-on is handed
-    /// over: the index may not hold the new NodeClaim by then.
+    /// over: the index may not hold the new ServerClaim by then.
     opening: Arc<Mutex<HashMap<String, Vec<PodKey>>>>,
     /// Takes under way at once are bounded by its permits.
     takes: Arc<Semaphore>,

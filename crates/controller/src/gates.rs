@@ -1,23 +1,23 @@
 //! Readiness gates: when a registered node counts as ready for its pods.
 //!
 //! Kubelet Ready alone is too early for CNI, storage or GPU drivers. A
-//! NodePool's `spec.readiness` adds: labels present, extended resources
+//! ServerPool's `spec.readiness` adds: labels present, extended resources
 //! advertised with a non-zero amount, the pool's startup taints removed,
 //! and named node conditions True.
 
-use ironclaim_k8s::api::nodeclaim::Stage;
-use ironclaim_k8s::api::{NodeClaim, NodePool};
+use ironclaim_k8s::api::serverclaim::Stage;
+use ironclaim_k8s::api::{ServerClaim, ServerPool};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 /// Whether a claim has passed its gates (Ready or further).
-pub fn claim_passed_gates(claim: &NodeClaim) -> bool {
+pub fn claim_passed_gates(claim: &ServerClaim) -> bool {
     matches!(claim.status.as_ref().and_then(|s| s.stage), Some(Stage::Ready | Stage::Serving))
 }
 
 /// The gates a node has not passed yet, in the order they are checked;
 /// empty when it is ready for its pods.
-pub fn unmet(node: &Node, pool: Option<&NodePool>) -> Vec<String> {
+pub fn unmet(node: &Node, pool: Option<&ServerPool>) -> Vec<String> {
     let mut unmet = Vec::new();
     let status = node.status.as_ref();
     let condition_true =

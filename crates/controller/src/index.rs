@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use ironclaim_core::identity::{self, Links};
 use ironclaim_core::model::{self as core, Health, Seconds, Snapshot};
-use ironclaim_k8s::api::{NodeClaim, NodePool, Server};
+use ironclaim_k8s::api::{ServerClaim, ServerPool, Server};
 use ironclaim_k8s::node::SERVER_LABEL;
 use ironclaim_k8s::pod::{pod_from_k8s, pod_from_template};
-use ironclaim_k8s::{node_from_k8s, nodeclaim_in_flight, nodepool_to_core, pdb_from_k8s, server_to_core};
+use ironclaim_k8s::{node_from_k8s, serverclaim_in_flight, serverpool_to_core, pdb_from_k8s, server_to_core};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -54,8 +54,8 @@ pub struct Index {
     pub daemonsets: BTreeMap<String, DaemonSet>,
     pub pdbs: BTreeMap<String, PodDisruptionBudget>,
     pub servers: BTreeMap<String, Server>,
-    pub pools: BTreeMap<String, NodePool>,
-    pub claims: BTreeMap<String, NodeClaim>,
+    pub pools: BTreeMap<String, ServerPool>,
+    pub claims: BTreeMap<String, ServerClaim>,
     /// Claim locks by server (see [`crate::locks`]).
     pub locks: BTreeMap<String, Lock>,
     /// [`Index::links`], made once per change of what the index holds.
@@ -98,8 +98,8 @@ keyed!(Namespace, namespaces, false);
 keyed!(DaemonSet, daemonsets, true);
 keyed!(PodDisruptionBudget, pdbs, true);
 keyed!(Server, servers, false);
-keyed!(NodePool, pools, false);
-keyed!(NodeClaim, claims, false);
+keyed!(ServerPool, pools, false);
+keyed!(ServerClaim, claims, false);
 
 /// Only the lock ledger is kept, as its locks keyed by server (the watch
 /// selects it by name; anything else is ignored all the same).
@@ -279,7 +279,7 @@ impl Index {
     }
 
     /// The claim that holds a node through its server, if any.
-    fn claim_of_server(&self) -> HashMap<&str, &NodeClaim> {
+    fn claim_of_server(&self) -> HashMap<&str, &ServerClaim> {
         self.claims.values().filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none())).map(|c| (c.spec.server.as_str(), c)).collect()
     }
 
@@ -359,9 +359,9 @@ impl Index {
             }
         }
         for pool in self.pools.values() {
-            match nodepool_to_core(pool) {
+            match serverpool_to_core(pool) {
                 Ok(p) => snap.pools.push(p),
-                Err(err) => problems.push(Problem { object: format!("NodePool {}", pool.name_any()), error: err.to_string() }),
+                Err(err) => problems.push(Problem { object: format!("ServerPool {}", pool.name_any()), error: err.to_string() }),
             }
         }
         for server in self.servers.values() {
@@ -387,10 +387,10 @@ impl Index {
             }
         }
         for claim in self.claims.values() {
-            match nodeclaim_in_flight(claim) {
+            match serverclaim_in_flight(claim) {
                 Ok(Some(c)) => snap.claims.push(c),
                 Ok(None) => {}
-                Err(err) => problems.push(Problem { object: format!("NodeClaim {}", claim.name_any()), error: err.to_string() }),
+                Err(err) => problems.push(Problem { object: format!("ServerClaim {}", claim.name_any()), error: err.to_string() }),
             }
         }
         snap.arrivals = self.recent_arrivals(&snap.pools, now_s);
@@ -407,7 +407,7 @@ impl Index {
     /// Claims are deleted once their server is released, so demand whose
     /// servers have gone off again is not seen: the floor errs low, and
     /// the static floor remains the minimum.
-    fn recent_arrivals(&self, pools: &[core::NodePool], now_s: Seconds) -> Vec<core::Arrival> {
+    fn recent_arrivals(&self, pools: &[core::ServerPool], now_s: Seconds) -> Vec<core::Arrival> {
         let Some(window_s) = pools.iter().filter_map(|p| p.warm.adaptive.as_ref()).map(|a| a.window_s).max() else {
             return Vec::new();
         };
@@ -442,14 +442,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pool(adaptive: Option<&str>) -> NodePool {
+    fn pool(adaptive: Option<&str>) -> ServerPool {
         let warm = adaptive.map(|w| json!({"adaptive": {"window": w}}));
         serde_json::from_value(json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool",
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
             "metadata": {"name": "general"},
             "spec": {"warmSpares": warm}
         }))
-        .expect("nodepool")
+        .expect("serverpool")
     }
 
     fn pod(name: &str, created: &str, node: Option<&str>) -> Pod {
@@ -462,16 +462,16 @@ mod tests {
         .expect("pod")
     }
 
-    fn claim(name: &str, server: &str, pods: &[&str], failed: bool) -> NodeClaim {
+    fn claim(name: &str, server: &str, pods: &[&str], failed: bool) -> ServerClaim {
         let refs: Vec<_> = pods.iter().map(|p| json!({"namespace": "app", "name": p, "uid": format!("uid-{p}")})).collect();
         let status = if failed { json!({"failureReason": "RegistrationTimedOut"}) } else { json!({"stage": "Booting"}) };
         serde_json::from_value(json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim",
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerClaim",
             "metadata": {"name": name},
             "spec": {"server": server, "pool": "general", "pods": refs},
             "status": status
         }))
-        .expect("nodeclaim")
+        .expect("serverclaim")
     }
 
     const NOW: &str = "2026-01-05T12:00:00Z";
@@ -557,7 +557,7 @@ mod tests {
     fn planned_power_offs(index: &Index) -> Vec<String> {
         let (mut snap, problems) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
         assert!(problems.is_empty(), "{problems:?}");
-        snap.pools.push(core::NodePool::new("general"));
+        snap.pools.push(core::ServerPool::new("general"));
         // Idle for a day: past any break-even.
         snap.servers.iter_mut().for_each(|s| s.idle_since_s = Some(NOW_S - 86_400));
         ironclaim_core::disruption::disrupt(&snap, NOW_S)

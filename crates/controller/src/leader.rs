@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use ironclaim_driver::lease::{LeaseTimes, Observer, Record, Round, Tenure};
 use ironclaim_k8s::api::Server;
-use ironclaim_k8s::api::nodeclaim::FailureReason;
+use ironclaim_k8s::api::serverclaim::FailureReason;
 use ironclaim_k8s::api::server::PowerState;
 use kube::ResourceExt;
 

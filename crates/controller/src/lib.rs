@@ -13,7 +13,7 @@
 //!   decision's locks together: the atomic token a power-on waits for.
 //! - [`timeline`]: the stage records, per-server deadlines (slow versus
 //!   stuck) and the notes pods are told.
-//! - [`gates`]: readiness gates per NodePool.
+//! - [`gates`]: readiness gates per ServerPool.
 //! - [`provider`]: the power boundary: Redfish and Metal3 BareMetalHost.
 //! - [`scaledown`]: drains, warm-spare power, stranded resources and
 //!   energy, carrying out the core's scale-down decisions.

@@ -25,7 +25,7 @@ fn latency_histogram() -> Histogram {
 /// Every metric the controller exports.
 pub struct Metrics {
     registry: Registry,
-    /// Seconds each stage took, by stage, NodePool and outcome.
+    /// Seconds each stage took, by stage, ServerPool and outcome.
     pub stage_duration: HistogramFamily,
     /// Claims that ended, by outcome (`ready`, `failed`) and reason.
     pub claims: Family<Labels, Counter>,
@@ -113,7 +113,7 @@ impl Metrics {
 
     pub fn observe_stage(&self, stage: &str, pool: &str, outcome: &str, seconds: f64) {
         self.stage_duration
-            .get_or_create(&vec![("stage".into(), stage.into()), ("nodepool".into(), pool.into()), ("outcome".into(), outcome.into())])
+            .get_or_create(&vec![("stage".into(), stage.into()), ("serverpool".into(), pool.into()), ("outcome".into(), outcome.into())])
             .observe(seconds);
     }
 

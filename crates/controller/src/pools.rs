@@ -1,22 +1,22 @@
-//! NodePool status: what each pool holds against its limits, as the core
-//! counts it when it enforces them, so `kubectl get nodepools` and a
+//! ServerPool status: what each pool holds against its limits, as the core
+//! counts it when it enforces them, so `kubectl get serverpools` and a
 //! `pool_limit` decision never disagree.
 
 use std::collections::BTreeMap;
 
 use ironclaim_core::model::Seconds;
 use ironclaim_core::provision::PoolUsage;
-use ironclaim_k8s::api::nodepool::NodePoolStatus;
+use ironclaim_k8s::api::serverpool::ServerPoolStatus;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::timeline;
 
-/// The condition on a NodePool that says whether a limit is used up.
+/// The condition on a ServerPool that says whether a limit is used up.
 pub const LIMIT_REACHED_CONDITION: &str = "LimitReached";
 
 /// The status `usage` gives a pool whose status is `current`; conditions
 /// keep their transition times when they do not change.
-pub fn status_of(usage: &PoolUsage, current: Option<&NodePoolStatus>, generation: Option<i64>, now_s: Seconds) -> NodePoolStatus {
+pub fn status_of(usage: &PoolUsage, current: Option<&ServerPoolStatus>, generation: Option<i64>, now_s: Seconds) -> ServerPoolStatus {
     let mut resources = BTreeMap::new();
     if usage.servers > 0 {
         resources.insert("cpu".to_string(), Quantity(cpu(usage.cpu_milli)));
@@ -38,15 +38,15 @@ pub fn status_of(usage: &PoolUsage, current: Option<&NodePoolStatus>, generation
         ),
         None => timeline::set_condition(&mut conditions, LIMIT_REACHED_CONDITION, false, "WithinLimits", "every limit has room", now_s, generation),
     }
-    NodePoolStatus { servers: usage.servers, resources, watts: Some(usage.watts.round() as i64), conditions }
+    ServerPoolStatus { servers: usage.servers, resources, watts: Some(usage.watts.round() as i64), conditions }
 }
 
-/// The condition on a NodePool that says whether its spec could be read.
+/// The condition on a ServerPool that says whether its spec could be read.
 pub const VALID_CONDITION: &str = "Valid";
 
 /// Sets `Valid` on a pool's status: False with the error (which names the
 /// field) when its spec could not be read.
-pub fn set_valid(status: &mut NodePoolStatus, invalid: Option<&str>, generation: Option<i64>, now_s: Seconds) {
+pub fn set_valid(status: &mut ServerPoolStatus, invalid: Option<&str>, generation: Option<i64>, now_s: Seconds) {
     match invalid {
         Some(error) => timeline::set_condition(
             &mut status.conditions,
@@ -125,8 +125,8 @@ mod tests {
 
     #[test]
     fn a_pool_with_a_malformed_cron_schedule_says_so_on_its_status_naming_the_field() {
-        let pool: ironclaim_k8s::api::NodePool = serde_json::from_value(serde_json::json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool",
+        let pool: ironclaim_k8s::api::ServerPool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
             "metadata": {"name": "batch", "generation": 3},
             "spec": {"disruption": {"budgets": [{"nodes": "1", "schedule": "61 * * * *", "duration": "1h"}]}}
         }))
@@ -135,8 +135,8 @@ mod tests {
         index.apply(pool);
         let (snapshot, problems) = index.snapshot(1_000, crate::index::FailureBackoff { base_s: 60, max_s: 600 });
         assert!(snapshot.pools.is_empty(), "not planned with a schedule it cannot read");
-        let error = &problems.iter().find(|p| p.object == "NodePool batch").expect("reported").error;
-        let mut status = NodePoolStatus::default();
+        let error = &problems.iter().find(|p| p.object == "ServerPool batch").expect("reported").error;
+        let mut status = ServerPoolStatus::default();
         set_valid(&mut status, Some(error), Some(3), 1_000);
         let c = status.conditions.iter().find(|c| c.type_ == VALID_CONDITION).expect("Valid");
         assert_eq!((c.status.as_str(), c.reason.as_str(), c.observed_generation), ("False", "InvalidSpec", Some(3)));

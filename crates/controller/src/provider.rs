@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ironclaim_k8s::api::Server;
-use ironclaim_k8s::api::nodeclaim::FailureReason;
+use ironclaim_k8s::api::serverclaim::FailureReason;
 use ironclaim_k8s::api::server::{Bmc as ServerBmc, PowerState, ProviderType};
 use ironclaim_redfish::{
     Bmc as RedfishBmc, BmcAddress, BmcFleet, Credentials, FleetOptions, SecretRef, SystemSelector, Timing, TlsSettings, ca_bundle_file,
@@ -44,7 +44,7 @@ pub fn uses_metal3(server: &Server) -> bool {
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct PowerError {
-    /// The failure as the NodeClaim names it.
+    /// The failure as the ServerClaim names it.
     pub reason: FailureReason,
     /// The provider's own label for metrics (`unreachable`, `auth_failed`).
     pub label: &'static str,

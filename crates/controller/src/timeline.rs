@@ -1,10 +1,10 @@
-//! The stage timeline on a NodeClaim's status, the per-server deadlines
+//! The stage timeline on a ServerClaim's status, the per-server deadlines
 //! that tell slow from stuck, and the words pods are told while they wait.
 //!
 //! Pure functions over the API types: no IO, times passed in.
 
 use ironclaim_core::model::{Seconds, StageDurations};
-use ironclaim_k8s::api::nodeclaim::{FailureReason, NodeClaimStatus, Stage, StageOutcome, StageRecord};
+use ironclaim_k8s::api::serverclaim::{FailureReason, ServerClaimStatus, Stage, StageOutcome, StageRecord};
 use ironclaim_k8s::api::server::{MeasuredDurations, MeasuredStage};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -23,14 +23,14 @@ pub fn seconds(t: &Time) -> Seconds {
 }
 
 /// When the current stage began, if any stage was entered.
-pub fn stage_started_s(status: &NodeClaimStatus) -> Option<Seconds> {
+pub fn stage_started_s(status: &ServerClaimStatus) -> Option<Seconds> {
     status.stages.last().map(|r| seconds(&r.start_time))
 }
 
 /// A stage record that ended: (stage, seconds, outcome).
 pub type Ended = (Stage, Seconds, StageOutcome);
 
-fn close_last(status: &mut NodeClaimStatus, now_s: Seconds, outcome: StageOutcome, message: Option<String>) -> Option<Ended> {
+fn close_last(status: &mut ServerClaimStatus, now_s: Seconds, outcome: StageOutcome, message: Option<String>) -> Option<Ended> {
     let last = status.stages.last_mut()?;
     if last.outcome != StageOutcome::InProgress {
         return None;
@@ -49,7 +49,7 @@ fn close_last(status: &mut NodeClaimStatus, now_s: Seconds, outcome: StageOutcom
 /// # Guarantees
 /// Idempotent: entering the stage the claim is already in changes nothing.
 /// The record list stays within the CRD's bound of 64.
-pub fn enter(status: &mut NodeClaimStatus, stage: Stage, now_s: Seconds, message: Option<String>) -> Option<Ended> {
+pub fn enter(status: &mut ServerClaimStatus, stage: Stage, now_s: Seconds, message: Option<String>) -> Option<Ended> {
     if status.stage == Some(stage) {
         return None;
     }
@@ -65,7 +65,7 @@ pub fn enter(status: &mut NodeClaimStatus, stage: Stage, now_s: Seconds, message
 }
 
 /// Ends the current stage as failed (or timed out) and records why.
-pub fn fail(status: &mut NodeClaimStatus, reason: FailureReason, message: String, now_s: Seconds, timed_out: bool) -> Option<Ended> {
+pub fn fail(status: &mut ServerClaimStatus, reason: FailureReason, message: String, now_s: Seconds, timed_out: bool) -> Option<Ended> {
     let outcome = if timed_out { StageOutcome::TimedOut } else { StageOutcome::Failed };
     let ended = close_last(status, now_s, outcome, Some(truncate(&message, 1024)));
     status.failure_reason = Some(reason);
@@ -120,7 +120,7 @@ pub fn powered_on_note(server: &str, ago_s: Seconds, d: &StageDurations) -> Stri
 
 /// What a pod waiting on this claim is told: where the claim stands and
 /// what happens next.
-pub fn waiting_note(server: &str, status: &NodeClaimStatus, d: &StageDurations, now_s: Seconds) -> String {
+pub fn waiting_note(server: &str, status: &ServerClaimStatus, d: &StageDurations, now_s: Seconds) -> String {
     let stage = status.stage.unwrap_or(Stage::Selected);
     let ago = stage_started_s(status).map_or(0, |t| now_s.saturating_sub(t));
     let node = status.node_name.as_deref().unwrap_or("?");
@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn entering_stages_closes_the_previous_one_with_its_duration() {
-        let mut status = NodeClaimStatus::default();
+        let mut status = ServerClaimStatus::default();
         assert_eq!(enter(&mut status, Stage::Selected, 100, None), None);
         assert_eq!(enter(&mut status, Stage::PoweringOn, 101, None), Some((Stage::Selected, 1, StageOutcome::Succeeded)));
         assert_eq!(enter(&mut status, Stage::PoweringOn, 105, None), None, "entering the same stage twice is a no-op");
@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn the_waiting_note_says_what_happens_next() {
-        let mut status = NodeClaimStatus::default();
+        let mut status = ServerClaimStatus::default();
         enter(&mut status, Stage::Booting, 1000, None);
         let d = StageDurations { boot_s: 240, ..StageDurations::default() };
         assert_eq!(

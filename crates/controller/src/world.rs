@@ -8,8 +8,8 @@
 use ironclaim_core::model::{Pod, Seconds, Snapshot};
 use ironclaim_driver::autoscaler::World;
 use ironclaim_driver::{ClaimRecord, ClaimView, NodeFacts, ServerFacts, Stage};
-use ironclaim_k8s::api::NodeClaim;
-use ironclaim_k8s::api::nodeclaim::NodeClaimStatus;
+use ironclaim_k8s::api::ServerClaim;
+use ironclaim_k8s::api::serverclaim::ServerClaimStatus;
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -26,11 +26,11 @@ pub struct IndexWorld<'a> {
     pub backoff: FailureBackoff,
 }
 
-/// A NodeClaim as the driver records a claim. A claim with no stage yet
+/// A ServerClaim as the driver records a claim. A claim with no stage yet
 /// (its first status write was lost) is at [`Stage::Selected`]; stages
 /// past serving (draining, powering off, off) count as serving.
-pub fn record_of(claim: &NodeClaim) -> ClaimRecord {
-    let empty = NodeClaimStatus::default();
+pub fn record_of(claim: &ServerClaim) -> ClaimRecord {
+    let empty = ServerClaimStatus::default();
     let status = claim.status.as_ref().unwrap_or(&empty);
     let as_driver = |s: Stage| s;
     let history: Vec<(Stage, Seconds)> = status.stages.iter().map(|r| (as_driver(r.stage), timeline::seconds(&r.start_time))).collect();
@@ -57,7 +57,7 @@ fn ready_since_s(node: &Node) -> Option<Seconds> {
 }
 
 impl IndexWorld<'_> {
-    fn view(&self, claim: &NodeClaim) -> ClaimView {
+    fn view(&self, claim: &ServerClaim) -> ClaimView {
         let index = self.index;
         let record = record_of(claim);
         let server = index.servers.get(&claim.spec.server).map(|s| {
@@ -155,9 +155,9 @@ mod tests {
         .expect("server")
     }
 
-    fn claim(name: &str, server: &str, status: serde_json::Value) -> NodeClaim {
+    fn claim(name: &str, server: &str, status: serde_json::Value) -> ServerClaim {
         serde_json::from_value(json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim",
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerClaim",
             "metadata": {"name": name, "creationTimestamp": "2026-01-05T11:50:00Z"},
             "spec": {"server": server, "pool": "general", "pods": [
                 {"namespace": "app", "name": "web", "uid": "uid-web"},
@@ -165,7 +165,7 @@ mod tests {
                 {"namespace": "app", "name": "gone", "uid": "uid-gone"}]},
             "status": status
         }))
-        .expect("nodeclaim")
+        .expect("serverclaim")
     }
 
     fn node(name: &str, server: &str, ready_since: Option<&str>, annotations: serde_json::Value) -> Node {

@@ -15,7 +15,7 @@
 //! becomes a candidate once it has idled longer than its break-even time:
 //! boot energy (boot watts over the measured power-on and boot stages)
 //! divided by what it saves per second off (idle minus standby watts). A
-//! NodePool's `consolidateAfter` can only lengthen that.
+//! ServerPool's `consolidateAfter` can only lengthen that.
 //!
 //! # Guarantees
 //! - No node with a pod that must not be disrupted (do-not-disrupt, or a
@@ -25,11 +25,11 @@
 //! - Per class, the idle powered-on servers (warm spares and empty nodes)
 //!   left on are at least the floor, or all there were. A node whose
 //!   claim is still in flight is not idle: its room is its pods'.
-//! - Per NodePool and reason, nodes being disrupted never exceed the most
+//! - Per ServerPool and reason, nodes being disrupted never exceed the most
 //!   restrictive active budget.
 //! - Only servers with no node are powered off directly; a node's server is
 //!   powered off after its drain.
-//! - Per NodePool with a headroom, no power-off or drain takes the pool's
+//! - Per ServerPool with a headroom, no power-off or drain takes the pool's
 //!   free capacity (on its nodes and warm spares) below it; when it is
 //!   already below, spares are powered on.
 //! - The floor of a class is its static floor, raised by the adaptive
@@ -108,7 +108,7 @@ pub fn break_even_s(server: &Server) -> Seconds {
 
 /// How long an empty node of `pool` on `server` must idle before it is
 /// drained: its break-even time, lengthened by the pool's `consolidateAfter`.
-pub fn empty_node_threshold_s(server: &Server, pool: &NodePool) -> Seconds {
+pub fn empty_node_threshold_s(server: &Server, pool: &ServerPool) -> Seconds {
     break_even_s(server).max(pool.disruption.consolidate_after_s.unwrap_or(0))
 }
 
@@ -134,7 +134,7 @@ pub fn next_candidate_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> 
 }
 
 /// How many more nodes of the pool may be disrupted now for this reason.
-fn budget_left(pool: &NodePool, reason: DisruptionReason, nodes: u32, disrupting: u32, now_s: Seconds) -> u32 {
+fn budget_left(pool: &ServerPool, reason: DisruptionReason, nodes: u32, disrupting: u32, now_s: Seconds) -> u32 {
     let allowed = |b: &BudgetNodes| match b {
         BudgetNodes::Count(n) => *n,
         BudgetNodes::Percent(p) => (u64::from(*p) * u64::from(nodes)).div_ceil(100) as u32,
@@ -206,7 +206,7 @@ impl Headroom {
 struct Candidate<'s> {
     node: &'s Node,
     server: Option<&'s Server>,
-    pool: &'s NodePool,
+    pool: &'s ServerPool,
     pods: Vec<&'s Pod>,
     daemonset_pods: Vec<&'s Pod>,
 }
@@ -491,7 +491,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         .filter(|s| s.power_state == PowerState::On || s.node.is_some() || s.claim.is_some())
         .map(|s| s.power.peak_watts)
         .sum();
-    let underutilized_budget_left = |pool: &NodePool, drains_by_pool: &BTreeMap<String, u32>| {
+    let underutilized_budget_left = |pool: &ServerPool, drains_by_pool: &BTreeMap<String, u32>| {
         let (nodes, disrupting) = pool_nodes.get(pool.name.as_str()).copied().unwrap_or_default();
         let used = drains_by_pool.get(&pool.name).copied().unwrap_or(0);
         budget_left(pool, DisruptionReason::Underutilized, nodes, disrupting, now_s).saturating_sub(used)
@@ -508,7 +508,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     under.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     under.truncate(MAX_CONSOLIDATION_CANDIDATES);
     // Underutilized nodes of a pool that could be drained now, were there room.
-    let replaceable = |pool: &NodePool, pdb_left: &[i64], skip: &[usize]| -> Vec<usize> {
+    let replaceable = |pool: &ServerPool, pdb_left: &[i64], skip: &[usize]| -> Vec<usize> {
         under
             .iter()
             .map(|&(_, i)| i)
@@ -607,7 +607,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 continue;
             }
             if !headroom.take(pool_name, &s.capacity) {
-                out.held.push(Held { subject: s.name.clone(), why: format!("kept for the headroom of NodePool {pool_name}") });
+                out.held.push(Held { subject: s.name.clone(), why: format!("kept for the headroom of ServerPool {pool_name}") });
                 continue;
             }
             excess -= 1;
@@ -635,7 +635,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 continue;
             }
             if c.pool.disruption.never {
-                out.held.push(Held { subject: c.node.name.clone(), why: "its NodePool never consolidates".into() });
+                out.held.push(Held { subject: c.node.name.clone(), why: "its ServerPool never consolidates".into() });
                 continue;
             }
             let threshold = empty_node_threshold_s(s, c.pool);
@@ -647,11 +647,11 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             let (nodes, disrupting) = pool_nodes.get(c.pool.name.as_str()).copied().unwrap_or_default();
             let used = drains_by_pool.get(&c.pool.name).copied().unwrap_or(0);
             if budget_left(c.pool, DisruptionReason::Empty, nodes, disrupting, now_s) <= used {
-                out.held.push(Held { subject: c.node.name.clone(), why: format!("disruption budget of NodePool {} is used up", c.pool.name) });
+                out.held.push(Held { subject: c.node.name.clone(), why: format!("disruption budget of ServerPool {} is used up", c.pool.name) });
                 continue;
             }
             if !headroom.take(&c.pool.name, &c.node.allocatable) {
-                out.held.push(Held { subject: c.node.name.clone(), why: format!("kept for the headroom of NodePool {}", c.pool.name) });
+                out.held.push(Held { subject: c.node.name.clone(), why: format!("kept for the headroom of ServerPool {}", c.pool.name) });
                 continue;
             }
             excess -= 1;
@@ -679,13 +679,13 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             continue;
         }
         if underutilized_budget_left(c.pool, &drains_by_pool) == 0 {
-            out.held.push(Held { subject: c.node.name.clone(), why: format!("disruption budget of NodePool {} is used up", c.pool.name) });
+            out.held.push(Held { subject: c.node.name.clone(), why: format!("disruption budget of ServerPool {} is used up", c.pool.name) });
             continue;
         }
         // Its pods move onto the others' free capacity: the pool loses the
         // node's whole allocatable.
         if !headroom.take(&c.pool.name, &c.node.allocatable) {
-            out.held.push(Held { subject: c.node.name.clone(), why: format!("kept for the headroom of NodePool {}", c.pool.name) });
+            out.held.push(Held { subject: c.node.name.clone(), why: format!("kept for the headroom of ServerPool {}", c.pool.name) });
             continue;
         }
         // Re-simulate: the node gone, its pods pending, no new servers.
@@ -791,7 +791,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             if snapshot.power_budget_watts.is_some_and(|b| fleet_on_peak + s.power.peak_watts > b) {
                 out.held.push(Held {
                     subject: s.name.clone(),
-                    why: format!("NodePool {} is short of its headroom by {short}, but the power budget is reached", pool.name),
+                    why: format!("ServerPool {} is short of its headroom by {short}, but the power budget is reached", pool.name),
                 });
                 break;
             }
@@ -830,7 +830,7 @@ mod tests {
         node_server.durations = spare.durations;
         node_server.node = Some("n".into());
         node_server.idle_since_s = Some(100);
-        let mut pool = NodePool::new("p");
+        let mut pool = ServerPool::new("p");
         pool.disruption.consolidate_after_s = Some(3_600);
         let mut node = Node::new("n", Resources::new(1000, 1 << 30));
         node.server = Some("busy-until-100".into());

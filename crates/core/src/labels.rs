@@ -99,7 +99,7 @@ pub enum Operator {
     Lt,
 }
 
-/// One `key op values` expression, as in node selector terms and NodePool
+/// One `key op values` expression, as in node selector terms and ServerPool
 /// requirements (all six operators) and label selectors (the first four).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Requirement {

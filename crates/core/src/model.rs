@@ -1,5 +1,5 @@
 //! The world as the core sees it: a snapshot of nodes, pods, servers,
-//! NodePools and claims in flight. Drivers build it; the core only reads it.
+//! ServerPools and claims in flight. Drivers build it; the core only reads it.
 
 use crate::labels::{LabelSelector, Labels, NodeSelectorTerm, Requirement, Taint, Toleration};
 use crate::resources::Resources;
@@ -164,7 +164,7 @@ pub struct Pod {
     #[serde(default)]
     pub owner: Option<Owner>,
     /// How long after creation the pod should be running (the
-    /// `ironclaim.dev/deadline` annotation), else the NodePool default.
+    /// `ironclaim.dev/deadline` annotation), else the ServerPool default.
     #[serde(default)]
     pub deadline_s: Option<Seconds>,
     #[serde(default)]
@@ -458,7 +458,7 @@ impl Server {
     }
 }
 
-/// Upper bounds on what a NodePool may hold; None is unbounded.
+/// Upper bounds on what a ServerPool may hold; None is unbounded.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     #[serde(default)]
@@ -531,10 +531,10 @@ impl AdaptiveFloor {
 pub struct Arrival {
     /// When the pod was created.
     pub at_s: Seconds,
-    /// The server its demand opened; its NodePool and class are that
+    /// The server its demand opened; its ServerPool and class are that
     /// server's.
     pub server: String,
-    /// From the pod's creation; None: its NodePool's default deadline.
+    /// From the pod's creation; None: its ServerPool's default deadline.
     #[serde(default)]
     pub deadline_s: Option<Seconds>,
 }
@@ -584,7 +584,7 @@ pub struct DisruptionPolicy {
 
 /// Which servers a class of workloads may use, and how they become nodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct NodePool {
+pub struct ServerPool {
     pub name: String,
     /// Higher weight is tried first.
     #[serde(default)]
@@ -612,9 +612,9 @@ pub struct NodePool {
     pub disruption: DisruptionPolicy,
 }
 
-impl NodePool {
+impl ServerPool {
     pub fn new(name: &str) -> Self {
-        NodePool { name: name.to_string(), ..Default::default() }
+        ServerPool { name: name.to_string(), ..Default::default() }
     }
 
     pub fn admits(&self, server: &Server) -> bool {
@@ -632,7 +632,7 @@ pub enum Stage {
     Ready,
 }
 
-/// A NodeClaim opened earlier and not yet Ready.
+/// A ServerClaim opened earlier and not yet Ready.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClaimInFlight {
     pub name: String,
@@ -682,7 +682,7 @@ pub struct Snapshot {
     #[serde(default)]
     pub pdbs: Vec<PodDisruptionBudget>,
     #[serde(default)]
-    pub pools: Vec<NodePool>,
+    pub pools: Vec<ServerPool>,
     #[serde(default)]
     pub servers: Vec<Server>,
     #[serde(default)]

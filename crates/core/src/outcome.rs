@@ -45,7 +45,7 @@ pub enum Unschedulable {
         /// Servers whose power provider's configuration is broken.
         misconfigured: usize,
     },
-    /// A free matching server exists, but opening it would cross a NodePool
+    /// A free matching server exists, but opening it would cross a ServerPool
     /// limit.
     PoolLimit { pool: String, limit: String },
     /// A free matching server exists, but powering it on would cross the
@@ -112,7 +112,7 @@ impl fmt::Display for Unschedulable {
                 }
                 write!(f, "{})", parts.join(", "))
             }
-            Unschedulable::PoolLimit { pool, limit } => write!(f, "NodePool {pool} limit reached: {limit}"),
+            Unschedulable::PoolLimit { pool, limit } => write!(f, "ServerPool {pool} limit reached: {limit}"),
             Unschedulable::PowerBudget { budget_watts, needed_watts } => {
                 write!(f, "power budget reached: powering on needs {needed_watts:.0} W more than the {budget_watts:.0} W budget allows")
             }
@@ -179,7 +179,7 @@ pub struct PodDecision {
     pub outcome: Outcome,
 }
 
-/// A NodeClaim the plan opens: one server for a set of pending pods.
+/// A ServerClaim the plan opens: one server for a set of pending pods.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NewClaim {
     pub name: String,

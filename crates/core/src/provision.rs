@@ -20,7 +20,7 @@
 //!   quarantined or in maintenance is claimed.
 //! - Every placement passes the filters of kube-scheduler that the model
 //!   covers (see [`crate::predicates`] and [`crate::topology`]).
-//! - NodePool limits and the fleet power budget hold after right-sizing.
+//! - ServerPool limits and the fleet power budget hold after right-sizing.
 //! - Same snapshot, same plan: no randomness, no hash-order dependence.
 
 use crate::labels::TaintEffect;
@@ -34,8 +34,8 @@ use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-/// The label ironclaim puts on every node it creates, naming its NodePool.
-pub const NODEPOOL_LABEL: &str = "ironclaim.dev/nodepool";
+/// The label ironclaim puts on every node it creates, naming its ServerPool.
+pub const SERVERPOOL_LABEL: &str = "ironclaim.dev/serverpool";
 /// The label naming the inventory server behind a node.
 pub const SERVER_LABEL: &str = "ironclaim.dev/server";
 
@@ -44,7 +44,7 @@ pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
     Scheduler::new(snapshot, now_s).run()
 }
 
-/// What one NodePool holds, counted as its limits count it: servers that
+/// What one ServerPool holds, counted as its limits count it: servers that
 /// are nodes or held by claims, attributed to the pool their claim names,
 /// else to the first pool (by weight, then name) that admits them.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -60,7 +60,7 @@ pub struct PoolUsage {
     pub limit_reached: Option<String>,
 }
 
-/// The usage of every NodePool of the snapshot, in the order of the
+/// The usage of every ServerPool of the snapshot, in the order of the
 /// snapshot's pools (a pool named `default` when it has none).
 pub fn pool_usage(snapshot: &Snapshot) -> Vec<PoolUsage> {
     let s = Scheduler::new(snapshot, 0);
@@ -124,7 +124,7 @@ impl Class {
     }
 }
 
-/// A class as a given NodePool would make it into a node.
+/// A class as a given ServerPool would make it into a node.
 struct Offering {
     class: usize,
     pool: usize,
@@ -239,7 +239,7 @@ type Score = (bool, u32, f64, f64, Seconds, usize);
 struct Scheduler<'s> {
     snap: &'s Snapshot,
     now_s: Seconds,
-    pools: Vec<NodePool>,
+    pools: Vec<ServerPool>,
     pool_order: Vec<usize>,
     topo: TopologyIndex,
     hostname_key: usize,
@@ -349,10 +349,10 @@ fn daemonset_overhead(snap: &Snapshot, labels: &Labels, taints: &[Taint], name: 
     overhead
 }
 
-fn node_labels_for(server: &Server, pool: &NodePool) -> Labels {
+fn node_labels_for(server: &Server, pool: &ServerPool) -> Labels {
     let mut labels = server.labels.clone();
     labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-    labels.insert(NODEPOOL_LABEL.to_string(), pool.name.clone());
+    labels.insert(SERVERPOOL_LABEL.to_string(), pool.name.clone());
     labels.insert(SERVER_LABEL.to_string(), server.name.clone());
     labels.insert(HOSTNAME.to_string(), server.name.clone());
     labels
@@ -371,7 +371,7 @@ fn remaining_eta(server: &Server, claim: &ClaimInFlight, now_s: Seconds) -> Seco
 
 impl<'s> Scheduler<'s> {
     fn new(snap: &'s Snapshot, now_s: Seconds) -> Self {
-        let pools = if snap.pools.is_empty() { vec![NodePool::new("default")] } else { snap.pools.clone() };
+        let pools = if snap.pools.is_empty() { vec![ServerPool::new("default")] } else { snap.pools.clone() };
         let mut pool_order: Vec<usize> = (0..pools.len()).collect();
         pool_order.sort_by(|&a, &b| pools[b].weight.cmp(&pools[a].weight).then(pools[a].name.cmp(&pools[b].name)));
 
@@ -1307,7 +1307,7 @@ impl<'s> Scheduler<'s> {
             let sample = &snap.servers[class.sample];
             let offerings: Vec<&Offering> = self.offerings.iter().filter(|o| self.classes[o.class].sample == class.sample).collect();
             if offerings.is_empty() {
-                *mismatches.entry("NodePool requirements (no NodePool admits the server)".into()).or_default() += class.members.len();
+                *mismatches.entry("ServerPool requirements (no ServerPool admits the server)".into()).or_default() += class.members.len();
                 continue;
             }
             let first_mismatch = offerings.iter().find_map(|o| {

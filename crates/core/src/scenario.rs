@@ -42,11 +42,11 @@ pub fn worked_example_servers() -> Vec<Server> {
     ]
 }
 
-pub fn worked_example_pools() -> Vec<NodePool> {
-    let mut general = NodePool::new("general");
+pub fn worked_example_pools() -> Vec<ServerPool> {
+    let mut general = ServerPool::new("general");
     general.requirements = vec![crate::Requirement::new(CLASS_LABEL, crate::Operator::In, &["general-32"])];
     general.deadline_s = Some(3600);
-    let mut gpu = NodePool::new("gpu");
+    let mut gpu = ServerPool::new("gpu");
     gpu.weight = 10;
     gpu.requirements = vec![crate::Requirement::new(ACCELERATOR_LABEL, crate::Operator::Exists, &[])];
     gpu.taints = vec![Taint::new(GPU, "true", TaintEffect::NoSchedule)];

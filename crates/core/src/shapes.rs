@@ -105,11 +105,11 @@ pub fn bare_metal(pods: usize) -> Snapshot {
         }
     }
     classes.truncate(20);
-    let mut gpu_pool = NodePool::new("gpu");
+    let mut gpu_pool = ServerPool::new("gpu");
     gpu_pool.weight = 10;
     gpu_pool.requirements = vec![Requirement::new("nvidia.com/gpu.product", Operator::Exists, &[])];
     gpu_pool.taints = vec![Taint::new(GPU, "true", TaintEffect::NoSchedule)];
-    let mut general = NodePool::new("general");
+    let mut general = ServerPool::new("general");
     general.requirements = vec![Requirement::new("nvidia.com/gpu.product", Operator::DoesNotExist, &[])];
     general.deadline_s = Some(3600);
     snap.pools = vec![general, gpu_pool];

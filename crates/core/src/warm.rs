@@ -1,5 +1,5 @@
 //! Warm-spare floors: how many idle, powered-on servers of a hardware class
-//! a NodePool keeps, so that a burst lands in seconds instead of a cold boot.
+//! a ServerPool keeps, so that a burst lands in seconds instead of a cold boot.
 //!
 //! # The adaptive floor
 //! Over a look-back window, count the arrivals that needed a server of the
@@ -72,10 +72,10 @@ pub fn adaptive_floor(
     floor.min(u32::try_from(members.len()).unwrap_or(u32::MAX))
 }
 
-/// The NodePool a server belongs to: its node's `ironclaim.dev/nodepool`
+/// The ServerPool a server belongs to: its node's `ironclaim.dev/serverpool`
 /// label when it is a node, else the heaviest pool that admits it.
-pub(crate) fn pool_of<'a>(pools: &'a [NodePool], server: &Server, node: Option<&Node>) -> Option<&'a NodePool> {
-    if let Some(name) = node.and_then(|n| n.labels.get(crate::provision::NODEPOOL_LABEL)) {
+pub(crate) fn pool_of<'a>(pools: &'a [ServerPool], server: &Server, node: Option<&Node>) -> Option<&'a ServerPool> {
+    if let Some(name) = node.and_then(|n| n.labels.get(crate::provision::SERVERPOOL_LABEL)) {
         return pools.iter().find(|p| &p.name == name);
     }
     // The heaviest, ties to the first name.
@@ -84,12 +84,12 @@ pub(crate) fn pool_of<'a>(pools: &'a [NodePool], server: &Server, node: Option<&
 
 /// A server's class under a pool: the value of the pool's class label, else
 /// its capacity written out.
-pub fn class_of(server: &Server, pool: Option<&NodePool>) -> String {
+pub fn class_of(server: &Server, pool: Option<&ServerPool>) -> String {
     class_name(server, pool).into_owned()
 }
 
 /// [`class_of`], borrowed where the class is a label.
-pub(crate) fn class_name<'s>(server: &'s Server, pool: Option<&NodePool>) -> std::borrow::Cow<'s, str> {
+pub(crate) fn class_name<'s>(server: &'s Server, pool: Option<&ServerPool>) -> std::borrow::Cow<'s, str> {
     let label = pool.and_then(|p| p.warm.class_label.as_deref()).unwrap_or(CLASS_LABEL);
     match server.labels.get(label) {
         Some(v) => std::borrow::Cow::Borrowed(v.as_str()),
@@ -97,12 +97,12 @@ pub(crate) fn class_name<'s>(server: &'s Server, pool: Option<&NodePool>) -> std
     }
 }
 
-/// Which NodePool each server of a snapshot belongs to as a server (the
+/// Which ServerPool each server of a snapshot belongs to as a server (the
 /// heaviest pool that admits it, see [`pool_of`]) and its class under that
 /// pool: worked out once per pass, and the one answer the floors and
 /// scale-down share. Indexed like `snapshot.servers`.
 pub struct Membership<'s> {
-    pool: Vec<Option<&'s NodePool>>,
+    pool: Vec<Option<&'s ServerPool>>,
     class: Vec<std::borrow::Cow<'s, str>>,
     index: foldhash::HashMap<&'s str, usize>,
 }
@@ -110,14 +110,14 @@ pub struct Membership<'s> {
 impl<'s> Membership<'s> {
     pub fn of(snapshot: &'s Snapshot) -> Self {
         let pools = &snapshot.pools;
-        let pool: Vec<Option<&NodePool>> = snapshot.servers.iter().map(|s| pool_of(pools, s, None)).collect();
+        let pool: Vec<Option<&ServerPool>> = snapshot.servers.iter().map(|s| pool_of(pools, s, None)).collect();
         let class = snapshot.servers.iter().zip(&pool).map(|(s, p)| class_name(s, *p)).collect();
         let index = snapshot.servers.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
         Membership { pool, class, index }
     }
 
     /// The pool of the `i`th server.
-    pub fn pool(&self, i: usize) -> Option<&'s NodePool> {
+    pub fn pool(&self, i: usize) -> Option<&'s ServerPool> {
         self.pool[i]
     }
 
@@ -127,7 +127,7 @@ impl<'s> Membership<'s> {
     }
 
     /// Whether the `i`th server belongs to `pool`.
-    pub fn in_pool(&self, i: usize, pool: &NodePool) -> bool {
+    pub fn in_pool(&self, i: usize, pool: &ServerPool) -> bool {
         self.pool[i].is_some_and(|p| p.name == pool.name)
     }
 
@@ -138,14 +138,14 @@ impl<'s> Membership<'s> {
 }
 
 /// The static floor of a class, zero outside the pool's schedule.
-fn static_floor(pool: &NodePool, class: &str, now_s: Seconds) -> u32 {
+fn static_floor(pool: &ServerPool, class: &str, now_s: Seconds) -> u32 {
     if pool.warm.window.as_ref().is_some_and(|w| !w.is_active(now_s)) {
         return 0;
     }
     pool.warm.floor.get(class).copied().unwrap_or(0)
 }
 
-/// The warm floor of every (NodePool, class) that has servers: the larger
+/// The warm floor of every (ServerPool, class) that has servers: the larger
 /// of the static floor and, where the pool enables it, the adaptive floor
 /// from `snapshot.arrivals`. Servers no pool admits have no floor.
 pub fn floors(snapshot: &Snapshot, now_s: Seconds) -> BTreeMap<(String, String), u32> {
@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn the_floor_can_fall_first_when_the_oldest_arrival_leaves_its_window() {
-        let mut pool = NodePool::new("general");
+        let mut pool = ServerPool::new("general");
         pool.warm.adaptive = Some(AdaptiveFloor::new(4 * 3600));
         let servers = class(6);
         let arrival = |at_s| Arrival { at_s, server: "s0".into(), deadline_s: Some(60) };

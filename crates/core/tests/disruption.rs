@@ -2,7 +2,7 @@
 //! properties that hold on random fleets.
 
 use ironclaim_core::disruption::{Action, Disruption, break_even_s, disrupt};
-use ironclaim_core::provision::{NODEPOOL_LABEL, SERVER_LABEL};
+use ironclaim_core::provision::{SERVERPOOL_LABEL, SERVER_LABEL};
 use ironclaim_core::warm;
 use ironclaim_core::*;
 use proptest::prelude::*;
@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 const GI: i64 = 1 << 30;
 const HOUR: u64 = 3600;
 
-fn pool() -> NodePool {
-    let mut p = NodePool::new("general");
+fn pool() -> ServerPool {
+    let mut p = ServerPool::new("general");
     p.disruption.budgets = vec![Budget { nodes: BudgetNodes::Percent(100), window: None, reasons: vec![] }];
     p
 }
@@ -29,7 +29,7 @@ fn node_with(snap: &mut Snapshot, name: &str, idle_since: Option<u64>, pods: &[(
     s.power_state = PowerState::On;
     s.node = Some(name.into());
     s.idle_since_s = idle_since;
-    let mut n = Node::new(name, s.capacity.clone()).with_labels(&[(NODEPOOL_LABEL, "general"), (SERVER_LABEL, name)]);
+    let mut n = Node::new(name, s.capacity.clone()).with_labels(&[(SERVERPOOL_LABEL, "general"), (SERVER_LABEL, name)]);
     n.server = Some(name.into());
     snap.nodes.push(n);
     snap.servers.push(s);
@@ -341,7 +341,7 @@ fn empty_big_node(snap: &mut Snapshot, idle_watts: f64) {
     r.power_state = PowerState::On;
     r.node = Some("big".into());
     r.idle_since_s = Some(0);
-    let mut n = Node::new("big", r.capacity.clone()).with_labels(&[(NODEPOOL_LABEL, "general"), (SERVER_LABEL, "big")]);
+    let mut n = Node::new("big", r.capacity.clone()).with_labels(&[(SERVERPOOL_LABEL, "general"), (SERVER_LABEL, "big")]);
     n.server = Some("big".into());
     snap.nodes.push(n);
     snap.servers.push(r);

@@ -1,4 +1,4 @@
-//! What each NodePool holds, as its limits count it, agrees with what the
+//! What each ServerPool holds, as its limits count it, agrees with what the
 //! scheduler enforces.
 
 use ironclaim_core::outcome::{Outcome, Unschedulable};

@@ -932,7 +932,7 @@ impl Autoscaler {
 mod tests {
     use super::*;
     use ironclaim_core::Resources;
-    use ironclaim_core::model::{NodePool, Server};
+    use ironclaim_core::model::{ServerPool, Server};
 
     /// A world of one pool, two servers and whatever pods and claims a test puts in.
     #[derive(Default)]
@@ -967,7 +967,7 @@ mod tests {
 
     fn toy() -> Toy {
         let mut t = Toy::default();
-        t.snap.pools.push(NodePool::new("general"));
+        t.snap.pools.push(ServerPool::new("general"));
         t.snap.servers.push(Server::new("s1", Resources::new(16_000, 64 << 30)));
         t.snap.servers.push(Server::new("s2", Resources::new(16_000, 64 << 30)));
         t

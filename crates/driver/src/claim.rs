@@ -34,7 +34,7 @@ use crate::backoff::{Retry, quarantines};
 use crate::deadline::Deadlines;
 use crate::{Effect, FailureReason, PowerFailure, Stage};
 
-/// A claim as the API holds it (a NodeClaim and its server's claim).
+/// A claim as the API holds it (a ServerClaim and its server's claim).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimRecord {
     pub name: String,

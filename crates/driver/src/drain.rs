@@ -27,7 +27,7 @@ pub struct DrainSettings {
     /// First wait between eviction rounds; doubled while a budget says no.
     pub retry_initial: Duration,
     pub retry_max: Duration,
-    /// The drain timeout where the NodePool sets none.
+    /// The drain timeout where the ServerPool sets none.
     pub default_timeout: Duration,
 }
 

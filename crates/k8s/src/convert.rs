@@ -1,7 +1,7 @@
 //! The ironclaim.dev resources as the core sees them.
 
-use crate::api::nodeclaim::{NodeClaim, Stage};
-use crate::api::nodepool::{Disruption, DisruptionReason, NodePool, WarmSpares};
+use crate::api::serverclaim::{ServerClaim, Stage};
+use crate::api::serverpool::{Disruption, DisruptionReason, ServerPool, WarmSpares};
 use crate::api::server::{DEFAULT_GPU_RESOURCE, MeasuredStage, PowerState, Server};
 use crate::api::{NodeRequirement, NodeTaint, RequirementOperator, TaintEffect};
 use crate::duration::parse_duration_s;
@@ -188,13 +188,13 @@ fn taints(list: &[NodeTaint]) -> Vec<ironclaim_core::Taint> {
         .collect()
 }
 
-/// Converts a NodePool: requirements, template, limits, weight, default
+/// Converts a ServerPool: requirements, template, limits, weight, default
 /// deadline, warm-spare floors and headroom, and disruption policy.
-/// Readiness gates are read by the controller from the NodePool itself.
+/// Readiness gates are read by the controller from the ServerPool itself.
 ///
 /// # Errors
 /// The first field that cannot be read, with its path.
-pub fn nodepool_to_core(pool: &NodePool) -> Result<core::NodePool> {
+pub fn serverpool_to_core(pool: &ServerPool) -> Result<core::ServerPool> {
     let name = name_of(&pool.metadata)?;
     let spec = &pool.spec;
     let requirements =
@@ -217,7 +217,7 @@ pub fn nodepool_to_core(pool: &NodePool) -> Result<core::NodePool> {
         }
     };
     let deadline_s = spec.default_deadline.as_ref().map(|d| duration(d, || "spec.defaultDeadline".into())).transpose()?;
-    Ok(core::NodePool {
+    Ok(core::ServerPool {
         name,
         weight: spec.weight,
         requirements,
@@ -303,7 +303,7 @@ fn warm_policy(w: &WarmSpares) -> Result<core::WarmPolicy> {
     })
 }
 
-/// The adaptive floor's look-back window when the NodePool names none.
+/// The adaptive floor's look-back window when the ServerPool names none.
 pub const DEFAULT_ADAPTIVE_WINDOW_S: Seconds = 4 * 3600;
 /// Shorter windows measure noise; longer ones remember a load long gone.
 pub const MIN_ADAPTIVE_WINDOW_S: Seconds = 60;
@@ -355,7 +355,7 @@ fn disruption_policy(d: &Disruption) -> Result<core::DisruptionPolicy> {
 ///
 /// # Errors
 /// A claim without a name.
-pub fn nodeclaim_in_flight(claim: &NodeClaim) -> Result<Option<core::ClaimInFlight>> {
+pub fn serverclaim_in_flight(claim: &ServerClaim) -> Result<Option<core::ClaimInFlight>> {
     let name = name_of(&claim.metadata)?;
     let status = claim.status.clone().unwrap_or_default();
     if status.failure_reason.is_some() {

@@ -1,7 +1,7 @@
 //! The Kubernetes adapter of ironclaim.
 //!
-//! - [`api`]: the `ironclaim.dev/v1alpha1` resources (`Server`, `NodePool`,
-//!   `NodeClaim`), their CRDs, and [`convert`] into the core's model.
+//! - [`api`]: the `ironclaim.dev/v1alpha1` resources (`Server`, `ServerPool`,
+//!   `ServerClaim`), their CRDs, and [`convert`] into the core's model.
 //! - [`pod`], [`node`]: Pods, pod templates, Nodes and
 //!   PodDisruptionBudgets as the core sees them; the controller reuses these.
 //! - [`load`]: manifests (`ironclaim plan -f`) into a core `Snapshot`:
@@ -28,7 +28,7 @@ pub mod resources;
 mod selector;
 mod strict;
 
-pub use convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
+pub use convert::{serverclaim_in_flight, serverpool_to_core, server_to_core};
 pub use error::ConvertError;
 pub use load::{LoadError, Loader, Location, MAX_DOCUMENTS, Manifests, Warning, load_files, load_str};
 pub use node::{node_from_k8s, pdb_from_k8s};

@@ -4,12 +4,12 @@
 //! `kind: List` included. Pods, Nodes and PodDisruptionBudgets are taken as
 //! they are; Deployments, ReplicaSets, StatefulSets and Jobs add the pods
 //! they would create and the input does not already hold; DaemonSets become
-//! the snapshot's DaemonSets; Servers, NodePools and NodeClaims become the
+//! the snapshot's DaemonSets; Servers, ServerPools and ServerClaims become the
 //! inventory, the pools and the claims in flight.
 
 use crate::api::validate::Problem;
-use crate::api::{self, NodeClaim, NodePool, Server};
-use crate::convert::{nodeclaim_in_flight, nodepool_to_core, server_to_core};
+use crate::api::{self, ServerClaim, ServerPool, Server};
+use crate::convert::{serverclaim_in_flight, serverpool_to_core, server_to_core};
 use crate::error::ConvertError;
 use crate::node::{node_from_k8s, pdb_from_k8s, pod_is_healthy};
 use crate::pod::{owner, pod_from_k8s, pod_from_template, workload_name};
@@ -292,7 +292,7 @@ enum Entry {
     Node(ironclaim_core::Node),
     Pdb(Location, Box<policy::PodDisruptionBudget>),
     Server(ironclaim_core::Server),
-    Pool(ironclaim_core::NodePool),
+    Pool(ironclaim_core::ServerPool),
     Claim(ironclaim_core::ClaimInFlight),
     PriorityClass { name: String, value: i32, global_default: bool },
 }
@@ -490,7 +490,7 @@ impl Loader {
     }
 
     fn add_ironclaim(&mut self, at: Location, api_version: &str, kind: &str, mut value: Value) -> Result<(), LoadError> {
-        let known = "Server, NodePool and NodeClaim in ironclaim.dev/v1alpha1";
+        let known = "Server, ServerPool and ServerClaim in ironclaim.dev/v1alpha1";
         if api_version != api::API_VERSION {
             return Err(LoadError::UnknownKind { at: Box::new(at), api_version: api_version.into(), kind: kind.into(), known: known.into() });
         }
@@ -514,19 +514,19 @@ impl Loader {
                 self.register(&at, "Server", "", &converted.name)?;
                 self.entries.push(Entry::Server(converted));
             }
-            "NodePool" => {
-                let pool: NodePool = typed(&at, value)?;
-                let converted = convert(&at, nodepool_to_core(&pool))?;
+            "ServerPool" => {
+                let pool: ServerPool = typed(&at, value)?;
+                let converted = convert(&at, serverpool_to_core(&pool))?;
                 schema(&at)?;
-                self.register(&at, "NodePool", "", &converted.name)?;
+                self.register(&at, "ServerPool", "", &converted.name)?;
                 self.entries.push(Entry::Pool(converted));
             }
-            "NodeClaim" => {
-                let claim: NodeClaim = typed(&at, value)?;
+            "ServerClaim" => {
+                let claim: ServerClaim = typed(&at, value)?;
                 let name = claim.metadata.name.clone().ok_or_else(|| missing(&at, "metadata.name"))?;
-                let in_flight = convert(&at, nodeclaim_in_flight(&claim))?;
+                let in_flight = convert(&at, serverclaim_in_flight(&claim))?;
                 schema(&at)?;
-                self.register(&at, "NodeClaim", "", &name)?;
+                self.register(&at, "ServerClaim", "", &name)?;
                 if let Some(in_flight) = in_flight {
                     self.entries.push(Entry::Claim(in_flight));
                 }

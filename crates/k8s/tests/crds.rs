@@ -19,7 +19,7 @@ fn crd(kind: &str) -> CustomResourceDefinition {
 fn three_cluster_scoped_kinds_with_status_subresources() {
     let all = crds();
     let kinds: Vec<&str> = all.iter().map(|c| c.spec.names.kind.as_str()).collect();
-    assert_eq!(kinds, vec!["Server", "NodePool", "NodeClaim"]);
+    assert_eq!(kinds, vec!["Server", "ServerPool", "ServerClaim"]);
     for crd in &all {
         assert_eq!(crd.spec.group, api::GROUP);
         assert_eq!(crd.spec.scope, "Cluster", "{}", crd.spec.names.kind);
@@ -39,10 +39,10 @@ fn printer_columns_show_what_an_operator_looks_for() {
     };
     let names = |kind: &str| columns(kind).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
     assert_eq!(names("Server"), ["Power", "Claim", "Node", "CPU", "Memory", "Maintenance", "Failures", "Quarantined", "Age"]);
-    assert_eq!(names("NodePool"), ["Weight", "Servers", "CPU", "Watts", "Age"]);
-    assert_eq!(names("NodeClaim"), ["Server", "Pool", "Stage", "Node", "Reason", "Age"]);
+    assert_eq!(names("ServerPool"), ["Weight", "Servers", "CPU", "Watts", "Age"]);
+    assert_eq!(names("ServerClaim"), ["Server", "Pool", "Stage", "Node", "Reason", "Age"]);
     // Every column points at a field the schema has.
-    for kind in ["Server", "NodePool", "NodeClaim"] {
+    for kind in ["Server", "ServerPool", "ServerClaim"] {
         let schema = schema(&crd(kind));
         for (name, path) in columns(kind) {
             if path.starts_with(".metadata.") {
@@ -121,7 +121,7 @@ fn cel_rules_sit_where_a_rule_spans_fields() {
     assert_eq!(rules_at(&server, &["spec", "bmc"]), ["caBundle and insecureSkipVerify are mutually exclusive"]);
     assert_eq!(rules_at(&server, &["spec", "power"]), ["peakWatts must be at least idleWatts"]);
     assert_eq!(rules_at(&server, &["status", "measuredDurations", "boot"]), ["p90Seconds must be at least p50Seconds"]);
-    let pool = schema(&crd("NodePool"));
+    let pool = schema(&crd("ServerPool"));
     assert_eq!(
         rules_at(&pool, &["spec", "requirements", "[]"]),
         ["In and NotIn need at least one value", "Exists and DoesNotExist take no values", "Gt and Lt take exactly one integer value"]
@@ -129,14 +129,14 @@ fn cel_rules_sit_where_a_rule_spans_fields() {
     assert_eq!(rules_at(&pool, &["spec", "warmSpares"]), ["schedule and duration go together"]);
     assert_eq!(rules_at(&pool, &["spec", "warmSpares", "adaptive"]), ["window must be between 1m and 168h"]);
     assert_eq!(rules_at(&pool, &["spec", "disruption", "budgets", "[]"]), ["schedule and duration go together"]);
-    let claim = schema(&crd("NodeClaim"));
+    let claim = schema(&crd("ServerClaim"));
     assert_eq!(rules_at(&claim, &["spec"]), ["server is immutable", "pool is immutable"]);
     assert_eq!(rules_at(&claim, &["status"]), ["failureMessage needs a failureReason"]);
 }
 
 #[test]
 fn quantities_and_counts_cannot_go_negative() {
-    let pool = schema(&crd("NodePool"));
+    let pool = schema(&crd("ServerPool"));
     let limits = &pool["properties"]["spec"]["properties"]["limits"]["properties"];
     for field in ["cpu", "memory"] {
         let pattern = limits[field]["pattern"].as_str().unwrap_or_else(|| panic!("limits.{field} has a pattern"));
@@ -195,12 +195,12 @@ fn docs_api_md_names_every_field() {
 }
 
 /// Issue 16, item 6: one name per stage and per failure reason. The
-/// NodeClaim API lists exactly the driver's stages and reasons (one enum
+/// ServerClaim API lists exactly the driver's stages and reasons (one enum
 /// each), and every label metrics, logs, reports and the simulator use is
 /// that name in snake_case.
 #[test]
 fn the_api_the_metrics_and_the_simulator_name_each_stage_and_reason_one_way() {
-    let status = &schema(&crd("NodeClaim"))["properties"]["status"]["properties"];
+    let status = &schema(&crd("ServerClaim"))["properties"]["status"]["properties"];
     // Every value the schema allows, in order, whatever way it groups them.
     fn listed(v: &Value) -> Vec<String> {
         let mut out: Vec<String> = v["enum"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_string)).collect();

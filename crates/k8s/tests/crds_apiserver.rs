@@ -4,7 +4,7 @@
 //! subresource. Runs on the real control plane of `hack/testenv`; fails
 //! (never skips) when its binaries are not built.
 
-use ironclaim_k8s::api::{self, NodeClaim, NodePool, Server, crds_yaml};
+use ironclaim_k8s::api::{self, ServerClaim, ServerPool, Server, crds_yaml};
 use ironclaim_testenv::TestEnv;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Client, Resource};
@@ -25,7 +25,7 @@ async fn installed(env: &TestEnv) -> Client {
             let yaml = crds_yaml().expect("CRDs serialize");
             env.kubectl_with_stdin(["apply", "--server-side", "--field-manager", MANAGER, "-f", "-"], &yaml)
                 .unwrap_or_else(|e| panic!("the API server refuses the CRDs: {e}"));
-            for plural in ["servers", "nodepools", "nodeclaims"] {
+            for plural in ["servers", "serverpools", "serverclaims"] {
                 let crd = format!("crd/{plural}.{}", api::GROUP);
                 env.kubectl(["wait", "--for=condition=Established", "--timeout=90s", crd.as_str()])
                     .unwrap_or_else(|e| panic!("{crd} not established: {e}"));
@@ -72,12 +72,12 @@ fn server(name: &str, spec_changes: Value) -> Value {
     json!({"apiVersion": api::API_VERSION, "kind": "Server", "metadata": {"name": name}, "spec": spec})
 }
 
-fn nodepool(name: &str, spec: Value) -> Value {
-    json!({"apiVersion": api::API_VERSION, "kind": "NodePool", "metadata": {"name": name}, "spec": spec})
+fn serverpool(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": api::API_VERSION, "kind": "ServerPool", "metadata": {"name": name}, "spec": spec})
 }
 
-fn nodeclaim(name: &str, server: &str, pool: &str) -> Value {
-    json!({"apiVersion": api::API_VERSION, "kind": "NodeClaim", "metadata": {"name": name}, "spec": {"server": server, "pool": pool}})
+fn serverclaim(name: &str, server: &str, pool: &str) -> Value {
+    json!({"apiVersion": api::API_VERSION, "kind": "ServerClaim", "metadata": {"name": name}, "spec": {"server": server, "pool": pool}})
 }
 
 fn merge(into: &mut Value, changes: Value) {
@@ -117,7 +117,7 @@ async fn the_worked_example_inventory_is_accepted_and_listed_with_its_columns() 
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
     assert_eq!(header, ["NAME", "POWER", "CLAIM", "NODE", "CPU", "MEMORY", "MAINTENANCE", "AGE"], "{table}");
     assert!(table.contains("500Gi"), "{table}");
-    let pools = env.kubectl(["get", "nodepools", &format!("gpu{suffix}")]).expect("kubectl get nodepools");
+    let pools = env.kubectl(["get", "serverpools", &format!("gpu{suffix}")]).expect("kubectl get serverpools");
     assert!(pools.lines().next().unwrap_or_default().split_whitespace().eq(["NAME", "WEIGHT", "SERVERS", "CPU", "WATTS", "AGE"]), "{pools}");
 
     // What the API server stored reads back into the typed API and converts.
@@ -126,8 +126,8 @@ async fn the_worked_example_inventory_is_accepted_and_listed_with_its_columns() 
     let core = ironclaim_k8s::server_to_core(&stored).expect("converts");
     assert_eq!(core.capacity.gpus(), 4);
     assert!(stored.status.is_none(), "status is not written through the main resource");
-    let pool = Api::<NodePool>::all(client).get(&format!("gpu{suffix}")).await.expect("stored");
-    assert_eq!(ironclaim_k8s::nodepool_to_core(&pool).expect("converts").limits.gpus, Some(8));
+    let pool = Api::<ServerPool>::all(client).get(&format!("gpu{suffix}")).await.expect("stored");
+    assert_eq!(ironclaim_k8s::serverpool_to_core(&pool).expect("converts").limits.gpus, Some(8));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +135,7 @@ async fn invalid_objects_are_refused_with_the_rule_that_says_why() {
     let env = env();
     let client = installed(&env).await;
     let servers = dynamic::<Server>(&client);
-    let pools = dynamic::<NodePool>(&client);
+    let pools = dynamic::<ServerPool>(&client);
     let n = |base: &str| unique(base);
     let cases: Vec<(&Api<DynamicObject>, Value, &str)> = vec![
         (
@@ -150,29 +150,29 @@ async fn invalid_objects_are_refused_with_the_rule_that_says_why() {
         (&servers, server(&n("s-bmc"), json!({"bmc": {"address": "ftp://10.0.0.1"}})), "spec.bmc.address"),
         (&servers, server(&n("s-watts"), json!({"power": {"idleWatts": 500, "peakWatts": 100}})), "peakWatts must be at least idleWatts"),
         (&servers, server(&n("s-dur"), json!({"stageDurations": {"boot": "ten minutes"}})), "spec.stageDurations.boot"),
-        (&pools, nodepool(&n("p-in"), json!({"requirements": [{"key": "zone", "operator": "In"}]})), "In and NotIn need at least one value"),
+        (&pools, serverpool(&n("p-in"), json!({"requirements": [{"key": "zone", "operator": "In"}]})), "In and NotIn need at least one value"),
         (
             &pools,
-            nodepool(&n("p-exists"), json!({"requirements": [{"key": "gpu", "operator": "Exists", "values": ["x"]}]})),
+            serverpool(&n("p-exists"), json!({"requirements": [{"key": "gpu", "operator": "Exists", "values": ["x"]}]})),
             "Exists and DoesNotExist take no values",
         ),
         (
             &pools,
-            nodepool(&n("p-gt"), json!({"requirements": [{"key": "cores", "operator": "Gt", "values": ["many"]}]})),
+            serverpool(&n("p-gt"), json!({"requirements": [{"key": "cores", "operator": "Gt", "values": ["many"]}]})),
             "Gt and Lt take exactly one integer value",
         ),
-        (&pools, nodepool(&n("p-op"), json!({"requirements": [{"key": "zone", "operator": "Near"}]})), "spec.requirements[0].operator"),
-        (&pools, nodepool(&n("p-gpus"), json!({"limits": {"gpus": -1}})), "spec.limits.gpus"),
-        (&pools, nodepool(&n("p-mem"), json!({"limits": {"memory": "-1Gi"}})), "spec.limits.memory"),
-        (&pools, nodepool(&n("p-weight"), json!({"weight": 101})), "spec.weight"),
-        (&pools, nodepool(&n("p-deadline"), json!({"defaultDeadline": "soon"})), "spec.defaultDeadline"),
+        (&pools, serverpool(&n("p-op"), json!({"requirements": [{"key": "zone", "operator": "Near"}]})), "spec.requirements[0].operator"),
+        (&pools, serverpool(&n("p-gpus"), json!({"limits": {"gpus": -1}})), "spec.limits.gpus"),
+        (&pools, serverpool(&n("p-mem"), json!({"limits": {"memory": "-1Gi"}})), "spec.limits.memory"),
+        (&pools, serverpool(&n("p-weight"), json!({"weight": 101})), "spec.weight"),
+        (&pools, serverpool(&n("p-deadline"), json!({"defaultDeadline": "soon"})), "spec.defaultDeadline"),
         (
             &pools,
-            nodepool(&n("p-warm"), json!({"warmSpares": {"floor": [{"class": "general-32", "count": 1}], "schedule": "0 8 * * 1-5"}})),
+            serverpool(&n("p-warm"), json!({"warmSpares": {"floor": [{"class": "general-32", "count": 1}], "schedule": "0 8 * * 1-5"}})),
             "schedule and duration go together",
         ),
-        (&pools, nodepool(&n("p-budget"), json!({"disruption": {"budgets": [{"nodes": "150%"}]}})), "spec.disruption.budgets[0].nodes"),
-        (&pools, nodepool(&n("p-taint"), json!({"template": {"taints": [{"key": "gpu", "effect": "Sometimes"}]}})), "spec.template.taints[0].effect"),
+        (&pools, serverpool(&n("p-budget"), json!({"disruption": {"budgets": [{"nodes": "150%"}]}})), "spec.disruption.budgets[0].nodes"),
+        (&pools, serverpool(&n("p-taint"), json!({"template": {"taints": [{"key": "gpu", "effect": "Sometimes"}]}})), "spec.template.taints[0].effect"),
     ];
     let mut failures = Vec::new();
     for (api, object, want) in cases {
@@ -192,7 +192,7 @@ async fn invalid_objects_are_refused_with_the_rule_that_says_why() {
         .expect("a valid server");
     apply(
         &pools,
-        nodepool(
+        serverpool(
             &n("p-ok"),
             json!({
                 "weight": 100,
@@ -238,11 +238,11 @@ async fn status_goes_through_the_status_subresource_and_claims_keep_their_server
         other => panic!("an inverted percentile was stored: {other:?}"),
     }
 
-    let claims = dynamic::<NodeClaim>(&client);
+    let claims = dynamic::<ServerClaim>(&client);
     let claim = unique("c-immutable");
-    apply(&claims, nodeclaim(&claim, "r1-u10", "general")).await.expect("created");
+    apply(&claims, serverclaim(&claim, "r1-u10", "general")).await.expect("created");
     for (changed, want) in
-        [(nodeclaim(&claim, "r1-u11", "general"), "server is immutable"), (nodeclaim(&claim, "r1-u10", "gpu"), "pool is immutable")]
+        [(serverclaim(&claim, "r1-u11", "general"), "server is immutable"), (serverclaim(&claim, "r1-u10", "gpu"), "pool is immutable")]
     {
         match apply(&claims, changed).await {
             Err(kube::Error::Api(s)) => assert!(s.code == 422 && s.message.contains(want), "{s:?}"),
@@ -263,8 +263,8 @@ async fn status_goes_through_the_status_subresource_and_claims_keep_their_server
         ],
     }});
     claims.patch_status(&claim, &PatchParams::default(), &Patch::Merge(&timeline)).await.expect("timeline written");
-    let typed = Api::<NodeClaim>::all(client).get(&claim).await.expect("read back");
-    let in_flight = ironclaim_k8s::nodeclaim_in_flight(&typed).expect("converts").expect("in flight");
+    let typed = Api::<ServerClaim>::all(client).get(&claim).await.expect("read back");
+    let in_flight = ironclaim_k8s::serverclaim_in_flight(&typed).expect("converts").expect("in flight");
     assert_eq!(in_flight.stage, ironclaim_core::model::Stage::Booting);
     assert_eq!(in_flight.stage_started_s, 1_767_225_645);
 }
@@ -288,14 +288,14 @@ spec:
   hardware: {cpu: 32, memory: 128Gi}
 ";
     let pool = "apiVersion: ironclaim.dev/v1alpha1
-kind: NodePool
+kind: ServerPool
 metadata: {name: diff-general}
 spec:
   weight: 10
   requirements: [{key: zone, operator: In, values: [a]}]
   template: {labels: {pool: general}}
 ";
-    let claim = "apiVersion: ironclaim.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: diff-c1}\nspec: {server: diff-r1, pool: diff-general}\n";
+    let claim = "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerClaim\nmetadata: {name: diff-c1}\nspec: {server: diff-r1, pool: diff-general}\n";
     let pod = "apiVersion: v1
 kind: Pod
 metadata: {name: diff-p, namespace: default, labels: {app: diff}}

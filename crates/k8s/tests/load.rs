@@ -361,10 +361,10 @@ status: {{allocatable: {{cpu: '64', memory: 512Gi, pods: '110'}}}}
 }
 
 #[test]
-fn nodepools_and_claims_in_flight() {
+fn serverpools_and_claims_in_flight() {
     let snap = load(&format!(
         "apiVersion: ironclaim.dev/v1alpha1
-kind: NodePool
+kind: ServerPool
 metadata: {{name: gpu}}
 spec:
   weight: 10
@@ -379,7 +379,7 @@ spec:
   defaultDeadline: 45m
 ---
 apiVersion: ironclaim.dev/v1alpha1
-kind: NodeClaim
+kind: ServerClaim
 metadata: {{name: claim-1, creationTimestamp: '2026-01-01T00:00:00Z'}}
 spec: {{server: r1-u10, pool: gpu}}
 status:
@@ -389,13 +389,13 @@ status:
   - {{stage: Booting, startTime: '2026-01-01T00:01:00Z', outcome: InProgress}}
 ---
 apiVersion: ironclaim.dev/v1alpha1
-kind: NodeClaim
+kind: ServerClaim
 metadata: {{name: claim-done}}
 spec: {{server: r9, pool: gpu}}
 status: {{stage: Serving}}
 ---
 apiVersion: ironclaim.dev/v1alpha1
-kind: NodeClaim
+kind: ServerClaim
 metadata: {{name: claim-failed}}
 spec: {{server: r8, pool: gpu}}
 status: {{stage: Booting, failureReason: RegistrationTimedOut}}
@@ -554,13 +554,13 @@ fn errors_name_the_file_document_object_and_field() {
         ),
         (
             "pools.yaml",
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  requirements: [{key: cores, operator: Gt, values: [many]}]\n",
-            "pools.yaml:1: document 1 (NodePool p): spec.requirements[0].values: Gt and Lt take exactly one integer value",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {name: p}\nspec:\n  requirements: [{key: cores, operator: Gt, values: [many]}]\n",
+            "pools.yaml:1: document 1 (ServerPool p): spec.requirements[0].values: Gt and Lt take exactly one integer value",
         ),
         (
             "pools.yaml",
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  requirements: [{key: cores, operator: Near}]\n",
-            "pools.yaml:1: document 1 (NodePool p): spec.requirements[0].operator: unknown variant `Near`",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {name: p}\nspec:\n  requirements: [{key: cores, operator: Near}]\n",
+            "pools.yaml:1: document 1 (ServerPool p): spec.requirements[0].operator: unknown variant `Near`",
         ),
     ];
     for (file, text, want) in cases {
@@ -638,11 +638,11 @@ fn json_documents_are_located_by_line_and_yaml_flow_mappings_still_load() {
 }
 
 #[test]
-fn nodepool_warm_spares_and_disruption_reach_the_core() {
+fn serverpool_warm_spares_and_disruption_reach_the_core() {
     use ironclaim_core::model::{BudgetNodes, DisruptionReason};
     let snap = load(
         "apiVersion: ironclaim.dev/v1alpha1
-kind: NodePool
+kind: ServerPool
 metadata: {name: general}
 spec:
   warmSpares:
@@ -660,7 +660,7 @@ spec:
     drainTimeout: 15m
 ---
 apiVersion: ironclaim.dev/v1alpha1
-kind: NodePool
+kind: ServerPool
 metadata: {name: pinned}
 spec:
   disruption: {consolidateAfter: Never}
@@ -687,7 +687,7 @@ spec:
     assert_eq!(d.budgets[1].window.as_ref().map(|w| w.duration_s), Some(3600));
     assert!(snap.pools[1].disruption.never);
 
-    let pool = |spec: &str| format!("apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n{spec}");
+    let pool = |spec: &str| format!("apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {{name: p}}\nspec:\n{spec}");
     let cases: &[(&str, &str)] = &[
         ("  warmSpares: {schedule: '@daily'}\n", "spec.warmSpares: schedule and duration go together"),
         ("  warmSpares: {schedule: '0 25 * * *', duration: 1h}\n", "spec.warmSpares.schedule: invalid cron schedule"),
@@ -705,7 +705,7 @@ spec:
     ];
     for (spec, want) in cases {
         let got = error("pool.yaml", &pool(spec));
-        let want = format!("pool.yaml:1: document 1 (NodePool p): {want}");
+        let want = format!("pool.yaml:1: document 1 (ServerPool p): {want}");
         assert!(got.starts_with(&want), "got:  {got}\nwant: {want}");
     }
     let by_default = load(&pool("  warmSpares: {adaptive: {}}\n"));
@@ -815,18 +815,18 @@ fn unknown_fields_are_errors_naming_file_document_object_and_field() {
         ),
         (
             "pools.yaml",
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  nodeSelecter: {gpu: 'true'}\n".into(),
-            "pools.yaml:1: document 1 (NodePool gpu): spec.nodeSelecter: unknown field",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {name: gpu}\nspec:\n  nodeSelecter: {gpu: 'true'}\n".into(),
+            "pools.yaml:1: document 1 (ServerPool gpu): spec.nodeSelecter: unknown field",
         ),
         (
             "pools.yaml",
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  requirements: [{key: zone, operator: In, value: [a]}]\n".into(),
-            "pools.yaml:1: document 1 (NodePool gpu): spec.requirements[0].value: unknown field",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {name: gpu}\nspec:\n  requirements: [{key: zone, operator: In, value: [a]}]\n".into(),
+            "pools.yaml:1: document 1 (ServerPool gpu): spec.requirements[0].value: unknown field",
         ),
         (
             "claims.yaml",
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: c1}\nspec: {server: r1, pool: gpu, node: n1}\n".into(),
-            "claims.yaml:1: document 1 (NodeClaim c1): spec.node: unknown field",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerClaim\nmetadata: {name: c1}\nspec: {server: r1, pool: gpu, node: n1}\n".into(),
+            "claims.yaml:1: document 1 (ServerClaim c1): spec.node: unknown field",
         ),
         // Kubernetes' kinds, read through k8s-openapi's types.
         ("pods.yaml", pod.replace("  containers:", "  nodeSelecter: {zone: a}\n  containers:"), "pods.yaml:1: document 1 (Pod shop/p): spec.nodeSelecter: unknown field (did you mean nodeSelector?)"),
@@ -916,20 +916,20 @@ fn objects_the_crds_refuse_are_errors_with_the_crds_reason() {
             "inventory.yaml:1: document 1 (Server r1-u10): spec.labels.zone: invalid value \"rack 1\": must match",
         ),
         (
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec: {weight: 101}\n".into(),
-            "inventory.yaml:1: document 1 (NodePool p): spec.weight: must be at most 100, found 101",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {name: p}\nspec: {weight: 101}\n".into(),
+            "inventory.yaml:1: document 1 (ServerPool p): spec.weight: must be at most 100, found 101",
         ),
         (
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {schedule: '0 8 * * 1-5'}\n".into(),
-            "inventory.yaml:1: document 1 (NodePool p): spec.warmSpares: schedule and duration go together",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {name: p}\nspec:\n  warmSpares: {schedule: '0 8 * * 1-5'}\n".into(),
+            "inventory.yaml:1: document 1 (ServerPool p): spec.warmSpares: schedule and duration go together",
         ),
         (
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 30s}}\n".into(),
-            "inventory.yaml:1: document 1 (NodePool p): spec.warmSpares.adaptive.window: must be between 1m and 168h",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 30s}}\n".into(),
+            "inventory.yaml:1: document 1 (ServerPool p): spec.warmSpares.adaptive.window: must be between 1m and 168h",
         ),
         (
-            "apiVersion: ironclaim.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: c}\nspec: {server: r1, pool: ''}\n".into(),
-            "inventory.yaml:1: document 1 (NodeClaim c): spec.pool: \"\" is shorter than 1 characters",
+            "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerClaim\nmetadata: {name: c}\nspec: {server: r1, pool: ''}\n".into(),
+            "inventory.yaml:1: document 1 (ServerClaim c): spec.pool: \"\" is shorter than 1 characters",
         ),
     ];
     let mut failures = Vec::new();
@@ -948,7 +948,7 @@ fn objects_the_crds_refuse_are_errors_with_the_crds_reason() {
     load(&SERVER.replace("redfish+https://10.0.1.10/redfish/v1/Systems/1", "http://10.0.1.10"));
     load(&format!("{SERVER}  power: {{idleWatts: 300, peakWatts: 300}}\n  provider: {{type: Redfish}}\n"));
     load(
-        "apiVersion: ironclaim.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 2h}, schedule: '@daily', duration: 8h}\n",
+        "apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {name: p}\nspec:\n  warmSpares: {adaptive: {window: 2h}, schedule: '@daily', duration: 8h}\n",
     );
 }
 

@@ -84,7 +84,7 @@ pub struct Faults {
     #[serde(default)]
     pub watch_lag_s: Seconds,
     /// A write to the API fails (a conflict, a refused request) and
-    /// nothing is written: a take (lock, Server claim and NodeClaim), a
+    /// nothing is written: a take (lock, Server claim and ServerClaim), a
     /// claim's status (stage, failure, node), a server's idle record.
     #[serde(default)]
     pub api_write_failure_probability: f64,

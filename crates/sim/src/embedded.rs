@@ -2,7 +2,7 @@
 //!
 //! - 24 general servers (32 vCPU, 128 GiB), 10 high-memory servers
 //!   (64 vCPU, 512 GiB) and 6 GPU hosts (64 vCPU, 512 GiB, 4 A100), in
-//!   three racks; GPU hosts sit in a tainted `gpu` NodePool and take longer
+//!   three racks; GPU hosts sit in a tainted `gpu` ServerPool and take longer
 //!   to become Ready (driver validation).
 //! - A node-exporter DaemonSet on every node.
 //! - `platform`: 6 small pods that run all day.
@@ -19,7 +19,7 @@ use crate::rng::{standard_normal, stream};
 use crate::workload::{HARDWARE_LABEL, SimServer, TracePod, Workload, hardware_server, pod_requests};
 use ironclaim_core::labels::{TaintEffect, TolerationOperator, ZONE};
 use ironclaim_core::resources::GPU;
-use ironclaim_core::{DaemonSet, NodePool, Operator, Pod, PowerProfile, Requirement, Seconds, StageDurations, Taint, Toleration};
+use ironclaim_core::{DaemonSet, ServerPool, Operator, Pod, PowerProfile, Requirement, Seconds, StageDurations, Taint, Toleration};
 use rand::RngExt;
 
 pub const DAY_S: Seconds = 86_400;
@@ -57,11 +57,11 @@ fn rack_servers() -> Vec<SimServer> {
     v
 }
 
-fn pools() -> Vec<NodePool> {
-    let mut general = NodePool::new("general");
+fn pools() -> Vec<ServerPool> {
+    let mut general = ServerPool::new("general");
     general.requirements = vec![Requirement::new(HARDWARE_LABEL, Operator::In, &["general-32", "highmem-64"])];
     general.deadline_s = Some(1800);
-    let mut gpu = NodePool::new("gpu");
+    let mut gpu = ServerPool::new("gpu");
     gpu.weight = 10;
     gpu.requirements = vec![Requirement::new("accelerator", Operator::Exists, &[])];
     gpu.taints = vec![Taint::new(GPU, "true", TaintEffect::NoSchedule)];

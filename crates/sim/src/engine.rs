@@ -38,7 +38,7 @@ use ironclaim_core::identity::{self, Links, NodeSays};
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint};
 use ironclaim_core::model::Arrival;
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
-use ironclaim_core::provision::{NODEPOOL_LABEL, SERVER_LABEL};
+use ironclaim_core::provision::{SERVERPOOL_LABEL, SERVER_LABEL};
 use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot};
 use ironclaim_driver::autoscaler::World;
 use ironclaim_driver::lease::{LeaseTimes, Observer, Record, Round, Tenure};
@@ -54,11 +54,11 @@ use std::time::Duration;
 pub use ironclaim_driver::FailureReason;
 
 /// What the run is compared on, shared by every policy: server classes,
-/// NodePool membership, unique pod names and the pods no server can host.
+/// ServerPool membership, unique pod names and the pods no server can host.
 pub struct Prepared {
     pub classes: Vec<HardwareClass>,
     pub class_of: Vec<usize>,
-    /// The NodePool a server joins when a policy powers it on itself.
+    /// The ServerPool a server joins when a policy powers it on itself.
     pub pool_of: Vec<Option<usize>>,
     /// Pods with unique names, created at their arrival.
     pub pods: Vec<Pod>,
@@ -520,7 +520,7 @@ pub struct Engine<'a> {
     ready: BTreeSet<usize>,
     pods: Vec<PodRun>,
     pending: BTreeSet<(i64, Seconds, usize)>,
-    /// The claims the world records (NodeClaims and their servers' claims).
+    /// The claims the world records (ServerClaims and their servers' claims).
     claims: BTreeMap<String, ClaimRecord>,
     /// The first pod of each live claim: the fresh demand adaptive floors count.
     arrivals: BTreeMap<String, Arrival>,
@@ -1475,7 +1475,7 @@ impl<'a> Engine<'a> {
         let p = &self.setup.pools[pool];
         let mut labels = sim.server.labels.clone();
         labels.extend(p.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        labels.insert(NODEPOOL_LABEL.to_string(), p.name.clone());
+        labels.insert(SERVERPOOL_LABEL.to_string(), p.name.clone());
         labels.insert(SERVER_LABEL.to_string(), sim.server.name.clone());
         labels.insert(HOSTNAME.to_string(), sim.server.name.clone());
         self.srv[s].labels = labels;
@@ -2186,13 +2186,13 @@ impl<'a> Engine<'a> {
     }
 
     /// A server that could host the pod now: a schedulable node with room,
-    /// or a healthy free powered-off server whose NodePool admits the pod.
+    /// or a healthy free powered-off server whose ServerPool admits the pod.
     fn could_host(&self, p: usize) -> Option<String> {
         let pod = &self.prep.pods[p];
         let links = self.links();
         for (s, srv) in self.srv.iter().enumerate() {
             let sim = &self.w.servers[s].server;
-            // A server in doubt, or one another machine's Node claims to
+            // A server in doubt, or one another machine's Server claims to
             // be (a cloned label ironclaim cannot disprove), is no free
             // server to ironclaim: the fault made it so.
             if links.mismatch(&sim.name).is_some() || links.node_of(&sim.name).is_some_and(|n| n != sim.name) {
@@ -2209,7 +2209,7 @@ impl<'a> Engine<'a> {
                     }
                     let mut labels = sim.labels.clone();
                     labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-                    labels.insert(NODEPOOL_LABEL.to_string(), pool.name.clone());
+                    labels.insert(SERVERPOOL_LABEL.to_string(), pool.name.clone());
                     pod.requests.fits(&sim.capacity)
                         && check_node_affinity(pod, &labels, &sim.name).is_ok()
                         && check_taints(pod, &pool.taints, false).is_ok()

@@ -4,7 +4,7 @@
 //! (batching, the core's decisions, each claim's walk, drains, scale-down),
 //! against a simulated rack on a virtual clock: servers boot through stages
 //! with drawn durations and injected faults, and a model of kube-scheduler
-//! binds pods. The power policies compared are NodePool settings of that
+//! binds pods. The power policies compared are ServerPool settings of that
 //! one autoscaler. One `u64` seed drives a whole run; the same seed gives the
 //! same report, byte for byte.
 //!

@@ -32,7 +32,7 @@ use crate::engine::Prepared;
 use crate::workload::{Workload, gpu_milli_of};
 use ironclaim_core::labels::HOSTNAME;
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
-use ironclaim_core::provision::NODEPOOL_LABEL;
+use ironclaim_core::provision::SERVERPOOL_LABEL;
 use ironclaim_core::{Resources, Seconds};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -264,10 +264,10 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
     out
 }
 
-fn node_labels(labels: &ironclaim_core::Labels, pool: &ironclaim_core::NodePool) -> ironclaim_core::Labels {
+fn node_labels(labels: &ironclaim_core::Labels, pool: &ironclaim_core::ServerPool) -> ironclaim_core::Labels {
     let mut l = labels.clone();
     l.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-    l.insert(NODEPOOL_LABEL.to_string(), pool.name.clone());
+    l.insert(SERVERPOOL_LABEL.to_string(), pool.name.clone());
     l.remove(HOSTNAME);
     l
 }
@@ -465,7 +465,7 @@ fn search(p: &Problem, i: usize, deficit: &[f64], cost: f64, counts: &mut [i64],
 mod tests {
     use super::*;
     use crate::workload::{TracePod, hardware_server, pod_requests};
-    use ironclaim_core::{NodePool, Pod};
+    use ironclaim_core::{ServerPool, Pod};
 
     fn workload(pods: Vec<TracePod>) -> Workload {
         let mut servers = Vec::new();
@@ -475,7 +475,7 @@ mod tests {
         for i in 0..2 {
             servers.push(hardware_server(&format!("g{i}"), 96_000, 393_216, 8, "G2"));
         }
-        Workload { name: "t".into(), servers, pools: vec![NodePool::new("default")], daemonsets: vec![], pods, end_s: 1000 }
+        Workload { name: "t".into(), servers, pools: vec![ServerPool::new("default")], daemonsets: vec![], pods, end_s: 1000 }
     }
 
     fn pod(name: &str, cpu: i64, gpus: i64, from: Seconds, to: Seconds) -> TracePod {

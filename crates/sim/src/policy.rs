@@ -1,13 +1,13 @@
 //! The power policies the simulator compares. Each is a configuration of
 //! the one autoscaler that ships ([`ironclaim_driver::Autoscaler`]): the
-//! same batching, claims, drains and scale-down decision, under NodePool
+//! same batching, claims, drains and scale-down decision, under ServerPool
 //! settings a user could write. Nothing here decides anything at run time.
 
 use crate::config::PolicySettings;
 use crate::engine::Prepared;
 use crate::workload::{HARDWARE_LABEL, Workload};
 use ironclaim_core::AdaptiveFloor;
-use ironclaim_core::model::{NodePool, WarmPolicy};
+use ironclaim_core::model::{ServerPool, WarmPolicy};
 use ironclaim_core::warm::class_of;
 use serde::Serialize;
 
@@ -46,18 +46,18 @@ pub struct Floor {
     pub count: u32,
 }
 
-/// What one policy runs: the NodePools the autoscaler sees, whether every
+/// What one policy runs: the ServerPools the autoscaler sees, whether every
 /// server starts as a Ready node, whether scale-down runs at all.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Setup {
-    pub pools: Vec<NodePool>,
+    pub pools: Vec<ServerPool>,
     pub all_on_at_start: bool,
     pub scale_down: bool,
     /// Static floors the pools set, for the checkers.
     pub floors: Vec<Floor>,
 }
 
-/// The NodePools and switches of a policy on a workload.
+/// The ServerPools and switches of a policy on a workload.
 ///
 /// - `always-on`: every server starts as a node, and scale-down is off.
 /// - `reactive`: no warm floors; an empty node is drained after
@@ -79,7 +79,7 @@ pub fn setup(kind: PolicyKind, w: &Workload, prep: &Prepared, s: &PolicySettings
     pools_for(kind, &base, w, prep, s)
 }
 
-fn pools_for(kind: PolicyKind, base: &[NodePool], w: &Workload, prep: &Prepared, s: &PolicySettings) -> Setup {
+fn pools_for(kind: PolicyKind, base: &[ServerPool], w: &Workload, prep: &Prepared, s: &PolicySettings) -> Setup {
     let reactive = || {
         base.iter()
             .map(|p| {

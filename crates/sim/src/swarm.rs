@@ -13,7 +13,7 @@ use crate::policy::PolicyKind;
 use crate::rng;
 use crate::workload::{TracePod, Workload, hardware_server, pod_requests};
 use crate::{Faults, Scoring, SimConfig, SimServer};
-use ironclaim_core::{NodePool, Pod, Seconds};
+use ironclaim_core::{ServerPool, Pod, Seconds};
 use rand::RngExt;
 
 /// Faults strike during the first three hours of a case.
@@ -59,7 +59,7 @@ pub fn rack(seed: u64, hours: u64, max_gap_s: u64) -> Workload {
         pods.push(TracePod { pod, arrival_s: t, departure_s: Some(t + life) });
         k += 1;
     }
-    Workload { name: "small rack".into(), servers, pools: vec![NodePool::new("default")], daemonsets: Vec::new(), pods, end_s: end + 3 * 3600 }
+    Workload { name: "small rack".into(), servers, pools: vec![ServerPool::new("default")], daemonsets: Vec::new(), pods, end_s: end + 3 * 3600 }
 }
 
 /// The fault probabilities of a seed. Each class is on in about two seeds

@@ -21,7 +21,7 @@
 //! list pass for a server list.
 
 use crate::workload::{GPU_MODEL_LABEL, SimServer, TracePod, Workload, hardware_server, pod_requests};
-use ironclaim_core::{NodePool, NodeSelectorTerm, Operator, Pod, Requirement, Seconds};
+use ironclaim_core::{ServerPool, NodeSelectorTerm, Operator, Pod, Requirement, Seconds};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -535,12 +535,12 @@ pub fn pods_from_rows(rows: &[PodRow]) -> Vec<TracePod> {
     out
 }
 
-/// A workload from server and pod rows, with one NodePool for every server.
+/// A workload from server and pod rows, with one ServerPool for every server.
 pub fn workload_from_rows(name: &str, servers: &[ServerRow], pods: &[PodRow]) -> Workload {
     let mut w = Workload {
         name: name.to_string(),
         servers: servers_from_rows(servers),
-        pools: vec![NodePool::new("default")],
+        pools: vec![ServerPool::new("default")],
         daemonsets: Vec::new(),
         pods: pods_from_rows(pods),
         end_s: 0,

@@ -1,8 +1,8 @@
-//! What a simulation replays: an inventory of servers, NodePools,
+//! What a simulation replays: an inventory of servers, ServerPools,
 //! DaemonSets, and pods that arrive and leave at given times.
 
 use ironclaim_core::resources::GPU;
-use ironclaim_core::{DaemonSet, NodePool, Pod, PowerProfile, Resources, Seconds, Server, StageDurations};
+use ironclaim_core::{DaemonSet, ServerPool, Pod, PowerProfile, Resources, Seconds, Server, StageDurations};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -40,7 +40,7 @@ pub struct TracePod {
 pub struct Workload {
     pub name: String,
     pub servers: Vec<SimServer>,
-    pub pools: Vec<NodePool>,
+    pub pools: Vec<ServerPool>,
     pub daemonsets: Vec<DaemonSet>,
     pub pods: Vec<TracePod>,
     /// Where the run ends unless the settings say otherwise.

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use ironclaim_core::DISRUPTING_TAINT;
 use ironclaim_k8s::api::server::PowerState;
-use ironclaim_k8s::api::{NodeClaim, Server};
+use ironclaim_k8s::api::{ServerClaim, Server};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::client::Body;
@@ -130,7 +130,7 @@ pub struct DrainSettings {
     pub retry_max: Duration,
     /// One eviction request, at most.
     pub attempt_timeout: Duration,
-    /// When the NodePool sets no `drainTimeout`.
+    /// When the ServerPool sets no `drainTimeout`.
     pub default_timeout: Duration,
 }
 
@@ -342,14 +342,14 @@ impl Drainer {
         Ok(())
     }
 
-    /// Ends the server's claim (the NodeClaim is deleted) and clears the
+    /// Ends the server's claim (the ServerClaim is deleted) and clears the
     /// claim and node from its status.
     pub async fn release(&self, server_name: &str) -> Result<()> {
         let servers: Api<Server> = Api::all(self.client.clone());
         let server = servers.get(server_name).await.map_err(|source| DrainError::ReadServerFailed { server: server_name.to_string(), source })?;
         let status = server.status.clone().unwrap_or_default();
         if let Some(claim) = status.claim.clone().filter(|c| !c.is_empty()) {
-            match Api::<NodeClaim>::all(self.client.clone()).delete(&claim, &DeleteParams::default()).await {
+            match Api::<ServerClaim>::all(self.client.clone()).delete(&claim, &DeleteParams::default()).await {
                 Ok(_) | Err(kube::Error::Api(_)) => {}
                 Err(err) => tracing::warn!(%claim, error = %err, "deleting the claim failed; the sweep releases its server"),
             }

@@ -20,7 +20,7 @@ const MAX_KEYS: usize = 10_000;
 pub enum Kind {
     Node,
     Server,
-    NodePool,
+    ServerPool,
 }
 
 /// The last note sent per (object, reason), and when.
@@ -73,7 +73,7 @@ impl Notes {
             Kind::Node => {
                 ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.into()), ..Default::default() }
             }
-            Kind::Server | Kind::NodePool => ObjectReference {
+            Kind::Server | Kind::ServerPool => ObjectReference {
                 api_version: Some("ironclaim.dev/v1alpha1".into()),
                 kind: Some(format!("{kind:?}")),
                 name: Some(name.into()),

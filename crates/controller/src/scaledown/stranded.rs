@@ -89,7 +89,7 @@ pub fn find(index: &Index) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ironclaim_k8s::api::{NodeClaim, Server};
+    use ironclaim_k8s::api::{ServerClaim, Server};
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
 
@@ -141,8 +141,8 @@ mod tests {
         index.apply(node("ghost", "gone"));
         index.apply(server("m", "On", Some("c1"), true, false));
         index.apply(node("m", "m"));
-        let claim: NodeClaim = serde_json::from_value(json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim",
+        let claim: ServerClaim = serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerClaim",
             "metadata": {"name": "c1"},
             "spec": {"server": "m", "pool": "p", "pods": []}
         }))

@@ -58,7 +58,7 @@ fn the_controller_never_runs_on_or_drains_a_node_it_manages() {
     let labels = |pairs: &[(&str, &str)]| -> Labels { pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
     let managed = labels(&[
         ("kubernetes.io/hostname", "r1-u01"),
-        (ironclaim_core::provision::NODEPOOL_LABEL, "general"),
+        (ironclaim_core::provision::SERVERPOOL_LABEL, "general"),
         (ironclaim_core::provision::SERVER_LABEL, "r1-u01"),
     ]);
     let labelled_only = labels(&[("kubernetes.io/hostname", "r1-u02"), (ironclaim_core::provision::SERVER_LABEL, "r1-u02")]);
@@ -91,7 +91,7 @@ fn the_controller_never_runs_on_or_drains_a_node_it_manages() {
     let chart = deploy("helm/ironclaim/templates/deployment.yaml");
     for needle in [
         "ironclaim.dev/do-not-disrupt: \"true\"",
-        "{key: ironclaim.dev/nodepool, operator: DoesNotExist}",
+        "{key: ironclaim.dev/serverpool, operator: DoesNotExist}",
         "topologyKey: kubernetes.io/hostname",
         "kind: PodDisruptionBudget",
         "minAvailable: 1",

@@ -32,7 +32,7 @@ async fn the_controller_runs_with_exactly_the_rules_of_deploy_rbac() {
     let mut server = machines[0].server_json(&sushy);
     server["spec"]["bmc"]["credentialsSecretRef"]["namespace"] = json!("ironclaim-system");
     apply(&env, &server);
-    apply(&env, &nodepool("default", json!([]), json!({})));
+    apply(&env, &serverpool("default", json!([]), json!({})));
     let _harness = Machines::start(admin.clone(), &sushy, machines.clone());
 
     // The admin's kubeconfig, impersonating the ServiceAccount.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::*;
 use ironclaim_controller::Controller;
-use ironclaim_k8s::api::nodeclaim::FailureReason;
+use ironclaim_k8s::api::serverclaim::FailureReason;
 use ironclaim_k8s::api::server::BMC_CONFIGURED_CONDITION;
 use ironclaim_testenv::eventually;
 use kube::ResourceExt;
@@ -38,7 +38,7 @@ async fn a_missing_bmc_secret_fails_its_claim_at_once_holds_back_every_server_be
         server["spec"]["bmc"]["credentialsSecretRef"]["name"] = json!("bmc-rack");
         apply(&env, &server);
     }
-    apply(&env, &nodepool("default", json!([]), json!({})));
+    apply(&env, &serverpool("default", json!([]), json!({})));
     let _harness = Machines::start(client.clone(), &sushy, machines.clone());
     // One sweep, at the start, while the Secret still exists: what follows
     // is the claim's own doing.
@@ -101,7 +101,7 @@ async fn a_missing_bmc_secret_fails_its_claim_at_once_holds_back_every_server_be
     // It does not move on to the next server behind the same Secret.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let all = claims(&client).await;
-    let detail = |c: &ironclaim_k8s::api::NodeClaim| format!("{}: {:?}", c.name_any(), c.status.as_ref().map(|s| (&s.failure_reason, &s.stages)));
+    let detail = |c: &ironclaim_k8s::api::ServerClaim| format!("{}: {:?}", c.name_any(), c.status.as_ref().map(|s| (&s.failure_reason, &s.stages)));
     assert_eq!(
         names(&all),
         names(std::slice::from_ref(&claim)),

@@ -17,7 +17,7 @@ async fn an_unreachable_bmc_is_a_typed_reason_retried_with_backoff_until_it_answ
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }
-    apply(&env, &nodepool("default", json!([]), json!({})));
+    apply(&env, &serverpool("default", json!([]), json!({})));
     let _harness = Machines::start(client.clone(), &sushy, machines.clone());
     let mut settings = settings("bmc-failure");
     settings.claims.retry = Retry { base: Duration::from_millis(500), max: Duration::from_secs(4), attempts: 10 };

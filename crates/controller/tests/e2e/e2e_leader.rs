@@ -19,7 +19,7 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }
-    apply(&env, &nodepool("default", json!([]), json!({})));
+    apply(&env, &serverpool("default", json!([]), json!({})));
     let _harness = Machines::start(client.clone(), &sushy, machines.clone());
 
     let lease = |identity: &str| LeaseSettings {

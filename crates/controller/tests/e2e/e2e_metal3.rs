@@ -13,7 +13,7 @@ use crate::support::*;
 use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, baremetalhost_resource, uses_metal3};
 use ironclaim_controller::{Controller, Metal3Power, Power, ProviderRouter};
 use ironclaim_k8s::api::Server;
-use ironclaim_k8s::api::nodeclaim::{Stage, StageOutcome};
+use ironclaim_k8s::api::serverclaim::{Stage, StageOutcome};
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_testenv::{TestEnv, eventually};
 use k8s_openapi::api::core::v1::Node;
@@ -227,7 +227,7 @@ async fn a_pending_pod_powers_a_baremetalhost_on_through_spec_online_and_idle_po
     apply(
         &env,
         &json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool",
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
             "metadata": {"name": "m3"},
             "spec": {
                 "weight": 100,

@@ -9,7 +9,7 @@ use crate::support::*;
 use ironclaim_controller::provider::PowerFuture;
 use ironclaim_controller::{Controller, Power};
 use ironclaim_k8s::api::Server;
-use ironclaim_k8s::api::nodeclaim::Stage;
+use ironclaim_k8s::api::serverclaim::Stage;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_testenv::eventually;
 use kube::Api;
@@ -51,7 +51,7 @@ async fn killed_between_power_on_and_status_write_then_restarted_powers_on_once_
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }
-    apply(&env, &nodepool("default", json!([]), json!({})));
+    apply(&env, &serverpool("default", json!([]), json!({})));
     // r1-u02 is on and held by a claim that no longer exists: an orphan
     // left by an earlier run, which recorded its power-on as every run does.
     let servers: Api<Server> = Api::all(client.clone());

@@ -1,5 +1,5 @@
 //! The controller dies after claiming a server and sending its power-on,
-//! before the NodeClaim is written. A new controller leaves the claim alone
+//! before the ServerClaim is written. A new controller leaves the claim alone
 //! while it could still be opening, then powers the server off and
 //! releases it; the pod is placed on another server and nothing is powered
 //! on twice.
@@ -14,7 +14,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_left_without_its_nodeclaim_waits_out_the_grace_then_is_released_without_a_second_power_on() {
+async fn a_claim_left_without_its_serverclaim_waits_out_the_grace_then_is_released_without_a_second_power_on() {
     let (env, client) = setup().await;
     let (machines, sushy) = two_machines_the_second_on(&env, 41, true);
     let grace = Duration::from_secs(20);

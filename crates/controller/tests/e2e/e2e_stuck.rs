@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::support::*;
 use ironclaim_controller::Controller;
-use ironclaim_k8s::api::nodeclaim::{FailureReason, StageOutcome};
+use ironclaim_k8s::api::serverclaim::{FailureReason, StageOutcome};
 use ironclaim_testenv::eventually;
 use serde_json::json;
 
@@ -18,7 +18,7 @@ async fn a_server_that_never_registers_is_stuck_powered_off_and_another_is_claim
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }
-    apply(&env, &nodepool("default", json!([]), json!({})));
+    apply(&env, &serverpool("default", json!([]), json!({})));
     let _harness = Machines::start(client.clone(), &sushy, machines.clone());
     let running = run(Controller::new(client.clone(), redfish(&client), settings("stuck")));
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::support::*;
 use ironclaim_controller::Controller;
-use ironclaim_k8s::api::nodeclaim::{Stage, StageOutcome};
+use ironclaim_k8s::api::serverclaim::{Stage, StageOutcome};
 use ironclaim_testenv::eventually;
 use kube::ResourceExt;
 use serde_json::json;
@@ -22,10 +22,10 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
     for m in &machines {
         apply(&env, &m.server_json(&sushy));
     }
-    apply(&env, &nodepool("general", json!([{"key": "accelerator", "operator": "DoesNotExist"}]), json!({})));
+    apply(&env, &serverpool("general", json!([{"key": "accelerator", "operator": "DoesNotExist"}]), json!({})));
     apply(
         &env,
-        &tainted_nodepool(
+        &tainted_serverpool(
             "gpu",
             json!([{"key": "accelerator", "operator": "In", "values": ["nvidia-a100"]}]),
             json!({"extendedResources": ["nvidia.com/gpu"]}),
@@ -140,7 +140,7 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
     eventually("the pools' status written", Duration::from_secs(20), || {
         let c = c.clone();
         async move {
-            let pools: kube::Api<ironclaim_k8s::api::NodePool> = kube::Api::all(c);
+            let pools: kube::Api<ironclaim_k8s::api::ServerPool> = kube::Api::all(c);
             let gpu = pools.get_status("gpu").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
             let general = pools.get_status("general").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
             let limit = gpu.conditions.iter().find(|c| c.type_ == "LimitReached").map(|c| c.status.clone());
@@ -161,7 +161,7 @@ async fn web_burst_opens_no_claim_batch_and_second_gpu_pod_power_on_their_server
     })
     .await;
     let text = metrics.render();
-    assert!(text.contains("ironclaim_stage_duration_seconds_count{stage=\"booting\",nodepool=\"gpu\",outcome=\"succeeded\"} 1"), "{text}");
+    assert!(text.contains("ironclaim_stage_duration_seconds_count{stage=\"booting\",serverpool=\"gpu\",outcome=\"succeeded\"} 1"), "{text}");
     assert!(text.contains("ironclaim_claims_total{outcome=\"ready\",reason=\"\"} 2"), "{text}");
     running.stop().await;
 }

@@ -2,7 +2,7 @@
 //! `hack/testenv` (started once for the whole binary), a sushy-tools
 //! Redfish emulator per test, and a harness that plays the machines.
 //!
-//! Servers, Nodes, NodePools and NodeClaims are cluster-scoped and the
+//! Servers, Nodes, ServerPools and ServerClaims are cluster-scoped and the
 //! controller acts on every one it sees, so the tests that use the cluster
 //! take turns: [`support::setup`] waits for the cluster to be free, then
 //! removes what earlier tests left, and the test holds the cluster until it

@@ -11,7 +11,7 @@ use crate::scaledown_support::*;
 use crate::support::*;
 use ironclaim_controller::scaledown::ScaleDownSettings;
 use ironclaim_controller::{Controller, Settings};
-use ironclaim_k8s::api::{NodeClaim, Server};
+use ironclaim_k8s::api::{ServerClaim, Server};
 use ironclaim_testenv::eventually;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -127,11 +127,11 @@ async fn stranded_servers_nodes_and_claims_are_found_and_repaired_after_the_grac
         let (c, m, cl) = (c.clone(), m.clone(), cl.clone());
         async move {
             let status = server(&c, &m).await.status.unwrap_or_default();
-            let claim_left = Api::<NodeClaim>::all(c.clone()).get_opt(&cl).await.ok().flatten().is_some();
+            let claim_left = Api::<ServerClaim>::all(c.clone()).get_opt(&cl).await.ok().flatten().is_some();
             match (status.claim, status.node, claim_left) {
                 (None, None, false) => Ok(()),
                 other => Err(format!(
-                    "server claim, node, NodeClaim present: {other:?}; node events {:?}; server events {:?}",
+                    "server claim, node, ServerClaim present: {other:?}; node events {:?}; server events {:?}",
                     object_events(&c, "Node", &m).await,
                     object_events(&c, "Server", &m).await
                 )),

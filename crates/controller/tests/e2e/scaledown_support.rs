@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::support::{Machine, Machines, Sushy, SystemPower, apply, start_sushy_for, timing};
 
-/// The label that ties a test's servers to its NodePool.
+/// The label that ties a test's servers to its ServerPool.
 pub const POOL_LABEL: &str = "e2e.ironclaim.dev/pool";
 
 /// A ReplicaSet of one pod labelled `app: name`, in the test namespace:
@@ -56,13 +56,13 @@ pub fn apply_servers(env: &TestEnv, sushy: &Sushy, machines: &[Machine], boot_wa
     }
 }
 
-/// A NodePool for the test's servers only (weight 100 wins over pools
+/// A ServerPool for the test's servers only (weight 100 wins over pools
 /// other tests left behind).
 pub fn apply_pool(env: &TestEnv, pool: &str, warm_floor: i64, disruption: serde_json::Value) {
     apply(
         env,
         &json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool",
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
             "metadata": {"name": pool},
             "spec": {
                 "weight": 100,
@@ -145,7 +145,7 @@ pub async fn object_events(client: &Client, kind: &str, name: &str) -> Vec<Strin
 /// Removes a test's objects so later tests on the shared control plane
 /// do not meet them.
 pub async fn clean(env: &TestEnv, client: &Client, machines: &[Machine], pool: &str) {
-    let _ = env.kubectl(["delete", "nodepool", pool, "--ignore-not-found", "--wait=false"]);
+    let _ = env.kubectl(["delete", "serverpool", pool, "--ignore-not-found", "--wait=false"]);
     for m in machines {
         let _ = env.kubectl(["delete", "server", &m.name, "--ignore-not-found", "--wait=false"]);
         let _ = Api::<Node>::all(client.clone()).delete(&m.name, &DeleteParams::default()).await;

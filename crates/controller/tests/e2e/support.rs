@@ -14,7 +14,7 @@ use ironclaim_controller::claims::{ClaimSettings, Retry};
 use ironclaim_controller::index::FailureBackoff;
 use ironclaim_controller::timeline::Deadlines;
 use ironclaim_controller::{Controller, Power, RedfishPower, Settings};
-use ironclaim_k8s::api::{NodeClaim, Server};
+use ironclaim_k8s::api::{ServerClaim, Server};
 use ironclaim_redfish::{Bmc, BmcAddress, BmcConfig, Credentials, SystemSelector, Timing};
 use ironclaim_testenv::{FAKE_NODE_ANNOTATION, TestEnv, eventually};
 use k8s_openapi::api::core::v1::Node;
@@ -232,7 +232,7 @@ const OTHER_NAMESPACES: [&str; 2] = ["ironclaim-system", "metal3-hosts"];
 static CLUSTER_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The control plane, held by one test until dropped (it derefs to the
-/// [`TestEnv`]). The controller acts on every Server, NodePool and pending
+/// [`TestEnv`]). The controller acts on every Server, ServerPool and pending
 /// pod it sees, so two tests on one cluster would claim each other's
 /// servers: they take turns instead.
 pub struct Cluster {
@@ -257,7 +257,7 @@ pub async fn setup() -> (Cluster, Client) {
     let client = env.client().await.expect("client");
     let crds = ironclaim_k8s::api::crds_yaml().expect("crds");
     env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &crds).expect("apply CRDs");
-    for crd in ["servers", "nodepools", "nodeclaims"] {
+    for crd in ["servers", "serverpools", "serverclaims"] {
         env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("crd established");
     }
     reset(&env, &client).await;
@@ -267,7 +267,7 @@ pub async fn setup() -> (Cluster, Client) {
 }
 
 /// Removes what earlier tests left (also tests that failed half-way): every
-/// Server, NodePool, NodeClaim and Node; in the tests' namespaces the
+/// Server, ServerPool, ServerClaim and Node; in the tests' namespaces the
 /// workloads, pods, PodDisruptionBudgets, ConfigMaps (the claim ledger),
 /// Leases and BareMetalHosts; and all Events. What stays is what a test
 /// may create again without harm: namespaces, Secrets, RBAC, CRDs.
@@ -283,7 +283,7 @@ async fn reset(env: &TestEnv, client: &Client) {
     }
     // No kubelet stands behind a kwok pod: nothing to wait for.
     kubectl(&["-n", NAMESPACE, "delete", "pods", "--all", "--force", "--grace-period=0", "--ignore-not-found"]);
-    kubectl(&["delete", "nodeclaims,servers,nodepools", "--all", "--ignore-not-found"]);
+    kubectl(&["delete", "serverclaims,servers,serverpools", "--all", "--ignore-not-found"]);
     kubectl(&["delete", "nodes", "--all", "--ignore-not-found"]);
     for ns in std::iter::once(NAMESPACE).chain(OTHER_NAMESPACES) {
         kubectl(&["-n", ns, "delete", "configmaps,leases", "--field-selector=metadata.name!=kube-root-ca.crt", "--ignore-not-found"]);
@@ -317,7 +317,7 @@ async fn reset(env: &TestEnv, client: &Client) {
 /// r1-u01 (off) and r1-u02, on. With `recorded`, r1-u02's power-on came
 /// from the dead controller, recorded on its Server before it was sent,
 /// as every power-on of ironclaim's is; without, r1-u02 was on before.
-/// One NodePool over both.
+/// One ServerPool over both.
 pub fn two_machines_the_second_on(env: &TestEnv, first_index: usize, recorded: bool) -> (Vec<Machine>, Sushy) {
     let machines = vec![Machine::new("r1-u01", first_index, 16, 32), Machine::new("r1-u02", first_index + 1, 16, 32)];
     let sushy = start_sushy([(machines[0].uuid.clone(), SystemPower::Off), (machines[1].uuid.clone(), SystemPower::On)]);
@@ -329,7 +329,7 @@ pub fn two_machines_the_second_on(env: &TestEnv, first_index: usize, recorded: b
         env.kubectl(["patch", "server", "r1-u02", "--subresource=status", "--type=merge", "-p", patch.as_str()])
             .unwrap_or_else(|e| panic!("recording r1-u02's power-on: {e}"));
     }
-    apply(env, &nodepool("default", json!([]), json!({})));
+    apply(env, &serverpool("default", json!([]), json!({})));
     (machines, sushy)
 }
 
@@ -413,17 +413,17 @@ pub fn pod(name: &str, cpu: &str, memory: &str, selector: &[(&str, &str)], gpus:
     })
 }
 
-pub fn nodepool(name: &str, requirements: serde_json::Value, readiness: serde_json::Value) -> serde_json::Value {
+pub fn serverpool(name: &str, requirements: serde_json::Value, readiness: serde_json::Value) -> serde_json::Value {
     json!({
-        "apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool",
+        "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
         "metadata": {"name": name},
         "spec": {"requirements": requirements, "readiness": readiness}
     })
 }
 
-/// A NodePool whose nodes carry `taint` (NoSchedule).
-pub fn tainted_nodepool(name: &str, requirements: serde_json::Value, readiness: serde_json::Value, taint: &str) -> serde_json::Value {
-    let mut pool = nodepool(name, requirements, readiness);
+/// A ServerPool whose nodes carry `taint` (NoSchedule).
+pub fn tainted_serverpool(name: &str, requirements: serde_json::Value, readiness: serde_json::Value, taint: &str) -> serde_json::Value {
+    let mut pool = serverpool(name, requirements, readiness);
     pool["spec"]["template"] = json!({"taints": [{"key": taint, "effect": "NoSchedule"}]});
     pool
 }
@@ -484,8 +484,8 @@ pub fn run(controller: Controller) -> Running {
     Running { stop: Some(tx), task }
 }
 
-pub async fn claims(client: &Client) -> Vec<NodeClaim> {
-    Api::<NodeClaim>::all(client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default()
+pub async fn claims(client: &Client) -> Vec<ServerClaim> {
+    Api::<ServerClaim>::all(client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default()
 }
 
 pub async fn server(client: &Client, name: &str) -> Server {
@@ -511,7 +511,7 @@ pub async fn pod_events(client: &Client, pod: &str) -> Vec<String> {
         .collect()
 }
 
-pub fn names(claims: &[NodeClaim]) -> Vec<String> {
+pub fn names(claims: &[ServerClaim]) -> Vec<String> {
     claims.iter().map(|c| format!("{} -> {} ({:?})", c.name_any(), c.spec.server, c.status.as_ref().and_then(|s| s.stage))).collect()
 }
 

@@ -58,9 +58,9 @@ pub fn random_snapshot(seed: u64) -> Snapshot {
         }
         snap.nodes.push(n);
     }
-    let mut general = NodePool::new("general");
+    let mut general = ServerPool::new("general");
     general.requirements = vec![Requirement::new("class", Operator::NotIn, &["gpu"])];
-    let mut gpu = NodePool::new("gpu");
+    let mut gpu = ServerPool::new("gpu");
     gpu.weight = 5;
     gpu.requirements = vec![Requirement::new("class", Operator::In, &["gpu"])];
     gpu.taints = vec![Taint::new(GPU, "true", TaintEffect::NoSchedule)];
@@ -232,7 +232,7 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
     let mut errors = Vec::new();
     let pods: HashMap<String, &Pod> = snap.pods.iter().map(|p| (p.key(), p)).collect();
     let servers: HashMap<&str, &Server> = snap.servers.iter().map(|s| (s.name.as_str(), s)).collect();
-    let pools: HashMap<&str, &NodePool> = snap.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    let pools: HashMap<&str, &ServerPool> = snap.pools.iter().map(|p| (p.name.as_str(), p)).collect();
 
     // Every pending pod decided exactly once.
     let pending: BTreeSet<String> = snap.pods.iter().filter(|p| p.is_pending_demand()).map(|p| p.key()).collect();

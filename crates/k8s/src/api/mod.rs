@@ -1,16 +1,16 @@
-//! The `ironclaim.dev/v1alpha1` API: `Server`, `NodePool` and `NodeClaim`,
+//! The `ironclaim.dev/v1alpha1` API: `Server`, `ServerPool` and `ServerClaim`,
 //! and their CustomResourceDefinitions.
 
 pub mod common;
-pub mod nodeclaim;
-pub mod nodepool;
+pub mod serverclaim;
+pub mod serverpool;
 mod schema;
 pub mod server;
 pub mod validate;
 
 pub use common::{NodeRequirement, NodeTaint, RequirementOperator, SecretReference, TaintEffect};
-pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
-pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use serverclaim::{ServerClaim, ServerClaimSpec, ServerClaimStatus};
+pub use serverpool::{ServerPool, ServerPoolSpec, ServerPoolStatus};
 pub use server::{Server, ServerSpec, ServerStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -23,7 +23,7 @@ pub const API_VERSION: &str = "ironclaim.dev/v1alpha1";
 /// The CustomResourceDefinitions of the API, in the order they should be
 /// applied.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Server::crd(), NodePool::crd(), NodeClaim::crd()]
+    vec![Server::crd(), ServerPool::crd(), ServerClaim::crd()]
 }
 
 /// The CRDs as one multi-document YAML stream, as `ironclaim crds` prints it.

@@ -14,7 +14,7 @@ use super::common::SecretReference;
 pub const DEFAULT_GPU_RESOURCE: &str = ironclaim_core::GPU;
 
 /// A physical machine ironclaim may power on to become a node. Which
-/// NodePools may use it follows from its labels and their requirements.
+/// ServerPools may use it follows from its labels and their requirements.
 // clippy reads the repeated `type_ = ...` of the printcolumns as duplicated
 // attributes; they are one column each.
 #[allow(clippy::duplicated_attributes)]
@@ -56,7 +56,7 @@ pub struct ServerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<Provider>,
     pub hardware: Hardware,
-    /// Zone, rack, class and anything else; NodePool requirements match
+    /// Zone, rack, class and anything else; ServerPool requirements match
     /// these, and the server's node gets them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "schema::labels")]
@@ -289,12 +289,12 @@ pub struct ServerStatus {
     /// As the BMC last reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<PowerState>,
-    /// The NodeClaim holding the server.
+    /// The ServerClaim holding the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<String>,
-    /// When `claim` was written. The claim is written before its NodeClaim
+    /// When `claim` was written. The claim is written before its ServerClaim
     /// exists (the power-on waits for one write only); a claim whose
-    /// NodeClaim is missing this soon after is being opened, not orphaned.
+    /// ServerClaim is missing this soon after is being opened, not orphaned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_at: Option<Time>,
     /// Since when the server's node has been idle, as the controller last

@@ -526,29 +526,29 @@ mod tests {
 
     #[test]
     fn cel_rules_with_durations_lists_and_regexes() {
-        let pool = |spec: Value| json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodePool", "metadata": {"name": "p"}, "spec": spec});
+        let pool = |spec: Value| json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool", "metadata": {"name": "p"}, "spec": spec});
         assert_eq!(
-            problems("NodePool", pool(json!({"warmSpares": {"adaptive": {"window": "30s"}}}))),
+            problems("ServerPool", pool(json!({"warmSpares": {"adaptive": {"window": "30s"}}}))),
             ["spec.warmSpares.adaptive: window must be between 1m and 168h"]
         );
-        assert_eq!(problems("NodePool", pool(json!({"warmSpares": {"adaptive": {"window": "2h"}}}))), Vec::<String>::new());
+        assert_eq!(problems("ServerPool", pool(json!({"warmSpares": {"adaptive": {"window": "2h"}}}))), Vec::<String>::new());
         assert_eq!(
             problems(
-                "NodePool",
+                "ServerPool",
                 pool(json!({"requirements": [{"key": "c", "operator": "Gt", "values": ["x"]}, {"key": "c", "operator": "Lt", "values": ["-3"]}]}))
             ),
             ["spec.requirements[0]: Gt and Lt take exactly one integer value"]
         );
         assert_eq!(
-            problems("NodePool", pool(json!({"requirements": [{"key": "z", "operator": "Near"}]}))),
+            problems("ServerPool", pool(json!({"requirements": [{"key": "z", "operator": "Near"}]}))),
             [
                 "spec.requirements[0].operator: unsupported value \"Near\": must be one of \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\", \"Gt\", \"Lt\""
             ]
         );
         // A transition rule (oldSelf) is an update's concern.
         let claim =
-            json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "NodeClaim", "metadata": {"name": "c"}, "spec": {"server": "s", "pool": "p"}});
-        assert_eq!(problems("NodeClaim", claim), Vec::<String>::new());
+            json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerClaim", "metadata": {"name": "c"}, "spec": {"server": "s", "pool": "p"}});
+        assert_eq!(problems("ServerClaim", claim), Vec::<String>::new());
     }
 
     #[test]

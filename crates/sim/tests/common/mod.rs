@@ -1,7 +1,7 @@
 //! Shared fixtures for the simulator's integration tests.
 #![allow(dead_code)]
 
-use ironclaim_core::NodePool;
+use ironclaim_core::ServerPool;
 use ironclaim_sim::trace::{parse_pods_csv, parse_servers_csv, pods_from_rows, servers_from_rows};
 use ironclaim_sim::workload::Workload;
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ pub fn openb_slice(pods: usize, servers: usize, seed: u64) -> Workload {
     let mut w = Workload {
         name: "openb slice".into(),
         servers: ironclaim_sim::sample::stratified_sample(&inventory, servers, seed),
-        pools: vec![NodePool::new("default")],
+        pools: vec![ServerPool::new("default")],
         daemonsets: Vec::new(),
         pods: pods_from_rows(&rows),
         end_s: 0,

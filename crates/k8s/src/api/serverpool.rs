@@ -1,4 +1,4 @@
-//! `NodePool`: which servers a class of workloads may use, and how they
+//! `ServerPool`: which servers a class of workloads may use, and how they
 //! become nodes.
 
 use super::common::{NodeRequirement, NodeTaint};
@@ -21,11 +21,11 @@ pub const CLASS_LABEL: &str = ironclaim_core::CLASS_LABEL;
 #[kube(
     group = "ironclaim.dev",
     version = "v1alpha1",
-    kind = "NodePool",
-    plural = "nodepools",
-    shortname = "np",
+    kind = "ServerPool",
+    plural = "serverpools",
+    shortname = "srvpool",
     category = "ironclaim",
-    status = "NodePoolStatus",
+    status = "ServerPoolStatus",
     derive = "PartialEq",
     doc = "Which servers a class of workloads may use, the nodes they become, and the pool's limits.",
     printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight"),
@@ -35,7 +35,7 @@ pub const CLASS_LABEL: &str = ironclaim_core::CLASS_LABEL;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
-pub struct NodePoolSpec {
+pub struct ServerPoolSpec {
     /// Pools with a higher weight are tried first.
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
@@ -253,7 +253,7 @@ pub enum DisruptionReason {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct NodePoolStatus {
+pub struct ServerPoolStatus {
     /// Servers the pool holds (claimed or serving).
     #[serde(default)]
     pub servers: i64,

@@ -1,4 +1,4 @@
-//! `NodeClaim`: the decision that one server becomes a node for a set of
+//! `ServerClaim`: the decision that one server becomes a node for a set of
 //! pending pods, and the record of how far that got.
 
 use super::schema;
@@ -14,11 +14,11 @@ use serde::{Deserialize, Serialize};
 #[kube(
     group = "ironclaim.dev",
     version = "v1alpha1",
-    kind = "NodeClaim",
-    plural = "nodeclaims",
-    shortname = "nc",
+    kind = "ServerClaim",
+    plural = "serverclaims",
+    shortname = "srvclaim",
     category = "ironclaim",
-    status = "NodeClaimStatus",
+    status = "ServerClaimStatus",
     derive = "PartialEq",
     doc = "One server becoming a node for a set of pending pods, with the timeline of every stage.",
     printcolumn(name = "Server", type_ = "string", json_path = ".spec.server"),
@@ -33,11 +33,11 @@ use serde::{Deserialize, Serialize};
     {"rule": "self.server == oldSelf.server", "message": "server is immutable"},
     {"rule": "self.pool == oldSelf.pool", "message": "pool is immutable"}
 ]))]
-pub struct NodeClaimSpec {
+pub struct ServerClaimSpec {
     /// The Server this claim powers on.
     #[schemars(length(min = 1, max = 253))]
     pub server: String,
-    /// The NodePool it was opened under.
+    /// The ServerPool it was opened under.
     #[schemars(length(min = 1, max = 253))]
     pub pool: String,
     /// The pods it was opened for.
@@ -90,7 +90,7 @@ pub struct StageRecord {
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "!has(self.failureMessage) || has(self.failureReason)", "message": "failureMessage needs a failureReason"}
 ]))]
-pub struct NodeClaimStatus {
+pub struct ServerClaimStatus {
     /// The stage reached so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<Stage>,
