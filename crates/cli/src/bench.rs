@@ -1,8 +1,9 @@
 //! `ironclaim bench scheduling`: decision throughput on the benchmark shapes.
 
 use crate::exit::Failure;
+use crate::output::{self, OutputArg};
 use crate::render;
-use ironclaim_core::{Outcome, ffd, provision, shapes};
+use ironclaim_core::{Outcome, Provisioning, ffd, provision, shapes};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -20,29 +21,49 @@ enum What {
 
 #[derive(clap::Args)]
 struct SchedulingArgs {
+    /// The cluster the pending pods land on.
     #[arg(long, value_enum, default_value_t = Shape::Reference)]
     shape: Shape,
     /// Pending pods; a comma-separated list gives one row per size.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 100, 1000, 5000, 20000])]
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_values_t = vec![1usize, 100, 1000, 5000, 20000])]
     pods: Vec<usize>,
     /// Runs per size; the fastest is reported (the least disturbed by
     /// anything else on the machine).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
-    #[arg(short, long, value_enum, default_value_t = crate::plan::Output::Table)]
-    output: crate::plan::Output,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 enum Shape {
+    /// Karpenter's scheduling benchmark: cloud instance types, no servers.
     Reference,
+    /// A bare-metal rack of Servers, as ironclaim sees it.
     BareMetal,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Reference => "reference",
+            Shape::BareMetal => "bare-metal",
+        }
+    }
+}
+
+/// What `bench scheduling -o json|yaml` prints: one document of this
+/// shape whatever the flags, one row per `--pods` size (docs/plan.md).
+#[derive(Serialize)]
+struct Report {
+    shape: Shape,
+    runs: u32,
+    rows: Vec<Row>,
 }
 
 #[derive(Serialize)]
 struct Row {
-    shape: Shape,
     pods: usize,
     pods_per_sec: f64,
     decision_ms: f64,
@@ -53,51 +74,45 @@ struct Row {
 
 pub fn run(args: Args) -> Result<(), Failure> {
     let What::Scheduling(args) = args.what;
-    let mut rows = Vec::new();
-    for &pods in &args.pods {
-        let snapshot = match args.shape {
-            Shape::Reference => shapes::reference(pods),
-            Shape::BareMetal => shapes::bare_metal(pods),
-        };
-        let mut best = f64::INFINITY;
-        let mut plan = None;
-        for _ in 0..args.runs.max(1) {
-            let start = Instant::now();
-            let p = provision(&snapshot, 0);
-            best = best.min(start.elapsed().as_secs_f64());
-            plan = Some(p);
-        }
-        let Some(plan) = plan else { continue };
-        rows.push(Row {
-            shape: args.shape,
-            pods,
-            pods_per_sec: pods as f64 / best,
-            decision_ms: best * 1000.0,
-            servers_opened: plan.claims.len(),
-            ffd_servers_opened: ffd::servers_opened(&snapshot),
-            unschedulable: plan.pods.iter().filter(|d| matches!(d.outcome, Outcome::Unschedulable { .. })).count(),
-        });
+    let report = Report { shape: args.shape, runs: args.runs, rows: args.pods.iter().map(|&pods| measure(args.shape, pods, args.runs)).collect() };
+    output::print(args.output.output, &report, table)
+}
+
+/// The fastest of `runs` decisions for `pods` pending pods on `shape`.
+fn measure(shape: Shape, pods: usize, runs: u32) -> Row {
+    let snapshot = match shape {
+        Shape::Reference => shapes::reference(pods),
+        Shape::BareMetal => shapes::bare_metal(pods),
+    };
+    let mut best = f64::INFINITY;
+    let mut plan = Provisioning::default();
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        plan = provision(&snapshot, 0);
+        best = best.min(start.elapsed().as_secs_f64());
     }
-    match args.output {
-        crate::plan::Output::Json => {
-            let json = if rows.len() == 1 { serde_json::to_string_pretty(&rows[0]) } else { serde_json::to_string_pretty(&rows) };
-            println!("{}", json.map_err(Failure::world)?);
-        }
-        crate::plan::Output::Table => {
-            let mut t = render::table(&["shape", "pods", "pods/s", "decision", "servers opened", "FFD opened", "unschedulable"]);
-            for r in &rows {
-                t.add_row(vec![
-                    serde_json::to_value(r.shape).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
-                    r.pods.to_string(),
-                    format!("{:.0}", r.pods_per_sec),
-                    format!("{:.1} ms", r.decision_ms),
-                    r.servers_opened.to_string(),
-                    r.ffd_servers_opened.to_string(),
-                    r.unschedulable.to_string(),
-                ]);
-            }
-            println!("{t}");
-        }
+    Row {
+        pods,
+        pods_per_sec: pods as f64 / best,
+        decision_ms: best * 1000.0,
+        servers_opened: plan.claims.len(),
+        ffd_servers_opened: ffd::servers_opened(&snapshot),
+        unschedulable: plan.pods.iter().filter(|d| matches!(d.outcome, Outcome::Unschedulable { .. })).count(),
     }
-    Ok(())
+}
+
+fn table(report: &Report) -> String {
+    let mut t = render::table(&["shape", "pods", "pods/s", "decision", "servers opened", "FFD opened", "unschedulable"]);
+    for r in &report.rows {
+        t.add_row(vec![
+            report.shape.name().to_string(),
+            r.pods.to_string(),
+            format!("{:.0}", r.pods_per_sec),
+            format!("{:.1} ms", r.decision_ms),
+            r.servers_opened.to_string(),
+            r.ffd_servers_opened.to_string(),
+            r.unschedulable.to_string(),
+        ]);
+    }
+    format!("{t}\n")
 }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
 use crate::exit::Failure;
+use crate::output::{self, OutputArg};
 use crate::secrets;
 
 #[derive(clap::Args)]
@@ -74,29 +75,29 @@ struct Target {
     /// HTTP requests in flight across all BMCs.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     concurrency: u32,
-    /// Seconds one HTTP request may take.
-    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
-    request_timeout: u64,
-    /// Seconds to wait for a power state to be confirmed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 90)]
-    confirm_timeout: u64,
-    /// Seconds a graceful shutdown may take before ForceOff.
-    #[arg(long, value_name = "SECONDS", default_value_t = 180)]
-    graceful_timeout: u64,
-    #[arg(short, long, value_enum, default_value_t = Output::Table)]
-    output: Output,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Output {
-    Table,
-    Json,
+    /// How long one HTTP request may take: a duration (15s, 1m) or a
+    /// number of seconds.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::duration::go_or_seconds)]
+    request_timeout: Duration,
+    /// How long to wait for a power state to be confirmed: a duration
+    /// (90s, 2m) or a number of seconds.
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = crate::duration::go_or_seconds)]
+    confirm_timeout: Duration,
+    /// How long a graceful shutdown may take before ForceOff: a duration
+    /// (3m) or a number of seconds; 0 forces off at once.
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = crate::duration::go_or_seconds)]
+    graceful_timeout: Duration,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Auth {
+    /// A session when the BMC offers one, else basic.
     Auto,
+    /// Always a Redfish session.
     Session,
+    /// HTTP basic authentication on every request.
     Basic,
 }
 
@@ -167,18 +168,20 @@ pub fn run(args: Args) -> Result<(), Failure> {
         Action::PowerOff(t) => ("power-off", t),
         Action::Watts(t) => ("watts", t),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("IRONCLAIM_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")))
-        .try_init();
+    crate::logging::init(crate::logging::LogFormat::Text, "warn");
     ironclaim_redfish::install_crypto_provider();
+    for (flag, value) in [("--request-timeout", target.request_timeout), ("--confirm-timeout", target.confirm_timeout)] {
+        if value.is_zero() {
+            return Err(Failure::bad_input(anyhow!("{flag} must be longer than 0s")));
+        }
+    }
     let specs = resolve_servers(&target)?;
     let options = ProviderOptions {
         max_concurrent_requests: target.concurrency as usize,
         timing: Timing {
-            request_timeout: Duration::from_secs(target.request_timeout.max(1)),
-            confirm_timeout: Duration::from_secs(target.confirm_timeout.max(1)),
-            graceful_timeout: Duration::from_secs(target.graceful_timeout),
+            request_timeout: target.request_timeout,
+            confirm_timeout: target.confirm_timeout,
+            graceful_timeout: target.graceful_timeout,
             ..Timing::default()
         },
         auth: match target.auth {
@@ -195,9 +198,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
         provider.shutdown().await;
         report
     });
-    match target.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report).map_err(Failure::world)?),
-        Output::Table => print_table(&report),
+    // A reader gone from stdout does not hide a failed server.
+    match output::print(target.output.output, &report, table) {
+        Ok(()) | Err(Failure::OutputClosed) => {}
+        Err(other) => return Err(other),
     }
     match report.servers.iter().filter_map(|row| row.error.as_ref().map(|e| (row, e))).collect::<Vec<_>>().as_slice() {
         [] => Ok(()),
@@ -280,7 +284,7 @@ async fn act(action: &'static str, provider: Arc<RedfishProvider>) -> Report {
     Report { action, servers: rows, total_watts, failed }
 }
 
-fn print_table(report: &Report) {
+fn table(report: &Report) -> String {
     let actions = report.action == "power-on" || report.action == "power-off";
     let mut header = vec!["server", "power state", "watts", "latency", "error"];
     if actions {
@@ -301,10 +305,12 @@ fn print_table(report: &Report) {
         }
         table.add_row(cells);
     }
-    println!("{table}");
+    let mut text = format!("{table}\n");
     if let Some(line) = total_line(report) {
-        println!("{line}");
+        text.push_str(&line);
+        text.push('\n');
     }
+    text
 }
 
 /// `total: 830 W from 3 of 4 servers`, for `watts`.

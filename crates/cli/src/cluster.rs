@@ -24,13 +24,26 @@ pub struct ClusterArgs {
 /// # Errors
 /// Bad input (exit 2) when the kubeconfig cannot be read, names no such
 /// context, or there is none at all; the world (exit 1) otherwise.
-pub async fn connect(args: &ClusterArgs) -> Result<kube::Client, Failure> {
+pub async fn connect(args: &ClusterArgs) -> Result<Connection, Failure> {
     ironclaim_redfish::install_crypto_provider();
     let options = kube::config::KubeConfigOptions { context: args.context.clone(), ..Default::default() };
     let config = match &args.kubeconfig {
         Some(path) => {
+            if !path.exists() {
+                return Err(Failure::bad_input(anyhow!("the kubeconfig {} does not exist: pass an existing file to --kubeconfig", path.display())));
+            }
             let file = kube::config::Kubeconfig::read_from(path)
                 .map_err(|e| Failure::bad_input(anyhow!("cannot read the kubeconfig {}: {}", path.display(), described(&e))))?;
+            if let Some(context) = &args.context
+                && !file.contexts.iter().any(|c| &c.name == context)
+            {
+                let known: Vec<&str> = file.contexts.iter().map(|c| c.name.as_str()).collect();
+                return Err(Failure::bad_input(anyhow!(
+                    "the kubeconfig {} has no context {context:?}: pass one of its contexts to --context ({})",
+                    path.display(),
+                    if known.is_empty() { "it has none".to_string() } else { known.join(", ") }
+                )));
+            }
             kube::Config::from_custom_kubeconfig(file, &options)
                 .await
                 .map_err(|e| Failure::bad_input(anyhow!("cannot use the kubeconfig {}: {}", path.display(), described(&e))))?
@@ -49,7 +62,57 @@ pub async fn connect(args: &ClusterArgs) -> Result<kube::Client, Failure> {
             )),
         })?,
     };
-    kube::Client::try_from(config).map_err(|e| Failure::bad_input(anyhow!("cannot build a client for the cluster: {}", first_line(&e))))
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config)
+        .map_err(|e| Failure::bad_input(anyhow!("cannot build a client for the cluster {server}: {}", first_line(&e))))?;
+    Ok(Connection { client, server })
+}
+
+/// A client, and the API server it talks to, for the errors to name.
+#[derive(Clone)]
+pub struct Connection {
+    pub client: kube::Client,
+    /// The API server's URL, as the kubeconfig gives it.
+    pub server: String,
+}
+
+/// What no retry mends, checked before a command relies on the cluster:
+/// the API server answers, the ironclaim.dev CRDs are installed. Fails with
+/// one line per problem, naming the server or the objects, with the fix.
+pub async fn preflight(connection: &Connection) -> Result<(), Failure> {
+    let Err(failed) = ironclaim_controller::doctor::preflight(&connection.client).await else { return Ok(()) };
+    if failed.iter().any(|f| f.check == "api") {
+        // The check's message is kube's outermost error; the cause (refused,
+        // no route, a certificate) is at the bottom of the chain.
+        let cause = match connection.client.apiserver_version().await {
+            Err(err) => root_cause(&err),
+            Ok(_) => "it answered only on a second try".to_string(),
+        };
+        return Err(Failure::world(anyhow!(
+            "the API server {} does not answer ({cause}): check --kubeconfig, --context and the network path to it",
+            connection.server
+        )));
+    }
+    // One line per problem, naming every object it touches.
+    let mut lines: Vec<(String, Vec<&str>)> = Vec::new();
+    for f in &failed {
+        let line = format!("{}{}", f.detail, f.fix.as_deref().map(|x| format!(": {x}")).unwrap_or_default());
+        match lines.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, objects)) => objects.push(&f.object),
+            None => lines.push((line, vec![&f.object])),
+        }
+    }
+    let text: Vec<String> = lines.into_iter().map(|(line, objects)| format!("{line} ({})", objects.join(", "))).collect();
+    Err(Failure::world(anyhow!("{}", text.join("\n"))))
+}
+
+/// The last error of a chain, on one line: what actually went wrong.
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut last: &dyn std::error::Error = err;
+    while let Some(source) = last.source() {
+        last = source;
+    }
+    first_line(&last)
 }
 
 /// A kubeconfig holds tokens, passwords and keys, and kube's parse error
@@ -69,28 +132,15 @@ fn first_line(err: &dyn std::fmt::Display) -> String {
     err.to_string().lines().next().unwrap_or_default().to_string()
 }
 
-/// How a command prints what it found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    /// A table that fits the terminal.
-    #[default]
-    Table,
-    Json,
-    Yaml,
-}
-
 /// The cluster as the controller sees it, read once. When the read fails
 /// for what no retry mends (the API server gone, the ironclaim.dev CRDs
 /// not installed), the error says so with the fix.
-pub async fn read(client: &kube::Client, controller_namespace: &str) -> Result<ironclaim_controller::index::Index, Failure> {
-    match ironclaim_controller::cluster::read(client, controller_namespace).await {
+pub async fn read(connection: &Connection, controller_namespace: &str) -> Result<ironclaim_controller::index::Index, Failure> {
+    match ironclaim_controller::cluster::read(&connection.client, controller_namespace).await {
         Ok(index) => Ok(index),
-        Err(err) => match ironclaim_controller::doctor::preflight(client).await {
-            Err(failed) if !failed.is_empty() => {
-                let first = &failed[0];
-                Err(Failure::world(anyhow!("{}{}", first.detail, first.fix.as_deref().map(|f| format!(": {f}")).unwrap_or_default())))
-            }
-            _ => Err(Failure::world(err)),
-        },
+        Err(err) => {
+            preflight(connection).await?;
+            Err(Failure::world(anyhow!("cannot read the cluster at {}: {}", connection.server, first_line(&format!("{err:#}")))))
+        }
     }
 }

@@ -25,22 +25,22 @@ pub struct Args {
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_address: SocketAddr,
     /// Decide once no new pending pod arrived for this long (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::duration::go)]
     batch_idle: Duration,
     /// Decide at the latest this long after the first new pending pod.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::duration::go)]
     batch_max: Duration,
     /// A stage is stuck after this percentage of the server's p90 duration.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, value_name = "PERCENT", default_value_t = 200)]
     stuck_margin_percent: u32,
     /// Quarantine a server after this many failed claims in a row.
     #[arg(long, default_value_t = 3)]
     quarantine_after: u32,
     /// Decide again for pods still pending this often.
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::go)]
     redecide_every: Duration,
     /// Read every server's power state and watts this often.
-    #[arg(long, default_value = "60s", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::duration::go)]
     power_sweep_every: Duration,
     /// Elect a leader through a Lease: only the holder acts.
     #[arg(long)]
@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value = LEASE_NAME)]
     lease_name: String,
     /// How long a leader's Lease lasts without renewal.
-    #[arg(long, default_value = "15s", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::duration::go)]
     lease_duration: Duration,
     /// This replica's name; the pod name in a Deployment.
     #[arg(long, env = "POD_NAME")]
@@ -63,16 +63,6 @@ pub struct Args {
 /// The leader Lease's name, unless `--lease-name` says otherwise.
 pub const LEASE_NAME: &str = "ironclaim-controller";
 
-/// `1s`, `500ms`, `2m`, `1h30m`.
-pub fn duration(text: &str) -> Result<Duration, String> {
-    if let Some(ms) = text.strip_suffix("ms")
-        && let Ok(ms) = ms.parse::<u64>()
-    {
-        return Ok(Duration::from_millis(ms));
-    }
-    ironclaim_k8s::duration::parse_duration_s(text).map(Duration::from_secs).map_err(|e| e.to_string())
-}
-
 pub fn run(args: Args) -> Result<(), Failure> {
     if args.batch_idle > args.batch_max {
         return Err(Failure::bad_input(anyhow!("--batch-idle must not exceed --batch-max")));
@@ -80,21 +70,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     crate::logging::init(args.log_format, "info");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     runtime.block_on(async move {
-        let client = crate::cluster::connect(&args.cluster).await?;
+        let connection = crate::cluster::connect(&args.cluster).await?;
         // Fail fast, with the fix, on what no retry mends.
-        if let Err(failed) = ironclaim_controller::doctor::preflight(&client).await {
-            // One line per problem, naming every object it touches.
-            let mut lines: Vec<(String, Vec<&str>)> = Vec::new();
-            for f in &failed {
-                let line = format!("{}{}", f.detail, f.fix.as_deref().map(|x| format!(": {x}")).unwrap_or_default());
-                match lines.iter_mut().find(|(l, _)| *l == line) {
-                    Some((_, objects)) => objects.push(&f.object),
-                    None => lines.push((line, vec![&f.object])),
-                }
-            }
-            let text: Vec<String> = lines.into_iter().map(|(line, objects)| format!("{line} ({})", objects.join(", "))).collect();
-            return Err(Failure::world(anyhow!("{}", text.join("\n"))));
-        }
+        crate::cluster::preflight(&connection).await?;
+        let client = connection.client;
         let identity =
             args.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| format!("ironclaim-{}", std::process::id()));
         let mut settings = Settings {

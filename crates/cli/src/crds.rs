@@ -8,6 +8,5 @@ pub struct Args {}
 
 pub fn run(_args: Args) -> Result<(), Failure> {
     let yaml = ironclaim_k8s::api::crds_yaml().map_err(Failure::world)?;
-    print!("{yaml}");
-    Ok(())
+    crate::output::write(&yaml)
 }

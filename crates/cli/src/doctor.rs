@@ -12,6 +12,7 @@ use ironclaim_controller::{Metal3Power, ProviderRouter, RedfishPower};
 
 use crate::cluster::ClusterArgs;
 use crate::exit::Failure;
+use crate::output::{self, OutputArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,19 +24,20 @@ pub struct Args {
     /// The controller's ServiceAccount, whose permissions are checked.
     #[arg(long, value_name = "NAME", default_value = "ironclaim")]
     service_account: String,
-    /// table, json or yaml.
-    #[arg(short, long, value_enum, default_value_t = crate::cluster::Output::Table)]
-    output: crate::cluster::Output,
+    #[command(flatten)]
+    output: OutputArg,
     /// Show the checks that passed too.
     #[arg(long)]
     all: bool,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
-    crate::logging::init(crate::logging::LogFormat::Text, "error");
+    // The findings say what failed; kube's own log of the same failure
+    // would only repeat it.
+    crate::logging::init(crate::logging::LogFormat::Text, "error,kube_client=off");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let findings = runtime.block_on(async {
-        let client = crate::cluster::connect(&args.cluster).await?;
+        let client = crate::cluster::connect(&args.cluster).await?.client;
         let power = ProviderRouter {
             redfish: Arc::new(RedfishPower::new(client.clone(), ironclaim_redfish::Timing::default())),
             metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(300))),
@@ -45,10 +47,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     })?;
     let failed = findings.iter().filter(|f| f.verdict == Verdict::Fail).count();
     let warned = findings.iter().filter(|f| f.verdict == Verdict::Warn).count();
-    match args.output {
-        crate::cluster::Output::Json => println!("{}", serde_json::to_string_pretty(&findings).map_err(Failure::world)?),
-        crate::cluster::Output::Yaml => print!("{}", serde_saphyr::to_string(&findings).map_err(Failure::world)?),
-        crate::cluster::Output::Table => print_table(&findings, args.all, failed, warned),
+    // A reader gone from stdout does not hide a failed check.
+    match output::print(args.output.output, &findings[..], |findings| table(findings, args.all, failed, warned)) {
+        Ok(()) | Err(Failure::OutputClosed) => {}
+        Err(other) => return Err(other),
     }
     if failed > 0 {
         return Err(Failure::world(anyhow::anyhow!("{failed} check(s) failed: fix them before the controller can rely on these objects")));
@@ -56,7 +58,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
     Ok(())
 }
 
-fn print_table(findings: &[Finding], all: bool, failed: usize, warned: usize) {
+fn table(findings: &[Finding], all: bool, failed: usize, warned: usize) -> String {
+    let mut out = String::new();
     let shown: Vec<&Finding> = findings.iter().filter(|f| all || f.verdict != Verdict::Ok).collect();
     if !shown.is_empty() {
         let mut t = crate::render::table(&["OBJECT", "CHECK", "RESULT", "DETAIL", "FIX"]);
@@ -68,10 +71,16 @@ fn print_table(findings: &[Finding], all: bool, failed: usize, warned: usize) {
             };
             t.add_row(vec![f.object.as_str(), f.check, verdict, f.detail.as_str(), f.fix.as_deref().unwrap_or("")]);
         }
-        println!("{t}");
+        out.push_str(&format!("{t}\n"));
     }
     let passed = findings.len() - failed - warned;
-    println!("{} check{}: {passed} passed, {warned} warning{}, {failed} failed", findings.len(), plural(findings.len()), plural(warned));
+    out.push_str(&format!(
+        "{} check{}: {passed} passed, {warned} warning{}, {failed} failed\n",
+        findings.len(),
+        plural(findings.len()),
+        plural(warned)
+    ));
+    out
 }
 
 fn plural(n: usize) -> &'static str {

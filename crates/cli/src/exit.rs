@@ -1,5 +1,7 @@
 //! Exit codes shared by every subcommand: 0 success, 1 the world failed or
 //! refused (a BMC, the API server), 2 bad input (a file, a flag, a document).
+//! A reader that closed stdout early (`| head`) ends a command quietly, with
+//! 0, as ripgrep does.
 
 use std::process::ExitCode;
 
@@ -10,6 +12,8 @@ pub enum Failure {
     BadInput(anyhow::Error),
     /// The world failed or refused: a BMC, the API server. Exit code 1.
     World(anyhow::Error),
+    /// Stdout was closed by its reader: nothing more to say. Exit code 0.
+    OutputClosed,
 }
 
 impl Failure {
@@ -33,5 +37,6 @@ pub fn report(result: Result<(), Failure>) -> ExitCode {
             eprintln!("error: {err:#}");
             ExitCode::from(1)
         }
+        Err(Failure::OutputClosed) => ExitCode::SUCCESS,
     }
 }

@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use serde::Serialize;
 
 use crate::exit::Failure;
-use crate::plan::Output;
+use crate::output::{self, Output};
 use crate::render;
 
 #[derive(clap::Args)]
@@ -36,6 +36,7 @@ pub struct Args {
     /// controller runs.
     #[arg(long, value_name = "NAME", default_value = crate::controller::LEASE_NAME, global = true)]
     lease_name: String,
+    /// How to print: table, json or yaml (json and yaml are the same document).
     #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
     output: Output,
 }
@@ -43,7 +44,11 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum What {
     /// A pod, as NAMESPACE/NAME (or NAME in the default namespace).
-    Pod { pod: String },
+    Pod {
+        /// The pod: NAMESPACE/NAME, or NAME in the default namespace.
+        #[arg(value_name = "NAMESPACE/NAME")]
+        pod: String,
+    },
 }
 
 fn now_s() -> u64 {
@@ -253,19 +258,16 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let (namespace, name) = parse_pod(&pod).map_err(Failure::bad_input)?;
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let explanation = runtime.block_on(async {
-        let client =
+        let connection =
             crate::cluster::connect(&crate::cluster::ClusterArgs { kubeconfig: args.kubeconfig.clone(), context: args.context.clone() }).await?;
-        let index = crate::cluster::read(&client, &args.controller_namespace).await?;
+        let index = crate::cluster::read(&connection, &args.controller_namespace).await?;
+        let client = connection.client;
         let lease = Api::<Lease>::namespaced(client, &args.controller_namespace).get_opt(&args.lease_name).await.map_err(|e| e.to_string());
         let now = now_s();
         let controller = ControllerView::of(format!("{}/{}", args.controller_namespace, args.lease_name), lease, now);
         explain(&index, &namespace, &name, now, controller)
     })?;
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&explanation).map_err(Failure::world)?),
-        Output::Table => print(&explanation),
-    }
-    Ok(())
+    output::print(args.output, &explanation, table)
 }
 
 fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: ControllerView) -> Result<Explanation, Failure> {
@@ -396,18 +398,26 @@ fn claim_view(index: &Index, claim: &ServerClaim, now: u64) -> ClaimView {
     }
 }
 
-fn print(e: &Explanation) {
+fn table(e: &Explanation) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     match (e.state, &e.node) {
-        ("bound", Some(node)) => println!("pod {} is bound to node {node}", e.pod),
-        ("not_waiting", _) => println!("pod {} does not wait for a node (phase {})", e.pod, e.phase.as_deref().unwrap_or("?")),
+        ("bound", Some(node)) => _ = writeln!(out, "pod {} is bound to node {node}", e.pod),
+        ("not_waiting", _) => _ = writeln!(out, "pod {} does not wait for a node (phase {})", e.pod, e.phase.as_deref().unwrap_or("?")),
         _ => {}
     }
     for claim in &e.claims {
         match (&claim.failure_reason, &claim.note) {
             (Some(reason), _) => {
-                println!("claim {} on server {} failed: {reason}: {}", claim.name, claim.server, claim.failure_message.as_deref().unwrap_or_default())
+                _ = writeln!(
+                    out,
+                    "claim {} on server {} failed: {reason}: {}",
+                    claim.name,
+                    claim.server,
+                    claim.failure_message.as_deref().unwrap_or_default()
+                )
             }
-            (None, Some(note)) => println!("{note}"),
+            (None, Some(note)) => _ = writeln!(out, "{note}"),
             (None, None) => {}
         }
         let mut table = render::table(&["STAGE", "STARTED", "TOOK", "OUTCOME", "MESSAGE"]);
@@ -420,23 +430,24 @@ fn print(e: &Explanation) {
                 r.message.clone().unwrap_or_default(),
             ]);
         }
-        println!("claim {} (pool {}):\n{table}", claim.name, claim.pool);
+        _ = writeln!(out, "claim {} (pool {}):\n{table}", claim.name, claim.pool);
         for p in &claim.problems {
-            println!("  {p}");
+            _ = writeln!(out, "  {p}");
         }
     }
     if let Some(d) = &e.deadline {
-        println!("{}", d.line());
+        _ = writeln!(out, "{}", d.line());
     }
     if let Some(d) = &e.decision {
-        println!("{}", d.summary);
+        _ = writeln!(out, "{}", d.summary);
     }
     // A bound pod needs no controller; a waiting one does.
     if e.state == "waiting"
         && let Some(warning) = e.controller.warning()
     {
-        println!("{warning}");
+        _ = writeln!(out, "{warning}");
     }
+    out
 }
 
 #[cfg(test)]

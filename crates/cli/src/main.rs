@@ -10,9 +10,11 @@ mod cluster;
 mod controller;
 mod crds;
 mod doctor;
+mod duration;
 mod exit;
 mod explain;
 mod logging;
+mod output;
 mod plan;
 mod render;
 mod secrets;
@@ -73,4 +75,42 @@ fn main() -> std::process::ExitCode {
         Command::Doctor(args) => doctor::run(args),
     };
     exit::report(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument (clap's own --help and --version aside) and every
+    /// subcommand says in `--help` what it is for.
+    #[test]
+    fn every_argument_and_subcommand_has_help_text() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_long().map_or_else(|| id.to_uppercase(), |l| format!("--{l}"))));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_name() != "help" && sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "ironclaim", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

@@ -2,6 +2,7 @@
 //! manifests, and the sensitivity table.
 
 use crate::exit::Failure;
+use crate::output::{self, OutputArg};
 use crate::render;
 use ironclaim_core::sensitivity::{self, Variation};
 use ironclaim_core::*;
@@ -20,19 +21,13 @@ pub struct Args {
     /// boot=5m,30m, stock=0,1, requests=x0.5,x1,x1.5. Repeat for more axes.
     #[arg(long = "vary", value_name = "KEY=V1,V2")]
     vary: Vec<String>,
-    #[arg(short, long, value_enum, default_value_t = Output::Table)]
-    output: Output,
+    #[command(flatten)]
+    output: OutputArg,
     /// The time to plan at, in Unix seconds. Defaults to the creation time
     /// of the newest pod in the manifests, so that deadlines count from
     /// when the pods arrived (0 for the worked example).
-    #[arg(long)]
+    #[arg(long, value_name = "UNIX_SECONDS")]
     now: Option<u64>,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum Output {
-    Table,
-    Json,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
@@ -41,11 +36,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if args.vary.is_empty() {
         let plan = provision(&snapshot, now);
         let view = PlanView::new(&plan);
-        match args.output {
-            Output::Json => println!("{}", serde_json::to_string_pretty(&view).map_err(Failure::world)?),
-            Output::Table => print_plan(&view, &plan),
-        }
-        return Ok(());
+        return output::print(args.output.output, &view, |view| plan_table(view, &plan));
     }
     let axes = args.vary.iter().map(|v| sensitivity::parse_vary(v)).collect::<Result<Vec<_>, _>>().map_err(Failure::bad_input)?;
     let rows: Vec<SensitivityRow> = sensitivity::combinations(&axes)
@@ -56,11 +47,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             SensitivityRow::new(&variations, &PlanView::new(&plan))
         })
         .collect();
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::world)?),
-        Output::Table => print_sensitivity(&rows),
-    }
-    Ok(())
+    output::print(args.output.output, &rows[..], sensitivity_table)
 }
 
 fn load(files: &[PathBuf]) -> Result<Snapshot, Failure> {
@@ -196,7 +183,7 @@ fn where_of(p: &PodView) -> String {
     }
 }
 
-fn print_plan(view: &PlanView, plan: &Provisioning) {
+fn plan_table(view: &PlanView, plan: &Provisioning) -> String {
     let mut pods = render::table(&["workload", "pod", "outcome", "where", "ready in", "note"]);
     for w in &view.workloads {
         for p in &w.pods {
@@ -215,9 +202,9 @@ fn print_plan(view: &PlanView, plan: &Provisioning) {
             ]);
         }
     }
-    println!("{pods}");
+    let mut text = format!("{pods}\n");
     if view.claims.is_empty() {
-        println!("No claims: nothing to power on.");
+        text.push_str("No claims: nothing to power on.\n");
     } else {
         let mut claims = render::table(&["claim", "server", "pool", "path", "ready in", "pods", "requested / capacity", "added idle"]);
         for c in &view.claims {
@@ -232,9 +219,11 @@ fn print_plan(view: &PlanView, plan: &Provisioning) {
                 format!("{:.0} W", c.added_idle_watts),
             ]);
         }
-        println!("{claims}");
+        text.push_str(&format!("{claims}\n"));
     }
-    println!("{}", summary(plan));
+    text.push_str(&summary(plan));
+    text.push('\n');
+    text
 }
 
 /// `9 pending pods: 7 fit Ready nodes now, 2 go to 2 new claims (+480 W idle), 0 cannot be placed.`
@@ -297,8 +286,8 @@ impl SensitivityRow {
     }
 }
 
-fn print_sensitivity(rows: &[SensitivityRow]) {
-    let Some(first) = rows.first() else { return };
+fn sensitivity_table(rows: &[SensitivityRow]) -> String {
+    let Some(first) = rows.first() else { return String::new() };
     let mut header: Vec<String> = vec!["inputs".into()];
     header.extend(first.workloads.iter().map(|w| w.name.clone()));
     let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
@@ -315,7 +304,7 @@ fn print_sensitivity(rows: &[SensitivityRow]) {
         }
         t.add_row(cells);
     }
-    println!("{t}");
+    format!("{t}\n")
 }
 
 #[cfg(test)]

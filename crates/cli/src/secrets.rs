@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::path::Path;
 
+use ironclaim_k8s::redact::{quoted_if_known, serde_message as redact_serde_message, value_kind as kind};
 use serde::de::DeserializeOwned;
 use serde_saphyr::{DefaultMessageFormatter, Error as YamlError, MessageFormatter};
 
@@ -110,67 +111,6 @@ impl MessageFormatter for Redacting<'_> {
     }
 }
 
-/// ` `password`` when `key` is one of `words`, else nothing.
-fn quoted_if_known(key: &str, words: &[&str]) -> String {
-    if words.contains(&key) { format!(" `{key}`") } else { String::new() }
-}
-
-/// What kind of value serde's `Unexpected` describes (`string "x"` is a
-/// `string`), without the value.
-fn kind(unexpected: &str) -> &'static str {
-    const KINDS: [&str; 17] = [
-        "boolean",
-        "integer",
-        "floating point",
-        "character",
-        "string",
-        "byte array",
-        "unit value",
-        "Option value",
-        "newtype struct",
-        "sequence",
-        "map",
-        "enum",
-        "unit variant",
-        "newtype variant",
-        "tuple variant",
-        "struct variant",
-        "null",
-    ];
-    KINDS.into_iter().find(|k| unexpected.strip_prefix(k).is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))).unwrap_or("a value")
-}
-
-/// serde's data-model messages with the values taken out. A message of
-/// another shape is replaced whole: it may quote anything.
-fn redact_serde_message(message: &str, words: &[&str]) -> String {
-    // The expected part comes from the target type, never from the input;
-    // the last `, expected ` is the one serde wrote, whatever the value held.
-    let expected = message.rsplit_once(", expected ").map(|(_, e)| e);
-    // A key is only ever shown when it equals one of `words`, so a key that
-    // holds "`, " itself is cut short and, not being a word, left out.
-    let backticked = |prefix: &str| message.strip_prefix(prefix).and_then(|rest| rest.split_once("`, ")).map(|(key, _)| key);
-    let with_expected = |head: String| match expected {
-        Some(e) => format!("{head}, expected {e}"),
-        None => head,
-    };
-    for prefix in ["invalid type: ", "invalid value: "] {
-        if let Some(rest) = message.strip_prefix(prefix) {
-            return with_expected(format!("{prefix}{}", kind(rest)));
-        }
-    }
-    if message.starts_with("invalid length ") || message.starts_with("missing field `") || message.starts_with("duplicate field `") {
-        // A length, or a field name of the target type.
-        return message.to_string();
-    }
-    if message.starts_with("unknown variant `") {
-        return with_expected("unknown variant".to_string());
-    }
-    if let Some(key) = backticked("unknown field `") {
-        return with_expected(format!("unknown field{}", quoted_if_known(key, words)));
-    }
-    "invalid value".to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,14 +178,5 @@ mod tests {
             assert!(!err.contains("hunter2"), "{text:?}: {err}");
             assert!(err.contains(says), "{text:?}: {err}");
         }
-    }
-
-    #[test]
-    fn kinds_are_read_from_the_start_of_the_description() {
-        assert_eq!(kind("string \"a, expected b\""), "string");
-        assert_eq!(kind("integer `5`"), "integer");
-        assert_eq!(kind("floating point `1.5`"), "floating point");
-        assert_eq!(kind("map"), "map");
-        assert_eq!(kind("stringly hunter2"), "a value");
     }
 }

@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::exit::Failure;
-use crate::plan::Output;
+use crate::output::{self, OutputArg};
 use crate::render;
 
 #[derive(clap::Args)]
@@ -27,8 +27,8 @@ pub struct Args {
     /// The controller's namespace, where its claim lock ledger lives.
     #[arg(long, value_name = "NAMESPACE", default_value = "ironclaim-system")]
     controller_namespace: String,
-    #[arg(short, long, value_enum, default_value_t = Output::Table)]
-    output: Output,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
 /// One server, as `--output json` prints it.
@@ -102,16 +102,12 @@ struct Inventory {
 pub fn run(args: Args) -> Result<(), Failure> {
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let inventory = runtime.block_on(async {
-        let client =
+        let connection =
             crate::cluster::connect(&crate::cluster::ClusterArgs { kubeconfig: args.kubeconfig.clone(), context: args.context.clone() }).await?;
-        let index = crate::cluster::read(&client, &args.controller_namespace).await?;
+        let index = crate::cluster::read(&connection, &args.controller_namespace).await?;
         Ok::<_, Failure>(inventory(&index))
     })?;
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&inventory).map_err(Failure::world)?),
-        Output::Table => print(&inventory),
-    }
-    Ok(())
+    output::print(args.output.output, &inventory, table)
 }
 
 fn provider(server: &Server) -> String {
@@ -257,7 +253,7 @@ fn failures(n: i64) -> String {
     render::count(n.max(0) as u64, "failure", "failures")
 }
 
-fn print(inventory: &Inventory) {
+fn table(inventory: &Inventory) -> String {
     let mut table = render::table(&["SERVER", "POWER", "CLAIM", "STAGE", "NODE", "WATTS", "HEALTH", "CPU", "MEMORY", "GPUS"]);
     for r in &inventory.servers {
         table.add_row(vec![
@@ -273,9 +269,7 @@ fn print(inventory: &Inventory) {
             r.gpus.join(", "),
         ]);
     }
-    println!("{table}");
-    println!("{}", summary_line(&inventory.summary));
-    println!("{}", inventory.energy.line);
+    format!("{table}\n{}\n{}\n", summary_line(&inventory.summary), inventory.energy.line)
 }
 
 #[cfg(test)]

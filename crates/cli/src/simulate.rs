@@ -2,7 +2,9 @@
 //! production trace, or your own trace against every power policy, and
 //! prints the comparison (table or JSON) and an HTML report.
 
+use crate::duration::whole_seconds;
 use crate::exit::Failure;
+use crate::output::{self, OutputArg};
 use crate::render;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
@@ -12,16 +14,13 @@ use ironclaim_sim::trace::{is_yaml, read_pods, read_servers, workload_from_rows}
 use ironclaim_sim::{Faults, PolicyKind, Scoring, SimConfig, Workload, embedded};
 use std::io::IsTerminal;
 use std::path::PathBuf;
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Output {
-    Table,
-    Json,
-}
+use std::time::Duration;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum ScoringArg {
+    /// Prefer the emptiest node (kube-scheduler's default).
     LeastAllocated,
+    /// Prefer the fullest node (bin packing).
     MostAllocated,
 }
 
@@ -29,10 +28,10 @@ pub enum ScoringArg {
 pub struct Args {
     /// Pods to replay: an openb_pod_list_*.csv, or the user CSV or YAML
     /// format (docs/simulate.md). Without it: the embedded day.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Servers: an openb_node_list_*.csv, or the user CSV or YAML format.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     servers: Option<PathBuf>,
     /// Replay on a seeded stratified sample of N servers that keeps the
     /// hardware mix; `auto` picks the smallest sample whose capacity covers
@@ -43,10 +42,10 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Policies to compare, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "always-on,reactive,warm-spares,ironclaim")]
+    #[arg(long, value_name = "POLICY,...", value_delimiter = ',', default_value = "always-on,reactive,warm-spares,ironclaim")]
     policies: Vec<String>,
-    #[arg(long, value_enum, default_value = "table")]
-    output: Output,
+    #[command(flatten)]
+    output: OutputArg,
     /// Write a self-contained HTML report with plots to this file.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
@@ -54,10 +53,10 @@ pub struct Args {
     /// ironclaim policy, to show the difference).
     #[arg(long, value_enum, default_value = "least-allocated")]
     scoring: ScoringArg,
-    /// Simulated time, e.g. `6h`, `2d`, `90m`, `3600` (seconds). Default:
-    /// the whole trace.
-    #[arg(long)]
-    duration: Option<String>,
+    /// Simulated time: a duration (`6h`, `48h`, `90m`) or a number of
+    /// seconds. Default: the whole trace.
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::go_or_seconds)]
+    duration: Option<Duration>,
     /// Probability that a BMC refuses or drops a power-on.
     #[arg(long, default_value_t = Faults::default().bmc_error_probability)]
     bmc_error_probability: f64,
@@ -80,37 +79,28 @@ pub struct Args {
     #[arg(long)]
     no_faults: bool,
     /// With nothing changing, scale-down looks again at the next idle
-    /// threshold, and at the latest after this many seconds.
-    #[arg(long, default_value_t = SimConfig::default().quiet_max_s)]
-    quiet_max: u64,
-    /// A scale-up batch closes after this many seconds without a new pod...
-    #[arg(long, default_value_t = 1)]
-    batch_idle: u64,
-    /// ...or after this many seconds in all.
-    #[arg(long, default_value_t = 10)]
-    batch_max: u64,
-    /// Idle timeout of the reactive and warm-spares policies (e.g. `10m`).
-    #[arg(long, default_value = "10m")]
-    idle_timeout: String,
+    /// threshold, and at the latest after this long: a duration or a
+    /// number of seconds.
+    #[arg(long, value_name = "DURATION", default_value = QUIET_MAX, value_parser = crate::duration::go_or_seconds)]
+    quiet_max: Duration,
+    /// A scale-up batch closes after this long without a new pod (a
+    /// duration or a number of seconds)...
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::duration::go_or_seconds)]
+    batch_idle: Duration,
+    /// ...or after this long in all.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::duration::go_or_seconds)]
+    batch_max: Duration,
+    /// Idle timeout of the reactive and warm-spares policies: a duration
+    /// (`10m`) or a number of seconds.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::go_or_seconds)]
+    idle_timeout: Duration,
     /// Idle servers the warm-spares policy keeps on.
     #[arg(long, default_value_t = 2)]
     warm_spares: u32,
 }
 
-/// Parses `90`, `90s`, `15m`, `6h`, `2d`.
-fn parse_duration(text: &str) -> anyhow::Result<u64> {
-    let t = text.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = digits.parse().map_err(|_| anyhow!("`{text}` is not a duration (try 90s, 15m, 6h, 2d)"))?;
-    let mult = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(anyhow!("`{text}`: unknown unit `{unit}` (use s, m, h or d)")),
-    };
-    n.checked_mul(mult).ok_or_else(|| anyhow!("`{text}` is too long"))
-}
+/// `--quiet-max`'s default: the simulator's (a test keeps the two equal).
+const QUIET_MAX: &str = "1h";
 
 fn probability(name: &str, p: f64) -> anyhow::Result<f64> {
     if (0.0..=1.0).contains(&p) { Ok(p) } else { Err(anyhow!("--{name} must be between 0 and 1, got {p}")) }
@@ -139,17 +129,21 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
             ..Faults::default()
         }
     };
-    if args.quiet_max == 0 {
-        return Err(anyhow!("--quiet-max must be at least 1 second"));
+    if args.quiet_max.is_zero() {
+        return Err(anyhow!("--quiet-max must be longer than 0s"));
     }
-    cfg.quiet_max_s = args.quiet_max;
+    cfg.quiet_max_s = whole_seconds(args.quiet_max);
     if args.batch_max < args.batch_idle {
-        return Err(anyhow!("--batch-max ({}) must be at least --batch-idle ({})", args.batch_max, args.batch_idle));
+        return Err(anyhow!(
+            "--batch-max ({}) must be at least --batch-idle ({})",
+            render::duration(whole_seconds(args.batch_max)),
+            render::duration(whole_seconds(args.batch_idle))
+        ));
     }
-    cfg.batch_idle_s = args.batch_idle;
-    cfg.batch_max_s = args.batch_max;
-    cfg.duration_s = args.duration.as_deref().map(parse_duration).transpose()?;
-    cfg.policy.idle_timeout_s = parse_duration(&args.idle_timeout)?;
+    cfg.batch_idle_s = whole_seconds(args.batch_idle);
+    cfg.batch_max_s = whole_seconds(args.batch_max);
+    cfg.duration_s = args.duration.map(whole_seconds);
+    cfg.policy.idle_timeout_s = whole_seconds(args.idle_timeout);
     cfg.policy.warm_spares = args.warm_spares;
     Ok(cfg)
 }
@@ -255,11 +249,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             .map_err(Failure::world)?;
         eprintln!("report written to {}", path.display());
     }
-    match args.output {
-        Output::Table => print!("{}", report.to_table(render::width())),
-        Output::Json => println!("{}", report.to_json()),
-    }
-    Ok(())
+    output::print(args.output.output, &report, |r| r.to_table(render::width()))
 }
 
 #[cfg(test)]
@@ -336,11 +326,21 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse_with_units_and_refuse_nonsense() {
-        assert_eq!(parse_duration("90").unwrap(), 90);
-        assert_eq!(parse_duration("15m").unwrap(), 900);
-        assert_eq!(parse_duration("2d").unwrap(), 172_800);
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5w").is_err());
+    fn durations_are_go_durations_or_seconds_in_whole_seconds() {
+        let cfg = config(&args(&["--duration", "1h30m", "--idle-timeout", "90", "--batch-idle", "500ms", "--batch-max", "2s"])).unwrap();
+        assert_eq!(cfg.duration_s, Some(5400));
+        assert_eq!(cfg.policy.idle_timeout_s, 90);
+        assert_eq!((cfg.batch_idle_s, cfg.batch_max_s), (1, 2));
+        for bad in [["--duration", "soon"], ["--idle-timeout", "5w"], ["--quiet-max", "2d"]] {
+            let mut full = vec!["simulate"];
+            full.extend_from_slice(&bad);
+            let err = TestCli::try_parse_from(full).err().expect("refused");
+            assert!(err.to_string().contains(bad[0]), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_quiet_max_default_is_the_simulators() {
+        assert_eq!(config(&args(&[])).unwrap().quiet_max_s, SimConfig::default().quiet_max_s);
     }
 }

@@ -104,18 +104,18 @@ pub fn run(args: Args) -> Result<(), Failure> {
         bar.finish_and_clear();
     }
     let elapsed = started.elapsed().as_secs_f64();
-    println!(
+    crate::outln!(
         "{} in {elapsed:.1} s ({:.1} seeds/s on {}): {} failing",
         count(done, "seed", "seeds"),
         done as f64 / elapsed.max(1e-9),
         count(jobs as u64, "thread", "threads"),
         failing.len()
-    );
+    )?;
     failing.sort_by_key(|r| r.seed);
     for r in &failing {
         for run in r.runs.iter().filter(|run| !run.violations.is_empty()) {
             let first = &run.violations[0];
-            println!(
+            crate::outln!(
                 "  seed {} {}: {}, first at {} s: {}: {}",
                 r.seed,
                 run.policy.name(),
@@ -123,9 +123,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 first.at_s,
                 first.checker,
                 first.message
-            );
+            )?;
         }
-        println!("    replay: {}", swarm::replay_command(r.seed));
+        crate::outln!("    replay: {}", swarm::replay_command(r.seed))?;
     }
     if failing.is_empty() { Ok(()) } else { Err(Failure::world(anyhow!("{} of {} broke a checker", failing.len(), count(done, "seed", "seeds")))) }
 }
@@ -137,16 +137,23 @@ fn replay(seed: u64, policies: &[PolicyKind], trace: Option<&str>) -> Result<(),
         None => None,
     };
     let c = swarm::case(seed);
-    println!("{}", swarm::describe(&c));
+    crate::outln!("{}", swarm::describe(&c))?;
     let prep = Prepared::new(&c.workload, None);
+    // The trace's lines, until a reader closes stdout.
+    let mut closed: Result<(), Failure> = Ok(());
     let mut broken = 0;
     for &policy in policies {
         let stats = if traced == Some(policy) {
-            ironclaim_sim::engine::run_policy_traced(&c.workload, &prep, &c.config, policy, &mut |at, what| println!("  {at:>6} s  {what}"))
+            ironclaim_sim::engine::run_policy_traced(&c.workload, &prep, &c.config, policy, &mut |at, what| {
+                if closed.is_ok() {
+                    closed = crate::outln!("  {at:>6} s  {what}");
+                }
+            })
         } else {
             run_policy(&c.workload, &prep, &c.config, policy, &mut |_| {})
         };
-        println!(
+        std::mem::replace(&mut closed, Ok(()))?;
+        crate::outln!(
             "{}: {} placed, {} pending at the end, {}, {}, {}, {}, {} lost, {} refused, {}",
             policy.name(),
             stats.pods_placed,
@@ -158,9 +165,9 @@ fn replay(seed: u64, policies: &[PolicyKind], trace: Option<&str>) -> Result<(),
             count(stats.nodes_lost, "node", "nodes"),
             count(stats.power_offs_refused, "power-off", "power-offs"),
             count(stats.violations.len() as u64, "violation", "violations")
-        );
+        )?;
         for v in &stats.violations {
-            println!("  {} s {}: {}", v.at_s, v.checker, v.message);
+            crate::outln!("  {} s {}: {}", v.at_s, v.checker, v.message)?;
         }
         if !stats.violations.is_empty() {
             broken += 1;

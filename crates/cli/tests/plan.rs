@@ -198,8 +198,80 @@ fn tables_fit_the_width_columns_gives() {
 fn bench_reports_throughput_and_the_baseline() {
     let (code, out, err) = ironclaim(&["bench", "scheduling", "--pods", "200", "--runs", "1", "--output", "json"]);
     assert_eq!(code, 0, "{err}");
-    let row: Value = serde_json::from_str(&out).unwrap();
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let row = &json["rows"][0];
     assert_eq!(row["pods"], 200);
     assert!(row["pods_per_sec"].as_f64().unwrap() > 0.0);
     assert!(row["servers_opened"].as_u64().unwrap() <= row["ffd_servers_opened"].as_u64().unwrap());
+}
+
+/// A value in the wrong place (here an environment value, a token, given
+/// as `valueFrom`) is a type error that names the file, the document and
+/// the field, and never echoes what the field held.
+#[test]
+fn a_type_error_in_a_manifest_never_echoes_the_value() {
+    let dir = std::env::temp_dir().join(format!("ironclaim-plan-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pod.yaml");
+    let secret = "ghp_s3cr3tTokenValue42";
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: leaky, namespace: shop}}\nspec:\n  containers:\n  - name: app\n    env:\n    - name: API_TOKEN\n      valueFrom: {secret}\n"
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = ironclaim(&["plan", "-f", file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(!err.contains(secret), "the value leaked: {err}");
+    assert!(err.contains("pod.yaml") && err.contains("document 1") && err.contains("spec.containers[0].env[0].valueFrom"), "{err}");
+    assert!(err.contains("invalid type: string"), "{err}");
+}
+
+/// `bench scheduling -o json` is one document of one shape, for one size
+/// or several.
+#[test]
+fn bench_json_has_one_shape_whatever_the_sizes() {
+    let keys = |json: &Value| -> Vec<String> {
+        let mut keys: Vec<String> = json.as_object().expect("an object").keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    let mut shapes = Vec::new();
+    for pods in ["5", "5,10"] {
+        let (code, out, err) = ironclaim(&["bench", "scheduling", "--pods", pods, "--runs", "1", "-o", "json"]);
+        assert_eq!(code, 0, "{err}");
+        let json: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(keys(&json), ["rows", "runs", "shape"], "{out}");
+        let rows = json["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), pods.split(',').count());
+        for row in rows {
+            assert_eq!(keys(row), ["decision_ms", "ffd_servers_opened", "pods", "pods_per_sec", "servers_opened", "unschedulable"], "{row}");
+        }
+        shapes.push(keys(&json));
+    }
+    assert_eq!(shapes[0], shapes[1]);
+    let (code, out, _) = ironclaim(&["bench", "scheduling", "--pods", "5", "--runs", "1", "-o", "yaml"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("shape: reference\nruns: 1\nrows:\n"), "{out}");
+}
+
+/// A reader that stops reading (`| head -1`) ends the command quietly: no
+/// panic, exit 0.
+#[test]
+fn a_closed_stdout_ends_plan_and_simulate_without_a_panic() {
+    for args in [
+        &["plan"][..],
+        &["plan", "-o", "json"],
+        &["simulate", "--duration", "1h", "--policies", "always-on"],
+        &["bench", "scheduling", "--pods", "5", "--runs", "1"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        // Closed before the command starts: its first write meets a broken pipe.
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_ironclaim")).args(args).stdout(writer).output().expect("run ironclaim");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
 }

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod disruption;
+pub mod duration;
 pub mod ffd;
 pub mod identity;
 pub mod labels;

@@ -40,37 +40,10 @@ pub enum VaryError {
     Value { key: String, value: String, expected: &'static str },
 }
 
-/// Parses "30s", "5m", "1h30m", "90" (seconds).
+/// A `boot=` value: a Go duration (`30s`, `5m`, `1h30m`), or a bare
+/// number of seconds, in whole seconds rounded up.
 pub fn parse_duration(text: &str) -> Option<Seconds> {
-    let t = text.trim();
-    if t.is_empty() {
-        return None;
-    }
-    if let Ok(s) = t.parse::<u64>() {
-        return Some(s);
-    }
-    let mut total: u64 = 0;
-    let mut number = String::new();
-    for c in t.chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
-        }
-        let n: u64 = number.parse().ok()?;
-        number.clear();
-        let unit = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            _ => return None,
-        };
-        total = total.checked_add(n.checked_mul(unit)?)?;
-    }
-    if !number.is_empty() {
-        return None;
-    }
-    Some(total)
+    crate::duration::parse_duration_or_seconds(text).ok().map(|d| d.as_nanos().div_ceil(1_000_000_000) as Seconds)
 }
 
 pub fn format_duration(s: Seconds) -> String {
@@ -182,10 +155,10 @@ mod tests {
 
     #[test]
     fn durations_parse_in_the_usual_forms() {
-        for (t, want) in [("90", Some(90)), ("30s", Some(30)), ("5m", Some(300)), ("1h30m", Some(5400)), ("2d", Some(172800))] {
+        for (t, want) in [("90", Some(90)), ("30s", Some(30)), ("5m", Some(300)), ("1h30m", Some(5400)), ("48h", Some(172800)), ("1.5m", Some(90))] {
             assert_eq!(parse_duration(t), want, "{t}");
         }
-        for bad in ["", "5x", "m", "5m3", "-1"] {
+        for bad in ["", "5x", "m", "5m3", "-1", "2d"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
     }

@@ -45,7 +45,8 @@ pub(crate) fn decode<T: DeserializeOwned + JsonSchema>(value: Value) -> Result<T
     let mut unknown = Vec::new();
     let mut skipped = |path: serde_ignored::Path<'_>| unknown.push(field_path(&path));
     let typed = serde_path_to_error::deserialize(serde_ignored::Deserializer::new(value, &mut skipped))
-        .map_err(|e| StrictError::Type { path: e.path().to_string(), message: e.into_inner().to_string() });
+        // The message names the field's path and type, never its value.
+        .map_err(|e| StrictError::Type { path: e.path().to_string(), message: crate::redact::serde_message(&e.into_inner().to_string(), &[]) });
     // A type error stops the decoding where it is: it is the first problem.
     let typed = typed?;
     match unknown.first() {
@@ -204,6 +205,20 @@ mod tests {
         );
         let good = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}});
         assert!(decode::<Pod>(good).is_ok());
+    }
+
+    #[test]
+    fn a_type_error_names_the_field_and_never_its_value() {
+        let pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "valueFrom": "hunter2"}]}]}});
+        match decode::<Pod>(pod) {
+            Err(StrictError::Type { path, message }) => {
+                assert_eq!(path, "spec.containers[0].env[0].valueFrom");
+                assert!(message.starts_with("invalid type: string, expected"), "{message}");
+                assert!(!message.contains("hunter2"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
