@@ -23,6 +23,7 @@ pub mod error;
 pub mod load;
 pub mod node;
 pub mod pod;
+pub mod redact;
 pub mod resources;
 mod selector;
 mod strict;
