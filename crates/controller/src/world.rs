@@ -116,8 +116,8 @@ impl World for IndexWorld<'_> {
             .nodes
             .values()
             .filter_map(|n| {
-                let at = n.annotations().get(DRAIN_ABANDONED_ANNOTATION)?.parse::<jiff::Timestamp>().ok()?;
-                Some((n.name_any(), at.as_second().max(0) as Seconds))
+                let at = crate::scaledown::pacing::abandoned_at(n.annotations().get(DRAIN_ABANDONED_ANNOTATION)?)?;
+                Some((n.name_any(), at))
             })
             .collect()
     }

@@ -18,12 +18,16 @@
 //!   server being taken is claimed.
 //! - A drain that evicts workload starts only when re-proposed after
 //!   [`ScaleDownSettings::revalidate_after`]; a node whose drain was
-//!   abandoned is held for [`ScaleDownSettings::cool_down`].
+//!   abandoned is held for [`ScaleDownSettings::cool_down`], counted from
+//!   the world's stamp or from this autoscaler's own record, whichever ends
+//!   later: a stamp not yet seen, or lost with its write, shortens nothing.
 //! - A node tainted as disrupting that no drain of this autoscaler owns
 //!   (a drain cut short by a restart) is uncordoned only once its server's
 //!   BMC, read fresh, says it is on: a power-off that may be under way (a
 //!   BMC cut off in the middle of it) keeps it cordoned, read again every
-//!   [`UNCORDON_READ_AGAIN_S`] seconds.
+//!   [`UNCORDON_READ_AGAIN_S`] seconds. A drain this autoscaler abandoned
+//!   is not one cut short: its own uncordon is on its way, and the node is
+//!   left to it for [`UNCORDON_IN_FLIGHT_S`] seconds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -31,6 +35,10 @@ use std::time::Duration;
 /// How long a node left cordoned by a drain cut short waits before its
 /// server's power is read again, after a read that did not find it on.
 pub const UNCORDON_READ_AGAIN_S: u64 = 30;
+
+/// How long the node of a drain abandoned here is left to that drain's own
+/// uncordon before, still cordoned, it is taken for one cut short.
+pub const UNCORDON_IN_FLIGHT_S: u64 = 60;
 
 use ironclaim_core::disruption::{Action, disrupt};
 use ironclaim_core::model::{ClaimInFlight, Pod, PowerState, Seconds, Snapshot};
@@ -218,6 +226,9 @@ pub struct Autoscaler {
     uncordon_reads: BTreeMap<String, UncordonRead>,
     spares: BTreeMap<String, SpareOp>,
     drains: BTreeMap<String, Drain>,
+    /// Nodes whose drain this autoscaler abandoned, and the second it did
+    /// (rounded up), kept until their cool-down is over.
+    abandoned: BTreeMap<String, Seconds>,
     /// Drains ended since the runner last took them ([`Autoscaler::drain_ends`]).
     ended: Vec<DrainEnd>,
     /// Servers whose drain's power-off was confirmed.
@@ -305,6 +316,7 @@ impl Autoscaler {
             claim_due: BTreeMap::new(),
             idle: IdleClock::default(),
             settling: Settling::default(),
+            abandoned: BTreeMap::new(),
             next_scale_down: Duration::ZERO,
             last_scale_down: None,
             next_reconcile: Duration::ZERO,
@@ -779,7 +791,9 @@ impl Autoscaler {
         // read on, fresh; one that may be shutting down stays cordoned.
         let power: BTreeMap<&str, PowerState> = snap.servers.iter().map(|s| (s.name.as_str(), s.power_state)).collect();
         let mut cut_short: BTreeSet<String> = BTreeSet::new();
-        for n in snap.nodes.iter().filter(|n| n.disrupting && !owned.contains(&n.name)) {
+        let uncordoning = |node: &str| self.abandoned.get(node).is_some_and(|&at| now_s < at.saturating_add(UNCORDON_IN_FLIGHT_S));
+        let uncordoning: BTreeSet<String> = snap.nodes.iter().filter(|n| uncordoning(&n.name)).map(|n| n.name.clone()).collect();
+        for n in snap.nodes.iter().filter(|n| n.disrupting && !owned.contains(&n.name) && !uncordoning.contains(&n.name)) {
             let Some(server) = n.server.as_deref() else {
                 out.push(Effect::Uncordon { node: n.name.clone(), abandoned: false });
                 out.push(Effect::Note {
@@ -804,7 +818,14 @@ impl Autoscaler {
         }
         self.uncordon_reads.retain(|s, _| cut_short.contains(s));
 
-        let cooling = pacing::cooling(world.abandoned_drains().iter().map(|(n, at)| (n.as_str(), *at)), now_s, sd.cool_down.as_secs());
+        let cool_down_s = sd.cool_down.as_secs();
+        self.abandoned.retain(|_, at| now_s < at.saturating_add(cool_down_s.max(UNCORDON_IN_FLIGHT_S)));
+        let mut abandoned: BTreeMap<String, Seconds> = world.abandoned_drains().into_iter().collect();
+        for (node, at) in &self.abandoned {
+            let seen = abandoned.entry(node.clone()).or_insert(*at);
+            *seen = (*seen).max(*at);
+        }
+        let cooling = pacing::cooling(abandoned.iter().map(|(n, at)| (n.as_str(), *at)), now_s, cool_down_s);
         // Pods of cooling nodes are held as must-not-disrupt; the snapshot
         // serves only for pool settings after this.
         pacing::hold_cooling(&mut snap, &cooling);
@@ -857,7 +878,11 @@ impl Autoscaler {
             let Some(ended) = ended else { continue };
             match ended {
                 Ended::Done { .. } => self.counters.drains_done += 1,
-                Ended::Abandoned { .. } => self.counters.drains_abandoned += 1,
+                Ended::Abandoned { .. } => {
+                    self.counters.drains_abandoned += 1;
+                    let at = now.as_secs() + u64::from(now.subsec_nanos() > 0);
+                    self.abandoned.insert(node.clone(), at);
+                }
             }
             if let Some(d) = self.drains.remove(&node) {
                 self.record_end(&node, &d.reason, ended);
@@ -1110,6 +1135,43 @@ mod tests {
         world.snap.servers[0].power_state = PowerState::Off;
         let off = a.step(&world, s(6_000));
         assert!(uncordons(&off) == 0 && !off.iter().any(|e| matches!(e, Effect::ReadPower { .. })), "{off:?}");
+    }
+
+    /// An abandoned drain's cool-down hung on the world showing its stamp:
+    /// while the stamp was not yet seen (or its write was lost), the node
+    /// was taken for a drain cut short by a restart and, once uncordoned
+    /// and empty, drained again at once.
+    #[test]
+    fn an_abandoned_drain_cools_down_from_its_own_record_before_the_world_shows_the_stamp() {
+        let mut world = toy();
+        world.snap.servers[0].power_state = PowerState::On;
+        world.snap.servers[0].node = Some("n1".into());
+        let mut node = ironclaim_core::model::Node::new("n1", Resources::new(16_000, 64 << 30));
+        node.server = Some("s1".into());
+        world.snap.nodes.push(node);
+        // A bare pod: the drain is abandoned at its first round.
+        world.snap.pods.push(Pod::new("ns", "bare", Resources::new(1_000, 1 << 30)).bound_to("n1"));
+        let sd = ScaleDownSettings { every: s(1), cool_down: s(2_000), ..ScaleDownSettings::default() };
+        let mut a = Autoscaler::new(Settings { scale_down: Some(sd), ..Settings::default() });
+        let started = a.drain_for_maintenance(&world, "n1", "s1", s(600), s(1_000));
+        assert!(matches!(started.first(), Some(Effect::Cordon { .. })), "{started:?}");
+        world.snap.nodes[0].disrupting = true;
+        let ended = a.step(&world, s(1_001));
+        assert!(ended.contains(&Effect::Uncordon { node: "n1".into(), abandoned: true }), "{ended:?}");
+        // The world has not caught up: still cordoned, no stamp. Not a drain cut short.
+        let stale = a.step(&world, s(1_003));
+        assert!(!stale.iter().any(|e| matches!(e, Effect::ReadPower { .. } | Effect::Uncordon { .. })), "{stale:?}");
+        assert!(!stale.iter().any(|e| matches!(e, Effect::Note { message, .. } if message.contains("cut short"))), "{stale:?}");
+        // Uncordoned, empty, idle past break-even (758 s), and the stamp never shown: still cooling.
+        world.snap.nodes[0].disrupting = false;
+        world.snap.pods.clear();
+        for t in [1_005, 1_900, 2_900] {
+            let effects = a.step(&world, s(t));
+            assert!(!effects.iter().any(|e| matches!(e, Effect::Cordon { .. })), "drained again at {t} s: {effects:?}");
+        }
+        // The cool-down over, the empty node is drained.
+        let after = a.step(&world, s(3_002));
+        assert!(after.iter().any(|e| matches!(e, Effect::Cordon { node, .. } if node == "n1")), "{after:?}");
     }
 
     #[test]

@@ -103,13 +103,13 @@ async fn an_underutilized_drain_waits_for_a_second_proposal_and_an_abandoned_one
     // Its pod cannot leave (finalizer): abandoned at the 3 s timeout, uncordoned, stamped.
     let c = client.clone();
     let an = a.clone();
-    let abandoned_at = eventually("the drain abandoned and a uncordoned", Duration::from_secs(30), || {
+    let (abandoned_at, stamp) = eventually("the drain abandoned and a uncordoned", Duration::from_secs(30), || {
         let (c, an) = (c.clone(), an.clone());
         async move {
             let n = node(&c, &an).await.ok_or("a is gone".to_string())?;
             let stamped = n.annotations().get(DRAIN_ABANDONED_ANNOTATION).cloned();
             match (is_disrupting(&n), stamped) {
-                (false, Some(_)) => Ok(Instant::now()),
+                (false, Some(at)) => Ok((Instant::now(), at)),
                 other => Err(format!("{other:?}")),
             }
         }
@@ -119,11 +119,23 @@ async fn an_underutilized_drain_waits_for_a_second_proposal_and_an_abandoned_one
     assert!(events.iter().any(|e| e.starts_with("DrainAbandoned:") && e.contains("timed out")), "{events:?}");
 
     // Cooling down: a looks empty now (its pod is terminating) and idle past
-    // break-even, yet it is not drained again.
-    let watch_until = abandoned_at + COOL_DOWN - Duration::from_secs(6);
+    // break-even, yet it is not drained again. The window is counted from
+    // the stamp itself, the time the controller counts from.
+    let stamped = stamp.parse::<jiff::Timestamp>().expect("the stamp is a time");
+    let since_stamp = Duration::try_from(jiff::Timestamp::now().duration_since(stamped)).unwrap_or_default();
+    let stamped_at = Instant::now() - since_stamp;
+    let watch_until = stamped_at + COOL_DOWN - Duration::from_secs(2);
     while Instant::now() < watch_until {
         let n = node(&client, &a).await.expect("a kept");
-        assert!(!is_disrupting(&n), "a drained again {:?} after its drain was abandoned", abandoned_at.elapsed());
+        if is_disrupting(&n) {
+            let taint = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            panic!(
+                "a drained again {:?} after its drain was abandoned (stamped {stamp}, now {}); taints {taint:?}; events {:?}",
+                abandoned_at.elapsed(),
+                jiff::Timestamp::now(),
+                object_events(&client, "Node", &a).await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let events = object_events(&client, "Node", &a).await;
@@ -132,7 +144,7 @@ async fn an_underutilized_drain_waits_for_a_second_proposal_and_an_abandoned_one
     // The pod may go now; once the cool-down is over, a is drained and powered off.
     release_held_pods(&client, app).await;
     let second_cordon = cordoned(&client, &a, Duration::from_secs(40)).await;
-    assert!(second_cordon >= abandoned_at + COOL_DOWN - Duration::from_secs(2), "drained again {:?} after abandoning", second_cordon - abandoned_at);
+    assert!(second_cordon >= stamped_at + COOL_DOWN - Duration::from_secs(1), "drained again {:?} after abandoning", second_cordon - stamped_at);
     let bmcs = Bmcs::new(&sushy);
     let (bm, ma) = (&bmcs, machines[0].clone());
     eventually("a powered off", Duration::from_secs(40), || async {
