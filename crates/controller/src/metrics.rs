@@ -181,6 +181,9 @@ impl Metrics {
 }
 
 #[cfg(test)]
+mod reference;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
