@@ -880,13 +880,10 @@ impl Sweeper {
                 }
             }
         }
-        self.metrics.servers.clear();
-        for (label, n) in by_state {
-            self.metrics.servers.get_or_create(&vec![("power_state".into(), label.into())]).set(n);
-        }
+        self.metrics.set_servers_by_power_state(by_state);
         self.metrics.fleet_watts.set(fleet);
         for (reason, n) in held {
-            self.metrics.servers_held.get_or_create(&vec![("reason".into(), reason.into())]).set(n);
+            self.metrics.set_servers_held(reason, n);
         }
         self.write_pool_statuses().await;
     }

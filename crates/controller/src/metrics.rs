@@ -3,6 +3,8 @@
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -11,6 +13,22 @@ use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
 type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// A family exported before its first child: the encoder leaves an empty
+/// family out entirely, this keeps its `# HELP` and `# TYPE` lines, so
+/// that a scrape always says which metrics exist and of what type.
+#[derive(Debug)]
+pub(crate) struct Declared<F>(pub F);
+
+impl<F: EncodeMetric> EncodeMetric for Declared<F> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+}
 
 fn stage_histogram() -> Histogram {
     // 0.5 s to about 2.3 h: an emulated boot and a slow PXE re-image alike.
@@ -75,14 +93,14 @@ impl Metrics {
         let power_failures = Family::<Labels, Counter>::default();
         let leader = Gauge::default();
         let (claim_locks, claim_lock_ledger_bytes, servers_held) = (Gauge::default(), Gauge::default(), Family::<Labels, Gauge>::default());
-        registry.register("stage_duration_seconds", "Seconds each claim stage took", stage_duration.clone());
-        registry.register("claims", "Claims that ended, by outcome and reason", claims.clone());
-        registry.register("servers", "Servers by power state", servers.clone());
+        registry.register("stage_duration_seconds", "Seconds each claim stage took", Declared(stage_duration.clone()));
+        registry.register("claims", "Claims that ended, by outcome and reason", Declared(claims.clone()));
+        registry.register("servers", "Servers by power state", Declared(servers.clone()));
         registry.register("fleet_watts", "Sum of the BMCs' power readings", fleet_watts.clone());
-        registry.register("pending_pods", "Pending pods by decision", pending_pods.clone());
+        registry.register("pending_pods", "Pending pods by decision", Declared(pending_pods.clone()));
         registry.register("decision_latency_seconds", "From the start of a decision to its last power-on request", decision_latency.clone());
-        registry.register("errors", "Failed controller steps by kind", errors.clone());
-        registry.register("power_failures", "Failed power actions by provider error", power_failures.clone());
+        registry.register("errors", "Failed controller steps by kind", Declared(errors.clone()));
+        registry.register("power_failures", "Failed power actions by provider error", Declared(power_failures.clone()));
         registry.register("leader", "1 while this replica leads", leader.clone());
         registry.register("claim_locks", "Claim locks in the lock ledger", claim_locks.clone());
         registry.register(
@@ -90,7 +108,7 @@ impl Metrics {
             format!("Bytes the lock ledger's entries take; takes are refused past {}", crate::locks::LEDGER_CAP_BYTES),
             claim_lock_ledger_bytes.clone(),
         );
-        registry.register("servers_held", "Servers ironclaim keeps its hands off, by reason", servers_held.clone());
+        registry.register("servers_held", "Servers ironclaim keeps its hands off, by reason", Declared(servers_held.clone()));
         let scaledown = crate::scaledown::energy::ScaleDownMetrics::register(&mut registry);
         Metrics {
             registry,
@@ -140,6 +158,19 @@ impl Metrics {
         self.power_failures.get_or_create(&vec![("error".into(), label.into())]).inc();
     }
 
+    /// Servers by power state, as one sweep read them: a state no server
+    /// is in any more is dropped.
+    pub fn set_servers_by_power_state<'a>(&self, by_state: impl IntoIterator<Item = (&'a str, i64)>) {
+        self.servers.clear();
+        for (state, n) in by_state {
+            self.servers.get_or_create(&vec![("power_state".into(), state.into())]).set(n);
+        }
+    }
+
+    pub fn set_servers_held(&self, reason: &str, n: i64) {
+        self.servers_held.get_or_create(&vec![("reason".into(), reason.into())]).set(n);
+    }
+
     /// The registry in the OpenMetrics text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -150,9 +181,20 @@ impl Metrics {
 }
 
 #[cfg(test)]
+mod reference;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_family_with_no_child_yet_is_declared_by_its_type_line() {
+        let text = Metrics::new().render();
+        assert!(text.contains("# TYPE ironclaim_claims counter\n"), "{text}");
+        assert!(!text.contains("ironclaim_claims_total"), "{text}");
+        assert!(text.contains("# TYPE ironclaim_stranded gauge\n"), "{text}");
+    }
 
     #[test]
     fn pending_pods_show_the_latest_decision_and_a_decision_gone_reads_zero() {

@@ -15,6 +15,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::metrics::Declared;
+
 type Labels = Vec<(String, String)>;
 
 /// The fleet at a glance, from one snapshot.
@@ -127,9 +129,9 @@ impl ScaleDownMetrics {
         registry.register("energy_saved_joules", "Energy saved by powered-off servers since start", m.energy_saved.clone());
         registry.register("servers_off", "Servers powered off", m.servers_off.clone());
         registry.register("warm_spares", "Healthy powered-on servers running no workload", m.warm_spares.clone());
-        registry.register("scaledown_actions", "Scale-down actions by action, reason and outcome", m.actions.clone());
-        registry.register("evictions", "Eviction requests by answer", m.evictions.clone());
-        registry.register("stranded", "Stranded resources found in the last pass, by kind", m.stranded.clone());
+        registry.register("scaledown_actions", "Scale-down actions by action, reason and outcome", Declared(m.actions.clone()));
+        registry.register("evictions", "Eviction requests by answer", Declared(m.evictions.clone()));
+        registry.register("stranded", "Stranded resources found in the last pass, by kind", Declared(m.stranded.clone()));
         m
     }
 
@@ -141,6 +143,15 @@ impl ScaleDownMetrics {
 
     pub fn eviction(&self, outcome: &str) {
         self.evictions.get_or_create(&vec![("outcome".into(), outcome.into())]).inc();
+    }
+
+    /// The stranded resources of the last pass, one kind per finding: a
+    /// kind none was found of any more is dropped.
+    pub fn set_stranded<'a>(&self, kinds: impl IntoIterator<Item = &'a str>) {
+        self.stranded.clear();
+        for kind in kinds {
+            self.stranded.get_or_create(&vec![("kind".into(), kind.into())]).inc();
+        }
     }
 }
 

@@ -254,10 +254,7 @@ impl ScaleDown {
             state.asked.retain(|n| nodes.contains(n.as_str()));
             findings.into_iter().filter(|f| now.saturating_sub(*state.stranded_since.entry(f.key()).or_insert(now)) >= grace).collect()
         };
-        self.metrics().stranded.clear();
-        for f in &due {
-            self.metrics().stranded.get_or_create(&vec![("kind".into(), f.metric_label().into())]).inc();
-        }
+        self.metrics().set_stranded(due.iter().map(Finding::metric_label));
         let notes = &self.drainer.notes;
         for f in due {
             match f {
