@@ -499,6 +499,47 @@ mod tests {
         assert_eq!(dns_label(&format!("{}-b", "a".repeat(62))).as_deref(), Some("a".repeat(62).as_str()));
     }
 
+    fn settings() -> Settings {
+        Settings { secret_namespace: "ironclaim-system".into(), secret_name: "bmc".into(), ca_bundle: None, insecure_skip_verify: false }
+    }
+
+    fn system(serial: &str, cpus: Option<u64>) -> DiscoveredSystem {
+        DiscoveredSystem {
+            path: "/redfish/v1/Systems/1".into(),
+            id: Some("1".into()),
+            serial_number: Some(serial.into()),
+            cpus,
+            memory_mib: Some(1536),
+            ..DiscoveredSystem::default()
+        }
+    }
+
+    #[test]
+    fn a_name_already_given_gets_a_suffix_and_a_row() {
+        let endpoint = Url::parse("https://10.0.0.5/").unwrap();
+        let mut names = BTreeSet::new();
+        let (first, gaps, valid) = manifest(&endpoint, &system("SN-1", Some(8)), &settings(), &mut names);
+        assert_eq!((first["metadata"]["name"].as_str(), gaps.len(), valid), (Some("sn-1"), 0, true));
+        assert_eq!(first["spec"]["hardware"], json!({"cpu": "8", "memory": "1536Mi"}));
+        assert_eq!(first["spec"]["bmc"]["address"], "redfish+https://10.0.0.5/redfish/v1/Systems/1");
+        let (second, gaps, _) = manifest(&endpoint, &system("sn 1", Some(8)), &settings(), &mut names);
+        assert_eq!(second["metadata"]["name"], "sn-1-2");
+        assert_eq!(gaps, vec![("metadata.name".to_owned(), "sn-1 was given to another system first; named sn-1-2".to_owned())]);
+    }
+
+    #[test]
+    fn a_missing_required_field_is_left_out_and_its_row_says_the_crd_requires_it() {
+        let mut names = BTreeSet::new();
+        let mut found = system("SN-2", None);
+        found.unknown.push(ironclaim_redfish::discover::Unknown { fact: Fact::Cpus, reason: "no ProcessorSummary".into() });
+        let (server, gaps, valid) = manifest(&Url::parse("http://bmc:8000/").unwrap(), &found, &settings(), &mut names);
+        assert!(!valid);
+        assert_eq!(server["spec"]["hardware"], json!({"memory": "1536Mi"}), "nothing is guessed");
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert_eq!(gaps[0].0, "spec.hardware.cpu");
+        assert!(gaps[0].1.starts_with("no ProcessorSummary; required by the CRD"), "{gaps:?}");
+    }
+
     #[test]
     fn label_values_keep_what_kubernetes_allows() {
         assert_eq!(label_value("WEB43").as_deref(), Some("WEB43"));

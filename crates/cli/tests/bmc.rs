@@ -241,7 +241,10 @@ fn discover_writes_the_mockup_system_as_a_server_the_strict_loader_accepts() {
 fn discover_reports_a_refused_endpoint_and_wrong_credentials_by_kind_and_prints_the_rest() {
     let (_runtime, mock) = mockup_bmc();
     // Port 9 on loopback: nothing listens, the connection is refused.
-    let (code, out, err) = discover(&[&mock.endpoint(), "http://127.0.0.1:9"], PASSWORD, &["-o", "json"]);
+    let dir = TempDir::new("endpoints");
+    let file = dir.path().join("bmcs.txt");
+    std::fs::write(&file, format!("# rack 1\n{}\n\nhttp://127.0.0.1:9\n", mock.endpoint())).unwrap();
+    let (code, out, err) = discover(&[], PASSWORD, &["--endpoints-file", file.to_str().unwrap(), "-o", "json"]);
     assert_eq!(code, 1, "{out}{err}");
     assert_eq!(items(&out).len(), 1, "the answering BMC's server is printed: {out}");
     let row = err.lines().find(|l| l.contains("127.0.0.1:9")).unwrap_or_else(|| panic!("no row for the refused endpoint: {err}"));
@@ -255,10 +258,13 @@ fn discover_reports_a_refused_endpoint_and_wrong_credentials_by_kind_and_prints_
     assert!(row.contains("auth_failed"), "{err}");
     assert!(!err.contains("not the password"), "the password leaked: {err}");
 
-    // An address that does not parse is bad input, before any BMC is asked.
-    let (code, _, err) = discover(&[&mock.endpoint(), "ftp://bmc"], PASSWORD, &[]);
+    // An address that does not parse is bad input, before any BMC is asked,
+    // named by its line in the file.
+    std::fs::write(&file, format!("{}\nftp://bmc\n", mock.endpoint())).unwrap();
+    let (code, out, err) = discover(&[], PASSWORD, &["--endpoints-file", file.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("ftp://bmc"), "{err}");
+    assert!(err.contains("bmcs.txt:2") && err.contains("ftp://bmc"), "{err}");
+    assert!(out.is_empty(), "{out}");
 }
 
 /// Every system behind one emulator becomes a Server of its own. The fake

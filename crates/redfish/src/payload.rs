@@ -455,6 +455,27 @@ mod tests {
     }
 
     #[test]
+    fn a_rack_place_is_read_from_placement_and_part_location() {
+        let placed = json!({"Location": {"Placement": {"Rack": "R7", "Row": "B", "RackOffset": 42}, "PartLocation": {"ServiceLabel": "Bay 3"}}});
+        let location = chassis_location(&placed).unwrap();
+        assert_eq!(
+            (location.rack.as_deref(), location.row.as_deref(), location.rack_offset.as_deref(), location.slot.as_deref()),
+            (Some("R7"), Some("B"), Some("42"), Some("Bay 3"))
+        );
+        assert_eq!(chassis_location(&json!({"Location": {"Placement": {"RackOffset": "U12"}}})).unwrap().rack_offset.as_deref(), Some("U12"));
+        assert!(chassis_location(&json!({"Id": "1U"})).unwrap().is_empty());
+        assert_eq!(chassis_location(&json!({"Location": {"Placement": {"Rack": 7}}})).unwrap_err().path, "$.Location.Placement.Rack");
+    }
+
+    #[test]
+    fn an_empty_socket_and_the_bmc_channel_are_told_apart() {
+        assert!(processor(&json!({"ProcessorType": "CPU", "Status": {"State": "Absent"}})).unwrap().absent);
+        assert!(!processor(&json!({"ProcessorType": "CPU", "TotalThreads": 8})).unwrap().absent);
+        assert!(ethernet_interface(&json!({"Links": {"HostInterface": {"@odata.id": "/x"}}})).unwrap().host_interface);
+        assert_eq!(processor(&json!({"TotalThreads": "8"})).unwrap_err().path, "$.TotalThreads");
+    }
+
+    #[test]
     fn error_message_prefers_extended_info() {
         let body = json!({"error": {"message": "generic", "@Message.ExtendedInfo": [{"Message": "specific"}]}});
         assert_eq!(error_message(&body).as_deref(), Some("specific"));
