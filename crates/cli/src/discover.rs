@@ -37,6 +37,8 @@ pub const MAC_ADDRESSES_ANNOTATION: &str = "ironclaim.dev/mac-addresses";
 
 /// The most endpoints one run reads: a bound on a runaway file.
 const MAX_ENDPOINTS: usize = 10_000;
+/// `spec.hardware.gpus`'s bound in the CRD.
+const MAX_GPU_MODELS: usize = 16;
 /// `spec.bmc.caBundle`'s bound in the CRD.
 const MAX_CA_BUNDLE_CHARS: usize = 65_536;
 
@@ -191,12 +193,14 @@ pub fn run(args: Args) -> Result<(), Failure> {
         }
     }
 
-    if !found.gaps.is_empty() {
-        eprint!("{}", table(&found.gaps));
-    }
+    // The manifests first, so that on a terminal the table is not scrolled
+    // away by them; a reader gone from stdout does not hide a failure.
     match print(args.output, &found.manifests) {
         Ok(()) | Err(Failure::OutputClosed) => {}
         Err(other) => return Err(other),
+    }
+    if !found.gaps.is_empty() {
+        eprint!("{}", table(&found.gaps));
     }
     verdict(&found)
 }
@@ -363,8 +367,12 @@ fn manifest(endpoint: &Url, system: &DiscoveredSystem, settings: &Settings, name
             (_, count) => gaps.push(("spec.hardware.gpus".into(), format!("{count} GPUs of model {:?}: more than the CRD allows (64)", gpu.model))),
         }
     }
+    if gpus.len() > MAX_GPU_MODELS {
+        gaps.push(("spec.hardware.gpus".into(), format!("{} GPU models: the CRD allows {MAX_GPU_MODELS}; the first are written", gpus.len())));
+        gpus.truncate(MAX_GPU_MODELS);
+    }
     if !gpus.is_empty() {
-        hardware.insert("gpus".into(), Value::Array(gpus.into_iter().take(16).collect()));
+        hardware.insert("gpus".into(), Value::Array(gpus));
     }
 
     let mut labels = Map::new();
