@@ -3,10 +3,16 @@
 //! JSON List); what could not be determined, and every endpoint or system
 //! that failed, is a row of the table on stderr.
 //!
-//! Exit codes: 0 every endpoint answered and every manifest is complete;
-//! 1 an endpoint or a system failed, or a manifest lacks a field the CRD
-//! requires (the good manifests are printed all the same); 2 bad input
-//! (an address, a file, the credentials), before any BMC is asked.
+//! With `--apply`, the complete manifests are also server-side applied
+//! (field manager `ironclaim-discover`) without force: a field another
+//! manager (an operator's `kubectl apply`) set is taken out and left as it
+//! is, and the rest applied, each such field a row of the table.
+//!
+//! Exit codes: 0 every endpoint answered and every manifest is complete
+//! (and applied); 1 an endpoint or a system failed, a manifest lacks a
+//! field the CRD requires, or an apply failed (the good manifests are
+//! printed all the same); 2 bad input (an address, a file, the
+//! credentials, the kubeconfig), before any BMC is asked.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -89,6 +95,13 @@ pub struct Args {
     /// (one List).
     #[arg(short, long, value_enum, default_value_t = ManifestFormat::Yaml)]
     output: ManifestFormat,
+    /// Also apply the complete manifests to the cluster (server-side apply,
+    /// field manager ironclaim-discover), leaving every field another
+    /// manager set as it is.
+    #[arg(long)]
+    apply: bool,
+    #[command(flatten)]
+    cluster: crate::cluster::ClusterArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -123,10 +136,14 @@ struct Gap {
 #[derive(Default)]
 struct Found {
     manifests: Vec<Value>,
+    /// The names of the manifests the CRD refuses: never applied.
+    incomplete_names: BTreeSet<String>,
     gaps: Vec<Gap>,
     failed_endpoints: usize,
     failed_systems: usize,
     incomplete: usize,
+    applied: usize,
+    failed_applies: usize,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
@@ -153,6 +170,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
 
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime").map_err(Failure::World)?;
+    // A kubeconfig that does not work is bad input, found before any BMC is asked.
+    let cluster = if args.apply { Some(runtime.block_on(crate::cluster::connect(&args.cluster))?) } else { None };
     let outcomes = runtime.block_on(async {
         let mut tasks = JoinSet::new();
         for (index, (address, bmc)) in clients.into_iter().enumerate() {
@@ -193,6 +212,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
         }
     }
 
+    if let Some(connection) = &cluster {
+        runtime.block_on(apply_all(connection, &mut found));
+    }
     // The manifests first, so that on a terminal the table is not scrolled
     // away by them; a reader gone from stdout does not hide a failure.
     match print(args.output, &found.manifests) {
@@ -201,6 +223,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
     if !found.gaps.is_empty() {
         eprint!("{}", table(&found.gaps));
+    }
+    if args.apply {
+        eprintln!("applied {} (field manager {FIELD_MANAGER})", crate::render::count(found.applied as u64, "Server", "Servers"));
     }
     verdict(&found)
 }
@@ -217,6 +242,9 @@ fn verdict(found: &Found) -> Result<(), Failure> {
     if found.incomplete > 0 {
         problems.push(crate::render::count(found.incomplete as u64, "manifest the CRD refuses", "manifests the CRD refuses"));
     }
+    if found.failed_applies > 0 {
+        problems.push(crate::render::count(found.failed_applies as u64, "Server could not be applied", "Servers could not be applied"));
+    }
     if problems.is_empty() {
         return Ok(());
     }
@@ -225,6 +253,90 @@ fn verdict(found: &Found) -> Result<(), Failure> {
         problems.join(", "),
         crate::render::count(found.manifests.len() as u64, "Server", "Servers")
     )))
+}
+
+/// The field manager of `--apply`: the fields it owns are the ones
+/// discovery wrote, and a later run updates only those.
+const FIELD_MANAGER: &str = "ironclaim-discover";
+
+/// Applies every complete manifest, recording what was applied, what was
+/// left as another manager set it, and what failed (a row each).
+async fn apply_all(connection: &crate::cluster::Connection, found: &mut Found) {
+    let api: kube::Api<ironclaim_k8s::api::Server> = kube::Api::all(connection.client.clone());
+    for manifest in &found.manifests {
+        let name = manifest["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        if found.incomplete_names.contains(&name) {
+            continue;
+        }
+        let gap = |field: String, why: String| Gap {
+            endpoint: connection.server.clone(),
+            system: manifest["spec"]["bmc"]["address"].as_str().unwrap_or_default().to_owned(),
+            server: name.clone(),
+            field,
+            why,
+        };
+        match apply_one(&api, &name, manifest.clone()).await {
+            Ok(kept) => {
+                found.applied += 1;
+                for (field, owner) in kept {
+                    found.gaps.push(gap(field, format!("left as it is, not applied: {owner}")));
+                }
+            }
+            Err(err) => {
+                found.failed_applies += 1;
+                found.gaps.push(gap("-".into(), format!("apply failed: {err}")));
+            }
+        }
+    }
+}
+
+/// Server-side applies one manifest without force. When fields conflict
+/// with another manager's, they are taken out and the rest applied once
+/// more; returns the fields left alone, each with its owner's words.
+async fn apply_one(api: &kube::Api<ironclaim_k8s::api::Server>, name: &str, mut manifest: Value) -> Result<Vec<(String, String)>, kube::Error> {
+    let params = kube::api::PatchParams::apply(FIELD_MANAGER);
+    let mut kept = Vec::new();
+    // Bounded: the first attempt, and one without the conflicting fields.
+    for _ in 0..2 {
+        match api.patch(name, &params, &kube::api::Patch::Apply(&manifest)).await {
+            Ok(_) => return Ok(kept),
+            Err(kube::Error::Api(status)) if status.code == 409 && kept.is_empty() => {
+                let causes = status.details.as_ref().map(|d| d.causes.clone()).unwrap_or_default();
+                for cause in causes.iter().filter(|c| c.reason == "FieldManagerConflict") {
+                    if remove_field(&mut manifest, &cause.field) {
+                        kept.push((cause.field.trim_start_matches('.').to_owned(), cause.message.clone()));
+                    }
+                }
+                if kept.is_empty() {
+                    return Err(kube::Error::Api(status));
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Err(kube::Error::Api(
+        kube::core::Status::failure(&format!("the fields of {name} kept conflicting after those of other managers were left out"), "Conflict")
+            .with_code(409)
+            .boxed(),
+    ))
+}
+
+/// Takes the field at `path` (`.spec.hardware.cpu`,
+/// `.spec.labels.ironclaim.dev/rack`: map keys may hold dots) out of
+/// `manifest`. True when it was there.
+fn remove_field(manifest: &mut Value, path: &str) -> bool {
+    fn walk(value: &mut Value, rest: &str) -> bool {
+        let Some(object) = value.as_object_mut() else { return false };
+        let Some(rest) = rest.strip_prefix('.') else { return false };
+        if object.remove(rest).is_some() {
+            return true;
+        }
+        // The longest key the path starts with, then deeper.
+        let mut keys: Vec<String> = object.keys().filter(|k| rest.starts_with(&format!("{k}."))).cloned().collect();
+        keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+        keys.into_iter().any(|key| object.get_mut(&key).is_some_and(|child| walk(child, &rest[key.len()..])))
+    }
+    walk(manifest, path)
 }
 
 /// The endpoints of the command line and of `--endpoints-file`, parsed,
@@ -297,6 +409,7 @@ fn add_systems(found: &mut Found, names: &mut BTreeSet<String>, endpoint: &Url, 
         let server = manifest["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         if !valid {
             found.incomplete += 1;
+            found.incomplete_names.insert(server.clone());
         }
         for (field, why) in gaps {
             found.gaps.push(Gap { endpoint: endpoint.to_string(), system: system.path.clone(), server: server.clone(), field, why });
@@ -546,6 +659,16 @@ mod tests {
         assert_eq!(gaps.len(), 1, "{gaps:?}");
         assert_eq!(gaps[0].0, "spec.hardware.cpu");
         assert!(gaps[0].1.starts_with("no ProcessorSummary; required by the CRD"), "{gaps:?}");
+    }
+
+    #[test]
+    fn a_conflicting_field_is_found_even_under_a_key_with_dots() {
+        let mut manifest =
+            json!({"spec": {"hardware": {"cpu": "8", "memory": "1Gi"}, "labels": {"ironclaim.dev/rack": "R1", "ironclaim.dev/row": "B"}}});
+        assert!(remove_field(&mut manifest, ".spec.hardware.cpu"));
+        assert!(remove_field(&mut manifest, ".spec.labels.ironclaim.dev/rack"));
+        assert!(!remove_field(&mut manifest, ".spec.labels.ironclaim.dev/slot"));
+        assert_eq!(manifest, json!({"spec": {"hardware": {"memory": "1Gi"}, "labels": {"ironclaim.dev/row": "B"}}}));
     }
 
     #[test]

@@ -265,6 +265,12 @@ fn discover_reports_a_refused_endpoint_and_wrong_credentials_by_kind_and_prints_
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("bmcs.txt:2") && err.contains("ftp://bmc"), "{err}");
     assert!(out.is_empty(), "{out}");
+    // So is a cluster to apply to that cannot be used.
+    let asked = mock.world().requests.len();
+    let (code, out, err) = discover(&[&mock.endpoint()], PASSWORD, &["--apply", "--kubeconfig", "/nonexistent/kubeconfig"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/nonexistent/kubeconfig") && out.is_empty(), "{out}{err}");
+    assert_eq!(mock.world().requests.len(), asked, "no BMC is asked before the kubeconfig is read");
 }
 
 /// Every system behind one emulator becomes a Server of its own. The fake
