@@ -141,7 +141,6 @@ struct Found {
     gaps: Vec<Gap>,
     failed_endpoints: usize,
     failed_systems: usize,
-    incomplete: usize,
     applied: usize,
     failed_applies: usize,
 }
@@ -239,8 +238,8 @@ fn verdict(found: &Found) -> Result<(), Failure> {
     if found.failed_systems > 0 {
         problems.push(crate::render::count(found.failed_systems as u64, "system could not be read", "systems could not be read"));
     }
-    if found.incomplete > 0 {
-        problems.push(crate::render::count(found.incomplete as u64, "manifest the CRD refuses", "manifests the CRD refuses"));
+    if !found.incomplete_names.is_empty() {
+        problems.push(crate::render::count(found.incomplete_names.len() as u64, "manifest the CRD refuses", "manifests the CRD refuses"));
     }
     if found.failed_applies > 0 {
         problems.push(crate::render::count(found.failed_applies as u64, "Server could not be applied", "Servers could not be applied"));
@@ -408,7 +407,6 @@ fn add_systems(found: &mut Found, names: &mut BTreeSet<String>, endpoint: &Url, 
         let (manifest, gaps, valid) = manifest(endpoint, &system, settings, names);
         let server = manifest["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         if !valid {
-            found.incomplete += 1;
             found.incomplete_names.insert(server.clone());
         }
         for (field, why) in gaps {

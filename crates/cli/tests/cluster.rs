@@ -2,7 +2,8 @@
 //! server (the control plane of `hack/testenv`): the inventory, a ServerPool,
 //! ServerClaims and pods in known states, statuses written through the status
 //! subresource as the controller writes them, and the built binary run
-//! with KUBECONFIG pointing at it.
+//! with KUBECONFIG pointing at it. `servers discover --apply` against the
+//! redfish crate's mock BMC, over a Server an operator wrote.
 
 // The redfish crate's mock BMC, serving the DMTF mockup.
 #[path = "../../redfish/tests/common/mod.rs"]
