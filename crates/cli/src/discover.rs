@@ -40,6 +40,8 @@ pub const SLOT_LABEL: &str = "ironclaim.dev/slot";
 pub const SYSTEM_UUID_ANNOTATION: &str = "ironclaim.dev/system-uuid";
 pub const SERIAL_NUMBER_ANNOTATION: &str = "ironclaim.dev/serial-number";
 pub const MAC_ADDRESSES_ANNOTATION: &str = "ironclaim.dev/mac-addresses";
+/// The watts the BMC read while the system was on, at discovery.
+pub const WATTS_READ_ANNOTATION: &str = "ironclaim.dev/discovered-watts";
 
 /// The most endpoints one run reads: a bound on a runaway file.
 const MAX_ENDPOINTS: usize = 10_000;
@@ -518,12 +520,14 @@ fn manifest(endpoint: &Url, system: &DiscoveredSystem, settings: &Settings, name
         spec.insert("labels".into(), Value::Object(labels));
     }
     if let Some(watts) = &system.watts {
-        let idle = (watts.watts.round() as i64).clamp(0, 100_000);
-        spec.insert("power".into(), json!({"idleWatts": idle, "peakWatts": idle}));
+        // A reading under unknown load is neither figure the CRD asks for,
+        // and the power budget counts peakWatts: written as an annotation.
+        let read = (watts.watts.round() as i64).clamp(0, 100_000);
+        annotations.insert(WATTS_READ_ANNOTATION.into(), json!(read.to_string()));
         gaps.push((
-            "spec.power.peakWatts".into(),
+            "spec.power".into(),
             format!(
-                "Redfish reports no peak: written as idleWatts ({idle} W, read from {}), a floor; set it from the machine's data sheet",
+                "not written: {read} W read from {} under unknown load is neither idleWatts nor peakWatts (the power budget counts peakWatts); set both from the data sheet",
                 watts.resource
             ),
         ));

@@ -386,7 +386,7 @@ async fn discover_applies_what_the_operator_did_not_set(env: &TestEnv, client: &
     assert_eq!(stored.spec.labels.get("ironclaim.dev/rack").map(String::as_str), Some("R-OPERATOR"));
     assert_eq!(stored.spec.bmc.as_ref().map(|b| b.address.as_str()), Some("redfish+https://10.0.3.11/redfish/v1/Systems/1"));
     assert_eq!(stored.spec.labels.get("ironclaim.dev/rack-unit").map(String::as_str), Some("12"), "what the operator left out is added");
-    assert_eq!(stored.spec.power.as_ref().map(|p| p.idle_watts), Some(374));
+    assert_eq!(stored.metadata.annotations.as_ref().and_then(|a| a.get("ironclaim.dev/discovered-watts")).map(String::as_str), Some("374"));
     assert_eq!(stored.metadata.annotations.as_ref().and_then(|a| a.get("ironclaim.dev/system-uuid")).map(String::as_str), Some(SYSTEM_UUID));
     env.kubectl(["delete", "server", "437xr1138r2"]).expect("delete the discovered Server");
 }
