@@ -92,13 +92,23 @@ struct Target {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum Auth {
+pub(crate) enum Auth {
     /// A session when the BMC offers one, else basic.
     Auto,
     /// Always a Redfish session.
     Session,
     /// HTTP basic authentication on every request.
     Basic,
+}
+
+impl Auth {
+    pub(crate) fn mode(self) -> AuthMode {
+        match self {
+            Auth::Auto => AuthMode::Auto,
+            Auth::Session => AuthMode::Session,
+            Auth::Basic => AuthMode::Basic,
+        }
+    }
 }
 
 /// The words an inventory error may quote: the format's field names, and
@@ -146,10 +156,10 @@ struct Row {
 }
 
 #[derive(Serialize)]
-struct RowError {
+pub(crate) struct RowError {
     /// The error's metric label: unreachable, auth_failed, ...
-    kind: &'static str,
-    message: String,
+    pub(crate) kind: &'static str,
+    pub(crate) message: String,
 }
 
 #[derive(Serialize)]
@@ -184,11 +194,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             graceful_timeout: target.graceful_timeout,
             ..Timing::default()
         },
-        auth: match target.auth {
-            Auth::Auto => AuthMode::Auto,
-            Auth::Session => AuthMode::Session,
-            Auth::Basic => AuthMode::Basic,
-        },
+        auth: target.auth.mode(),
     };
     let provider = Arc::new(RedfishProvider::new(specs, options).map_err(bad_or_world)?);
     let runtime =
@@ -220,11 +226,11 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
 }
 
-fn bad_or_world(err: Error) -> Failure {
+pub(crate) fn bad_or_world(err: Error) -> Failure {
     if err.is_bad_input() { Failure::BadInput(err.into()) } else { Failure::World(err.into()) }
 }
 
-fn row_error(err: &Error) -> RowError {
+pub(crate) fn row_error(err: &Error) -> RowError {
     // The error's own message plus its sources, for one table cell.
     let mut message = err.to_string();
     let mut source = std::error::Error::source(err);
@@ -331,11 +337,7 @@ fn one_server(target: &Target) -> anyhow::Result<ServerSpec> {
     let endpoint = target.endpoint.as_deref().ok_or_else(|| anyhow!("--endpoint or --inventory is required"))?;
     let address = BmcAddress::parse(endpoint)?;
     let system = pick_system(&address, target.system.as_deref())?;
-    let credentials = match (&target.credentials_dir, &target.username, &target.password_file) {
-        (Some(dir), _, _) => Credentials::from_directory(dir)?,
-        (None, Some(username), Some(file)) => Credentials::from_password_file(username.clone(), file)?,
-        _ => return Err(anyhow!("credentials are required: --username NAME --password-file FILE, or --credentials-dir DIR")),
-    };
+    let credentials = credentials_from_flags(target.credentials_dir.as_deref(), target.username.as_deref(), target.password_file.as_deref())?;
     let name = target.name.clone().unwrap_or_else(|| match &system {
         SystemSelector::Id(id) | SystemSelector::Uuid(id) => id.clone(),
         SystemSelector::Path(path) => path.rsplit('/').next().unwrap_or(path).to_owned(),
@@ -347,6 +349,16 @@ fn one_server(target: &Target) -> anyhow::Result<ServerSpec> {
         credentials,
         tls: TlsSettings { ca_file: target.ca_file.clone(), insecure_skip_verify: target.insecure_skip_verify },
     })
+}
+
+/// The BMC account of `--credentials-dir DIR`, or of `--username NAME
+/// --password-file FILE`.
+pub(crate) fn credentials_from_flags(dir: Option<&Path>, username: Option<&str>, password_file: Option<&Path>) -> anyhow::Result<Credentials> {
+    match (dir, username, password_file) {
+        (Some(dir), _, _) => Ok(Credentials::from_directory(dir)?),
+        (None, Some(username), Some(file)) => Ok(Credentials::from_password_file(username, file)?),
+        _ => Err(anyhow!("credentials are required: --username NAME --password-file FILE, or --credentials-dir DIR")),
+    }
 }
 
 fn pick_system(address: &BmcAddress, flag: Option<&str>) -> anyhow::Result<SystemSelector> {

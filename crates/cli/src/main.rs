@@ -9,6 +9,7 @@ mod bmc;
 mod cluster;
 mod controller;
 mod crds;
+mod discover;
 mod doctor;
 mod duration;
 mod exit;
@@ -51,7 +52,8 @@ enum Command {
     Controller(controller::Args),
     /// Why a pod waits: its claim, server, stage and ETA, or the exact reason.
     Explain(explain::Args),
-    /// The inventory: power, claim, node, watts, health.
+    /// The inventory: power, claim, node, watts, health; `servers discover`
+    /// writes it from the BMCs.
     Servers(servers::Args),
     /// Print the CustomResourceDefinitions of the ironclaim.dev API.
     Crds(crds::Args),

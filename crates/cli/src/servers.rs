@@ -17,7 +17,10 @@ use crate::output::{self, OutputArg};
 use crate::render;
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    action: Option<Action>,
     /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
@@ -29,6 +32,13 @@ pub struct Args {
     controller_namespace: String,
     #[command(flatten)]
     output: OutputArg,
+}
+
+#[derive(clap::Subcommand)]
+enum Action {
+    /// Read BMCs over Redfish and print a Server manifest for each system
+    /// they serve; what could not be determined goes to stderr.
+    Discover(crate::discover::Args),
 }
 
 /// One server, as `--output json` prints it.
@@ -100,6 +110,9 @@ struct Inventory {
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
+    if let Some(Action::Discover(discover)) = args.action {
+        return crate::discover::run(discover);
+    }
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let inventory = runtime.block_on(async {
         let connection =

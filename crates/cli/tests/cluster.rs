@@ -2,7 +2,12 @@
 //! server (the control plane of `hack/testenv`): the inventory, a ServerPool,
 //! ServerClaims and pods in known states, statuses written through the status
 //! subresource as the controller writes them, and the built binary run
-//! with KUBECONFIG pointing at it.
+//! with KUBECONFIG pointing at it. `servers discover --apply` against the
+//! redfish crate's mock BMC, over a Server an operator wrote.
+
+// The redfish crate's mock BMC, serving the DMTF mockup.
+#[path = "../../redfish/tests/common/mod.rs"]
+mod common;
 
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,6 +20,9 @@ use ironclaim_testenv::{FAKE_NODE_ANNOTATION, TestEnv, eventually};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+
+use common::mock::{MockBmc, SYSTEM_UUID};
+use common::{PASSWORD, TempDir, USERNAME, password_file};
 
 const NS: &str = "cli";
 
@@ -350,6 +358,37 @@ async fn explain_and_servers_read_the_cluster() {
     assert_eq!(json["energy"]["off"], 4);
     assert_eq!(json["energy"]["saving_watts"], 560.0);
     assert_eq!(json["energy"]["warm_spares"], 0);
+
+    discover_applies_what_the_operator_did_not_set(&env, &client).await;
+}
+
+/// `servers discover --apply` against the DMTF mockup: a Server an operator
+/// wrote keeps every value they set; what they did not set is added.
+async fn discover_applies_what_the_operator_did_not_set(env: &TestEnv, client: &Client) {
+    let mock = MockBmc::start().await;
+    let mut operator = server("437xr1138r2", 12, json!({"labels": {"ironclaim.dev/rack": "R-OPERATOR"}}));
+    operator["spec"]["hardware"]["memory"] = json!("96Gi");
+    operator["spec"].as_object_mut().expect("spec").remove("power");
+    apply(env, &operator);
+    let dir = TempDir::new("discover-apply");
+    let password = password_file(dir.path(), PASSWORD);
+    let run = ironclaim(
+        env,
+        &["servers", "discover", &mock.endpoint(), "--username", USERNAME, "--password-file", password.to_str().unwrap(), "--apply", "-o", "json"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("applied 1 Server (field manager ironclaim-discover)"), "{}", run.stderr);
+    let kept = |field: &str| run.stderr.lines().any(|l| l.contains(field) && l.contains("left as it is"));
+    assert!(kept("spec.hardware.cpu") && kept("spec.labels.ironclaim.dev/rack") && kept("spec.bmc.address"), "{}", run.stderr);
+
+    let stored = Api::<Server>::all(client.clone()).get("437xr1138r2").await.expect("the Server");
+    assert_eq!(stored.spec.hardware.cpu.0, "12", "the operator's value stays");
+    assert_eq!(stored.spec.labels.get("ironclaim.dev/rack").map(String::as_str), Some("R-OPERATOR"));
+    assert_eq!(stored.spec.bmc.as_ref().map(|b| b.address.as_str()), Some("redfish+https://10.0.3.11/redfish/v1/Systems/1"));
+    assert_eq!(stored.spec.labels.get("ironclaim.dev/rack-unit").map(String::as_str), Some("12"), "what the operator left out is added");
+    assert_eq!(stored.metadata.annotations.as_ref().and_then(|a| a.get("ironclaim.dev/discovered-watts")).map(String::as_str), Some("374"));
+    assert_eq!(stored.metadata.annotations.as_ref().and_then(|a| a.get("ironclaim.dev/system-uuid")).map(String::as_str), Some(SYSTEM_UUID));
+    env.kubectl(["delete", "server", "437xr1138r2"]).expect("delete the discovered Server");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -538,7 +538,7 @@ impl Bmc {
         }
     }
 
-    async fn systems_collection(&self) -> Result<String> {
+    pub(crate) async fn systems_collection(&self) -> Result<String> {
         self.auth(Step::ResolveSystem).await?;
         let conversation = self.inner.conversation.lock().await;
         Ok(conversation.as_ref().and_then(|c| c.root.systems.clone()).unwrap_or_else(|| DEFAULT_SYSTEMS.to_owned()))

@@ -22,6 +22,7 @@ pub enum Step {
     ConfirmState,
     ReadChassis,
     ReadWatts,
+    ReadInventory,
 }
 
 impl std::fmt::Display for Step {
@@ -38,6 +39,7 @@ impl std::fmt::Display for Step {
             Step::ConfirmState => "confirming the power state",
             Step::ReadChassis => "reading the chassis",
             Step::ReadWatts => "reading power consumption",
+            Step::ReadInventory => "reading the hardware inventory",
         })
     }
 }

@@ -18,6 +18,8 @@
 //!   per endpoint, however many servers sit behind it.
 //! - [`power`]: the power-on / power-off sequences with confirmation, task
 //!   monitors and a single re-send when a BMC silently drops an action.
+//! - [`discover`]: what each system of a BMC is (identity, CPUs, memory,
+//!   GPUs, MACs, rack place, watts), every fact it cannot read named.
 //! - [`payload`]: tolerant parsers for the few payload fields we read; every
 //!   failure names the JSON path.
 //! - [`provider`]: the [`provider::PowerProvider`] boundary the controller
@@ -31,6 +33,7 @@
 pub mod address;
 pub mod client;
 pub mod credentials;
+pub mod discover;
 mod error;
 pub mod fleet;
 pub mod payload;

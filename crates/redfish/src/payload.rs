@@ -290,6 +290,137 @@ pub fn error_message(value: &Value) -> Option<String> {
     if message.chars().count() > MAX_CHARS { Some(message.chars().take(MAX_CHARS).chain(['…']).collect()) } else { Some(message.to_owned()) }
 }
 
+/// What a ComputerSystem says about its hardware, for an inventory.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SystemHardware {
+    pub host_name: Option<String>,
+    /// `ProcessorSummary.LogicalProcessorCount`: hardware threads, what the
+    /// kubelet counts as CPUs.
+    pub logical_processors: Option<f64>,
+    /// `MemorySummary.TotalSystemMemoryGiB`.
+    pub memory_gib: Option<f64>,
+    /// The `Processors`, `Memory` and `EthernetInterfaces` collections.
+    pub processors: Option<String>,
+    pub memory: Option<String>,
+    pub ethernet_interfaces: Option<String>,
+}
+
+/// The object under `key`, or None when absent or null.
+fn nested<T>(at: &At<'_>, key: &str, f: impl FnOnce(At<'_>) -> PayloadResult<T>) -> PayloadResult<Option<T>> {
+    match at.get(key)? {
+        None => Ok(None),
+        Some((value, path)) => f(At { value, path: &path }).map(Some),
+    }
+}
+
+/// True when `Status.State` says the part is not there or switched off.
+fn absent(at: &At<'_>) -> PayloadResult<bool> {
+    Ok(nested(at, "Status", |status| Ok(matches!(status.str_field("State")?, Some("Absent" | "Disabled"))))?.unwrap_or(false))
+}
+
+pub fn system_hardware(value: &Value) -> PayloadResult<SystemHardware> {
+    let at = At::root(value);
+    Ok(SystemHardware {
+        host_name: at.str_field("HostName")?.map(str::to_owned),
+        logical_processors: nested(&at, "ProcessorSummary", |s| s.number("LogicalProcessorCount"))?.flatten(),
+        memory_gib: nested(&at, "MemorySummary", |s| s.number("TotalSystemMemoryGiB"))?.flatten(),
+        processors: at.link("Processors")?,
+        memory: at.link("Memory")?,
+        ethernet_interfaces: at.link("EthernetInterfaces")?,
+    })
+}
+
+/// One member of a Processors collection.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Processor {
+    /// `CPU`, `GPU`, `FPGA`, `Accelerator`, ...
+    pub processor_type: Option<String>,
+    pub model: Option<String>,
+    pub total_threads: Option<f64>,
+    pub total_cores: Option<f64>,
+    /// `Status.State` is `Absent` or `Disabled`: an empty socket.
+    pub absent: bool,
+}
+
+pub fn processor(value: &Value) -> PayloadResult<Processor> {
+    let at = At::root(value);
+    Ok(Processor {
+        processor_type: at.str_field("ProcessorType")?.map(str::to_owned),
+        model: at.str_field("Model")?.map(str::to_owned),
+        total_threads: at.number("TotalThreads")?,
+        total_cores: at.number("TotalCores")?,
+        absent: absent(&at)?,
+    })
+}
+
+/// One member of a Memory collection.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemoryModule {
+    pub capacity_mib: Option<f64>,
+    /// An empty slot.
+    pub absent: bool,
+}
+
+pub fn memory_module(value: &Value) -> PayloadResult<MemoryModule> {
+    let at = At::root(value);
+    Ok(MemoryModule { capacity_mib: at.number("CapacityMiB")?, absent: absent(&at)? })
+}
+
+/// One member of an EthernetInterfaces collection.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EthernetInterface {
+    pub mac_address: Option<String>,
+    pub permanent_mac_address: Option<String>,
+    /// `Links.HostInterface`: the host's channel to its own BMC, not a
+    /// network port.
+    pub host_interface: bool,
+    pub absent: bool,
+}
+
+pub fn ethernet_interface(value: &Value) -> PayloadResult<EthernetInterface> {
+    let at = At::root(value);
+    Ok(EthernetInterface {
+        mac_address: at.str_field("MACAddress")?.map(str::to_owned),
+        permanent_mac_address: at.str_field("PermanentMACAddress")?.map(str::to_owned),
+        host_interface: nested(&at, "Links", |links| Ok(links.get("HostInterface")?.is_some()))?.unwrap_or(false),
+        absent: absent(&at)?,
+    })
+}
+
+/// Where a chassis is: `Location.Placement` and `Location.PartLocation`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChassisLocation {
+    pub rack: Option<String>,
+    pub row: Option<String>,
+    /// `Placement.RackOffset`: the lowest rack unit it occupies.
+    pub rack_offset: Option<String>,
+    /// `PartLocation.ServiceLabel`: the slot or bay printed on the enclosure.
+    pub slot: Option<String>,
+}
+
+impl ChassisLocation {
+    pub fn is_empty(&self) -> bool {
+        *self == ChassisLocation::default()
+    }
+}
+
+pub fn chassis_location(value: &Value) -> PayloadResult<ChassisLocation> {
+    let at = At::root(value);
+    let location = nested(&at, "Location", |location| {
+        let placement = nested(&location, "Placement", |p| {
+            let offset = match p.get("RackOffset")? {
+                Some((Value::String(s), _)) => Some(s.clone()),
+                _ => p.number("RackOffset")?.map(|n| if n.fract() == 0.0 { format!("{n:.0}") } else { n.to_string() }),
+            };
+            Ok((p.str_field("Rack")?.map(str::to_owned), p.str_field("Row")?.map(str::to_owned), offset))
+        })?;
+        let slot = nested(&location, "PartLocation", |p| Ok(p.str_field("ServiceLabel")?.map(str::to_owned)))?.flatten();
+        let (rack, row, rack_offset) = placement.unwrap_or_default();
+        Ok(ChassisLocation { rack, row, rack_offset, slot })
+    })?;
+    Ok(location.unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +452,27 @@ mod tests {
         ]});
         assert_eq!(action_info_reset_types(&info).unwrap(), Some(vec!["ForceOn".into(), "ForceOff".into()]));
         assert_eq!(action_info_reset_types(&json!({})).unwrap(), None);
+    }
+
+    #[test]
+    fn a_rack_place_is_read_from_placement_and_part_location() {
+        let placed = json!({"Location": {"Placement": {"Rack": "R7", "Row": "B", "RackOffset": 42}, "PartLocation": {"ServiceLabel": "Bay 3"}}});
+        let location = chassis_location(&placed).unwrap();
+        assert_eq!(
+            (location.rack.as_deref(), location.row.as_deref(), location.rack_offset.as_deref(), location.slot.as_deref()),
+            (Some("R7"), Some("B"), Some("42"), Some("Bay 3"))
+        );
+        assert_eq!(chassis_location(&json!({"Location": {"Placement": {"RackOffset": "U12"}}})).unwrap().rack_offset.as_deref(), Some("U12"));
+        assert!(chassis_location(&json!({"Id": "1U"})).unwrap().is_empty());
+        assert_eq!(chassis_location(&json!({"Location": {"Placement": {"Rack": 7}}})).unwrap_err().path, "$.Location.Placement.Rack");
+    }
+
+    #[test]
+    fn an_empty_socket_and_the_bmc_channel_are_told_apart() {
+        assert!(processor(&json!({"ProcessorType": "CPU", "Status": {"State": "Absent"}})).unwrap().absent);
+        assert!(!processor(&json!({"ProcessorType": "CPU", "TotalThreads": 8})).unwrap().absent);
+        assert!(ethernet_interface(&json!({"Links": {"HostInterface": {"@odata.id": "/x"}}})).unwrap().host_interface);
+        assert_eq!(processor(&json!({"TotalThreads": "8"})).unwrap_err().path, "$.TotalThreads");
     }
 
     #[test]

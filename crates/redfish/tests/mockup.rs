@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::mock::{ACTION_INFO, MockBmc, SYSTEM, SYSTEM_UUID};
 use common::{PASSWORD, TempDir, USERNAME, mock_timing, password_file};
+use ironclaim_redfish::discover::Fact;
 use ironclaim_redfish::provider::ProviderOptions;
 use ironclaim_redfish::{
     AuthMode, Bmc, BmcAddress, BmcConfig, Credentials, Error, PowerProvider, PowerState, RedfishProvider, ResetType, ServerSpec, SystemSelector,
@@ -346,4 +347,69 @@ async fn unreachable_bmc_is_unreachable_after_retries() {
     config.timing = mock_timing();
     let err = Bmc::new(config, Arc::new(Semaphore::new(1))).unwrap().power_state(&system()).await.unwrap_err();
     assert_eq!(err.metric_label(), "unreachable", "{err:?}");
+}
+
+/// The mockup's system as discovery reads it: every value is the
+/// mockup's own, from its ProcessorSummary, MemorySummary,
+/// EthernetInterfaces, chassis Location and EnvironmentMetrics.
+#[tokio::test]
+async fn inventory_reads_the_mockup_system_exactly() {
+    let f = Fixture::start().await;
+    let outcomes = f.bmc().inventory(None).await.unwrap();
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(outcomes[0].path, SYSTEM);
+    let found = outcomes[0].result.as_ref().unwrap();
+    assert_eq!(found.id.as_deref(), Some("437XR1138R2"));
+    assert_eq!(found.uuid.as_deref(), Some(SYSTEM_UUID));
+    assert_eq!(found.serial_number.as_deref(), Some("437XR1138R2"));
+    assert_eq!(found.host_name.as_deref(), Some("web483"));
+    assert_eq!(found.cpus, Some(16), "ProcessorSummary.LogicalProcessorCount");
+    assert_eq!(found.memory_mib, Some(96 * 1024), "MemorySummary.TotalSystemMemoryGiB");
+    // The FPGA is no GPU; the VLAN shares its parent's address; the BMC's
+    // host interface is no network port; 12446A3B8890 has its MAC
+    // overridden, and the burnt-in one is kept.
+    assert_eq!(found.gpus, Some(vec![]));
+    assert_eq!(found.mac_addresses.as_deref(), Some(&["12:44:6a:3b:04:11".to_owned(), "12:44:6a:3b:88:90".to_owned()][..]));
+    assert_eq!(
+        (found.location.rack.as_deref(), found.location.row.as_deref(), found.location.rack_offset.as_deref()),
+        (Some("WEB43"), Some("North"), Some("12"))
+    );
+    let watts = found.watts.as_ref().expect("the system is on");
+    assert_eq!((watts.watts, watts.source), (374.0, WattsSource::EnvironmentMetrics));
+    assert!(found.unknown.is_empty(), "{:?}", found.unknown);
+}
+
+/// Without the summaries, CPUs and memory come from the Processors and
+/// Memory collections (the empty socket and slot left out), and a GPU
+/// among the processors is counted by model.
+#[tokio::test]
+async fn inventory_falls_back_to_the_collections_and_counts_gpus() {
+    let f = Fixture::start().await;
+    let read = |path: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(common::mockup_dir().join(path).join("index.json")).unwrap()).unwrap()
+    };
+    let mut body = read("Systems/437XR1138R2");
+    body.as_object_mut().unwrap().remove("ProcessorSummary");
+    body.as_object_mut().unwrap().remove("MemorySummary");
+    body["PowerState"] = json!("Off");
+    let processors = format!("{SYSTEM}/Processors");
+    let mut collection = read("Systems/437XR1138R2/Processors");
+    for gpu in ["GPU1", "GPU2"] {
+        collection["Members"].as_array_mut().unwrap().push(json!({"@odata.id": format!("{processors}/{gpu}")}));
+        f.mock.world().replace.insert(
+            format!("{processors}/{gpu}"),
+            json!({"@odata.id": format!("{processors}/{gpu}"), "Id": gpu, "ProcessorType": "GPU", "Model": "H100", "Status": {"State": "Enabled"}}),
+        );
+    }
+    f.mock.world().replace.insert(SYSTEM.into(), body);
+    f.mock.world().replace.insert(processors, collection);
+
+    let outcomes = f.bmc().inventory(Some(&system())).await.unwrap();
+    let found = outcomes[0].result.as_ref().unwrap();
+    assert_eq!(found.cpus, Some(16), "CPU1's TotalThreads; CPU2 is absent");
+    assert_eq!(found.memory_mib, Some(3 * 32768), "three DIMMs; DIMM4 is absent");
+    assert_eq!(found.gpus, Some(vec![ironclaim_redfish::discover::GpuModel { model: "H100".into(), count: 2 }]));
+    assert_eq!(found.watts, None);
+    let unknown: Vec<_> = found.unknown.iter().map(|u| (u.fact, u.reason.as_str())).collect();
+    assert_eq!(unknown, vec![(Fact::Watts, "the system is Off: power is read only while it is on")]);
 }
