@@ -12,10 +12,10 @@ use crate::exit::Failure;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ClusterArgs {
     /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use; without it, the current context.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", global = true)]
     pub context: Option<String>,
 }
 

@@ -102,8 +102,6 @@ pub struct Args {
     /// manager set as it is.
     #[arg(long)]
     apply: bool,
-    #[command(flatten)]
-    cluster: crate::cluster::ClusterArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -147,7 +145,7 @@ struct Found {
     failed_applies: usize,
 }
 
-pub fn run(args: Args) -> Result<(), Failure> {
+pub fn run(args: Args, cluster: &crate::cluster::ClusterArgs) -> Result<(), Failure> {
     crate::logging::init(crate::logging::LogFormat::Text, "warn");
     ironclaim_redfish::install_crypto_provider();
     if args.request_timeout.is_zero() {
@@ -172,7 +170,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime").map_err(Failure::World)?;
     // A kubeconfig that does not work is bad input, found before any BMC is asked.
-    let cluster = if args.apply { Some(runtime.block_on(crate::cluster::connect(&args.cluster))?) } else { None };
+    let cluster = if args.apply { Some(runtime.block_on(crate::cluster::connect(cluster))?) } else { None };
     let outcomes = runtime.block_on(async {
         let mut tasks = JoinSet::new();
         for (index, (address, bmc)) in clients.into_iter().enumerate() {

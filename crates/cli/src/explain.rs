@@ -2,8 +2,6 @@
 //! it waits for, which stage that claim is in and when it should be ready,
 //! or the exact reason nothing can be provisioned for it.
 
-use std::path::PathBuf;
-
 use anyhow::anyhow;
 use ironclaim_controller::index::{FailureBackoff, Index};
 use ironclaim_controller::timeline;
@@ -22,12 +20,8 @@ use crate::render;
 pub struct Args {
     #[command(subcommand)]
     what: What,
-    /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
-    #[arg(long, value_name = "FILE", global = true)]
-    kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use; without it, the current context.
-    #[arg(long, value_name = "NAME", global = true)]
-    context: Option<String>,
+    #[command(flatten)]
+    cluster: crate::cluster::ClusterArgs,
     /// The controller's namespace, where its claim lock ledger and its
     /// leader Lease live.
     #[arg(long, value_name = "NAMESPACE", default_value = "ironclaim-system", global = true)]
@@ -258,8 +252,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let (namespace, name) = parse_pod(&pod).map_err(Failure::bad_input)?;
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let explanation = runtime.block_on(async {
-        let connection =
-            crate::cluster::connect(&crate::cluster::ClusterArgs { kubeconfig: args.kubeconfig.clone(), context: args.context.clone() }).await?;
+        let connection = crate::cluster::connect(&args.cluster).await?;
         let index = crate::cluster::read(&connection, &args.controller_namespace).await?;
         let client = connection.client;
         let lease = Api::<Lease>::namespaced(client, &args.controller_namespace).get_opt(&args.lease_name).await.map_err(|e| e.to_string());

@@ -2,8 +2,6 @@
 //! and its stage, node, watts, health; what the fleet draws, and what
 //! powering off saves.
 
-use std::path::PathBuf;
-
 use ironclaim_controller::index::{FailureBackoff, Index};
 use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, uses_metal3};
 use ironclaim_k8s::api::Server;
@@ -21,12 +19,8 @@ use crate::render;
 pub struct Args {
     #[command(subcommand)]
     action: Option<Action>,
-    /// A kubeconfig; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use; without it, the current context.
-    #[arg(long, value_name = "NAME")]
-    context: Option<String>,
+    #[command(flatten)]
+    cluster: crate::cluster::ClusterArgs,
     /// The controller's namespace, where its claim lock ledger lives.
     #[arg(long, value_name = "NAMESPACE", default_value = "ironclaim-system")]
     controller_namespace: String,
@@ -111,12 +105,11 @@ struct Inventory {
 
 pub fn run(args: Args) -> Result<(), Failure> {
     if let Some(Action::Discover(discover)) = args.action {
-        return crate::discover::run(discover);
+        return crate::discover::run(discover, &args.cluster);
     }
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let inventory = runtime.block_on(async {
-        let connection =
-            crate::cluster::connect(&crate::cluster::ClusterArgs { kubeconfig: args.kubeconfig.clone(), context: args.context.clone() }).await?;
+        let connection = crate::cluster::connect(&args.cluster).await?;
         let index = crate::cluster::read(&connection, &args.controller_namespace).await?;
         Ok::<_, Failure>(inventory(&index))
     })?;
