@@ -28,8 +28,11 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `ironclaim --version`: the release and the commit it was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("IRONCLAIM_COMMIT"), ")");
+
 #[derive(Parser)]
-#[command(name = "ironclaim", version, about = "A node autoscaler for Kubernetes on bare metal")]
+#[command(name = "ironclaim", version = VERSION, about = "A node autoscaler for Kubernetes on bare metal")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -113,3 +113,21 @@ fn every_bad_input_and_every_failure_of_the_world_is_one_line_with_the_place_and
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// `--version` names the release and the commit the binary was built from,
+/// the one `git` says HEAD is (or `unknown` outside a checkout).
+#[test]
+fn version_names_the_release_and_the_commit() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ironclaim")).arg("--version").output().expect("run ironclaim --version");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(|| "unknown".to_string(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let commit = std::env::var("IRONCLAIM_COMMIT").ok().filter(|c| !c.is_empty()).unwrap_or(head);
+    assert_eq!(text.trim(), format!("ironclaim {} (commit {commit})", env!("CARGO_PKG_VERSION")));
+}
