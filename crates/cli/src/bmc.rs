@@ -51,27 +51,11 @@ struct Target {
     /// the endpoint names it).
     #[arg(long, value_name = "ID")]
     system: Option<String>,
-    /// The BMC account name.
-    #[arg(long, value_name = "NAME", requires = "password_file")]
-    username: Option<String>,
-    /// A file holding only the password.
-    #[arg(long, value_name = "FILE", requires = "username")]
-    password_file: Option<PathBuf>,
-    /// A directory with `username` and `password` files (a mounted Secret).
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["username", "password_file"])]
-    credentials_dir: Option<PathBuf>,
-    /// A PEM bundle of the CAs that signed this BMC's certificate.
-    #[arg(long, value_name = "FILE", conflicts_with = "insecure_skip_verify")]
-    ca_file: Option<PathBuf>,
-    /// Accept any certificate. Logs a warning; for lab use only.
-    #[arg(long)]
-    insecure_skip_verify: bool,
+    #[command(flatten)]
+    access: BmcAccess,
     /// The name to show for the server given by flags.
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
-    /// How to authenticate: auto (a session when offered), session, basic.
-    #[arg(long, value_enum, default_value_t = Auth::Auto)]
-    auth: Auth,
     /// HTTP requests in flight across all BMCs.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     concurrency: u32,
@@ -89,6 +73,44 @@ struct Target {
     graceful_timeout: Duration,
     #[command(flatten)]
     output: OutputArg,
+}
+
+/// The BMC account and how its certificate is checked: the same flags for
+/// `bmc` and `servers discover`.
+#[derive(clap::Args)]
+pub(crate) struct BmcAccess {
+    /// The BMC account name.
+    #[arg(long, value_name = "NAME", requires = "password_file")]
+    pub username: Option<String>,
+    /// A file holding only the password.
+    #[arg(long, value_name = "FILE", requires = "username")]
+    pub password_file: Option<PathBuf>,
+    /// A directory with `username` and `password` files (a mounted Secret).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["username", "password_file"])]
+    pub credentials_dir: Option<PathBuf>,
+    /// A PEM bundle of the CAs that signed the BMCs' certificates
+    /// (`servers discover` also writes it into each Server as
+    /// spec.bmc.caBundle).
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure_skip_verify")]
+    pub ca_file: Option<PathBuf>,
+    /// Accept any certificate; for lab use only (`servers discover` writes
+    /// it into each Server as spec.bmc.insecureSkipVerify).
+    #[arg(long)]
+    pub insecure_skip_verify: bool,
+    /// How to authenticate: auto (a session when offered), session, basic.
+    #[arg(long, value_enum, default_value_t = Auth::Auto)]
+    pub auth: Auth,
+}
+
+impl BmcAccess {
+    /// The credentials the flags give.
+    pub fn credentials(&self) -> anyhow::Result<Credentials> {
+        credentials_from_flags(self.credentials_dir.as_deref(), self.username.as_deref(), self.password_file.as_deref())
+    }
+
+    pub fn tls(&self) -> TlsSettings {
+        TlsSettings { ca_file: self.ca_file.clone(), insecure_skip_verify: self.insecure_skip_verify }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -194,7 +216,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             graceful_timeout: target.graceful_timeout,
             ..Timing::default()
         },
-        auth: target.auth.mode(),
+        auth: target.access.auth.mode(),
     };
     let provider = Arc::new(RedfishProvider::new(specs, options).map_err(bad_or_world)?);
     let runtime =
@@ -337,23 +359,17 @@ fn one_server(target: &Target) -> anyhow::Result<ServerSpec> {
     let endpoint = target.endpoint.as_deref().ok_or_else(|| anyhow!("--endpoint or --inventory is required"))?;
     let address = BmcAddress::parse(endpoint)?;
     let system = pick_system(&address, target.system.as_deref())?;
-    let credentials = credentials_from_flags(target.credentials_dir.as_deref(), target.username.as_deref(), target.password_file.as_deref())?;
+    let credentials = target.access.credentials()?;
     let name = target.name.clone().unwrap_or_else(|| match &system {
         SystemSelector::Id(id) | SystemSelector::Uuid(id) => id.clone(),
         SystemSelector::Path(path) => path.rsplit('/').next().unwrap_or(path).to_owned(),
     });
-    Ok(ServerSpec {
-        name,
-        endpoint: address.endpoint,
-        system,
-        credentials,
-        tls: TlsSettings { ca_file: target.ca_file.clone(), insecure_skip_verify: target.insecure_skip_verify },
-    })
+    Ok(ServerSpec { name, endpoint: address.endpoint, system, credentials, tls: target.access.tls() })
 }
 
 /// The BMC account of `--credentials-dir DIR`, or of `--username NAME
 /// --password-file FILE`.
-pub(crate) fn credentials_from_flags(dir: Option<&Path>, username: Option<&str>, password_file: Option<&Path>) -> anyhow::Result<Credentials> {
+fn credentials_from_flags(dir: Option<&Path>, username: Option<&str>, password_file: Option<&Path>) -> anyhow::Result<Credentials> {
     match (dir, username, password_file) {
         (Some(dir), _, _) => Ok(Credentials::from_directory(dir)?),
         (None, Some(username), Some(file)) => Ok(Credentials::from_password_file(username, file)?),

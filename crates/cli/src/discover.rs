@@ -22,13 +22,13 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use ironclaim_k8s::api::validate::{Problem, validate};
 use ironclaim_redfish::discover::{DiscoveredSystem, Fact, SystemOutcome};
-use ironclaim_redfish::{Bmc, BmcAddress, BmcConfig, Timing, TlsSettings};
+use ironclaim_redfish::{Bmc, BmcAddress, BmcConfig, Timing};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use url::Url;
 
-use crate::bmc::{Auth, bad_or_world, credentials_from_flags, row_error};
+use crate::bmc::{bad_or_world, row_error};
 use crate::exit::Failure;
 
 /// The labels a chassis's place in the rack becomes.
@@ -61,26 +61,8 @@ pub struct Args {
     /// with # are skipped.
     #[arg(long, value_name = "FILE")]
     endpoints_file: Option<PathBuf>,
-    /// The BMC account name (the same account on every endpoint).
-    #[arg(long, value_name = "NAME", requires = "password_file")]
-    username: Option<String>,
-    /// A file holding only the password.
-    #[arg(long, value_name = "FILE", requires = "username")]
-    password_file: Option<PathBuf>,
-    /// A directory with `username` and `password` files (a mounted Secret).
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["username", "password_file"])]
-    credentials_dir: Option<PathBuf>,
-    /// A PEM bundle of the CAs that signed the BMCs' certificates; it is
-    /// also written into each Server as spec.bmc.caBundle.
-    #[arg(long, value_name = "FILE", conflicts_with = "insecure_skip_verify")]
-    ca_file: Option<PathBuf>,
-    /// Accept any certificate (written into each Server as
-    /// spec.bmc.insecureSkipVerify). For lab use only.
-    #[arg(long)]
-    insecure_skip_verify: bool,
-    /// How to authenticate: auto (a session when offered), session, basic.
-    #[arg(long, value_enum, default_value_t = Auth::Auto)]
-    auth: Auth,
+    #[command(flatten)]
+    access: crate::bmc::BmcAccess,
     /// HTTP requests in flight across all BMCs.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     concurrency: u32,
@@ -152,17 +134,16 @@ pub fn run(args: Args, cluster: &crate::cluster::ClusterArgs) -> Result<(), Fail
         return Err(Failure::bad_input(anyhow!("--request-timeout must be longer than 0s")));
     }
     let addresses = endpoints(&args).map_err(Failure::BadInput)?;
-    let credentials = credentials_from_flags(args.credentials_dir.as_deref(), args.username.as_deref(), args.password_file.as_deref())
-        .map_err(Failure::BadInput)?;
+    let credentials = args.access.credentials().map_err(Failure::BadInput)?;
     let settings = settings(&args).map_err(Failure::BadInput)?;
     let limiter = Arc::new(Semaphore::new(args.concurrency as usize));
-    let tls = TlsSettings { ca_file: args.ca_file.clone(), insecure_skip_verify: args.insecure_skip_verify };
+    let tls = args.access.tls();
     let timing = Timing { request_timeout: args.request_timeout, ..Timing::default() };
     let mut clients = Vec::new();
     for address in addresses {
         let mut config = BmcConfig::new(address.endpoint.clone(), credentials.clone());
         config.tls = tls.clone();
-        config.auth = args.auth.mode();
+        config.auth = args.access.auth.mode();
         config.timing = timing.clone();
         clients.push((address, Bmc::new(config, limiter.clone()).map_err(bad_or_world)?));
     }
@@ -374,7 +355,7 @@ fn settings(args: &Args) -> anyhow::Result<Settings> {
         .split_once('/')
         .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
         .ok_or_else(|| anyhow!("--credentials-secret must be NAMESPACE/NAME, not {:?}", args.credentials_secret))?;
-    let ca_bundle = match &args.ca_file {
+    let ca_bundle = match &args.access.ca_file {
         None => None,
         Some(path) => {
             let pem = std::fs::read_to_string(path).with_context(|| format!("cannot read the CA file {}", path.display()))?;
@@ -384,7 +365,12 @@ fn settings(args: &Args) -> anyhow::Result<Settings> {
             Some(pem)
         }
     };
-    Ok(Settings { secret_namespace: namespace.to_owned(), secret_name: name.to_owned(), ca_bundle, insecure_skip_verify: args.insecure_skip_verify })
+    Ok(Settings {
+        secret_namespace: namespace.to_owned(),
+        secret_name: name.to_owned(),
+        ca_bundle,
+        insecure_skip_verify: args.access.insecure_skip_verify,
+    })
 }
 
 fn add_systems(found: &mut Found, names: &mut BTreeSet<String>, endpoint: &Url, systems: Vec<SystemOutcome>, settings: &Settings) {
