@@ -58,6 +58,12 @@ pub struct Args {
     /// This replica's name; the pod name in a Deployment.
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Decide and tell, carry out nothing: every claim, power-on, power-off
+    /// and drain it would make is an Event (reason DryRun), a log line and
+    /// a count in ironclaim_dry_run_actions_total; no claim is written, no
+    /// server powered, no node cordoned, drained or repaired.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// The leader Lease's name, unless `--lease-name` says otherwise.
@@ -82,6 +88,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             power_sweep_every: args.power_sweep_every,
             metrics_address: Some(args.metrics_address),
             instance: identity.clone(),
+            dry_run: args.dry_run,
             ..Settings::default()
         };
         settings.claims.deadlines.margin_percent = args.stuck_margin_percent;

@@ -72,6 +72,10 @@ pub struct Settings {
     pub publish_events: bool,
     /// Scale-down: pacing, drains, stranded-resource repair.
     pub scaledown: crate::scaledown::ScaleDownSettings,
+    /// Decide and tell (Events, logs, `ironclaim_dry_run_actions_total`),
+    /// carry out nothing: no claim is written, no server powered, no node
+    /// cordoned or drained, nothing repaired.
+    pub dry_run: bool,
 }
 
 impl Default for Settings {
@@ -89,6 +93,7 @@ impl Default for Settings {
             open_concurrency: 32,
             publish_events: true,
             scaledown: crate::scaledown::ScaleDownSettings::default(),
+            dry_run: false,
         }
     }
 }
@@ -297,7 +302,13 @@ impl Throttle {
 const WATCHED_KINDS: usize = 9;
 
 impl Controller {
-    pub fn new(client: Client, power: Arc<dyn Power>, settings: Settings) -> Self {
+    pub fn new(client: Client, power: Arc<dyn Power>, mut settings: Settings) -> Self {
+        // Under a dry run no power action leaves, whoever asks for one.
+        let power: Arc<dyn Power> = if settings.dry_run { Arc::new(crate::provider::DryRun(power)) } else { power };
+        if settings.dry_run {
+            tracing::warn!("dry run: every decision is told (Events, reason DryRun), none is carried out");
+            settings.scaledown.repair = false;
+        }
         let metrics = Arc::new(Metrics::new());
         let events = if settings.publish_events { Events::new(client.clone(), "ironclaim", &settings.instance) } else { Events::disabled() };
         let gate = if settings.lease.is_some() { Gate::closed() } else { Gate::always() };
@@ -384,7 +395,8 @@ impl Controller {
         let notes =
             if self.settings.publish_events { Notes::new(self.client.clone(), "ironclaim", &self.settings.instance) } else { Notes::disabled() };
         let executor = Executor::new(self.claims.clone(), self.index.clone(), notes, report_tx, self.settings.open_concurrency)
-            .with_eviction_timeout(self.settings.scaledown.drain.attempt_timeout);
+            .with_eviction_timeout(self.settings.scaledown.drain.attempt_timeout)
+            .with_dry_run(self.settings.dry_run);
         let mut tasks = tokio::task::JoinSet::new();
         let mut openings: Vec<Opening> = Vec::new();
         let mut was_leading = false;

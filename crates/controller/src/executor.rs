@@ -73,7 +73,12 @@ pub struct Executor {
     cordons: Arc<Mutex<HashMap<String, tokio::sync::watch::Sender<Option<bool>>>>>,
     /// One eviction request, at most.
     eviction_timeout: std::time::Duration,
+    /// `controller --dry-run`: see [`Executor::dry`].
+    dry_run: bool,
 }
+
+/// Under a dry run, the notes that would tell of actions not taken.
+const UNTRUE_IN_A_DRY_RUN: [&str; 6] = ["Draining", "DrainWaiting", "DrainAbandoned", "Drained", "ServerClaimed", "WaitingForServer"];
 
 /// The pods of a claim still waiting for a node, as events address them.
 fn waiting_pods(index: &Index, claim: &str) -> Vec<PodKey> {
@@ -100,7 +105,74 @@ impl Executor {
     pub fn new(claims: Arc<Claims>, index: Arc<Mutex<Index>>, notes: Notes, reports: UnboundedSender<Report>, open_concurrency: usize) -> Self {
         let takes = Arc::new(Semaphore::new(open_concurrency.max(1)));
         let eviction_timeout = drain::DrainSettings::default().attempt_timeout;
-        Executor { claims, index, notes, reports, opening: Arc::default(), takes, cordons: Arc::default(), eviction_timeout }
+        Executor { claims, index, notes, reports, opening: Arc::default(), takes, cordons: Arc::default(), eviction_timeout, dry_run: false }
+    }
+
+    /// Carries out nothing that changes the world: see [`Executor::dry`].
+    pub fn with_dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// A dry run's effects: each action that would change the world (a
+    /// claim, a power-on or power-off, a drain) becomes a `DryRun` Event on
+    /// what it concerns, a log line and a count, and is answered as not
+    /// done, so the driver goes on deciding from the world as it is. Reads
+    /// and notes pass, but for the notes of actions that were not taken;
+    /// every other write is dropped.
+    fn dry(&self, effects: Vec<Effect>) -> Vec<Effect> {
+        let note = |subject: &str, message: String| Effect::Note { subject: subject.to_string(), reason: "DryRun", message, warning: false };
+        let not_sent = || "dry run: not sent".to_string();
+        let mut out = Vec::new();
+        for effect in effects {
+            let (action, told, answer) = match effect {
+                Effect::Note { reason, .. } if UNTRUE_IN_A_DRY_RUN.contains(&reason) => continue,
+                Effect::Note { .. } | Effect::ReadPower { .. } => {
+                    out.push(effect);
+                    continue;
+                }
+                Effect::TakeServer { claim } => {
+                    let message = format!(
+                        "dry run: would claim server {} and power it on for {} pod(s): {}",
+                        claim.server,
+                        claim.pods.len(),
+                        claim.pods.join(", ")
+                    );
+                    let told = claim.pods.iter().chain([&claim.server]).map(|s| note(s, message.clone())).collect();
+                    ("claim", told, Some(Report::Held { claim: claim.name, holder: "dry-run".into() }))
+                }
+                Effect::PowerOn { server, .. } => {
+                    let told = vec![note(&server, "dry run: would power on (a warm spare)".into())];
+                    let failure = PowerFailure { reason: FailureReason::PowerActionFailed, message: not_sent() };
+                    ("power_on", told, Some(Report::PoweredOn { server, result: Err(failure) }))
+                }
+                Effect::PowerOff { server, node, .. } => {
+                    let after = node.map(|n| format!(" once node {n} is drained")).unwrap_or_default();
+                    let told = vec![note(&server, format!("dry run: would power off{after}"))];
+                    ("power_off", told, Some(Report::PoweredOff { server, result: Ok(()), refused: Some(not_sent()) }))
+                }
+                Effect::Cordon { node, reason } => ("drain", vec![note(&node, format!("dry run: would cordon and drain ({reason})"))], None),
+                Effect::Evict { node, pod } => ("", Vec::new(), Some(Report::Evicted { node, pod, answer: Eviction::Blocked(not_sent()) })),
+                other => {
+                    tracing::debug!(effect = ?other, "dry run: not carried out");
+                    continue;
+                }
+            };
+            if !action.is_empty() {
+                self.claims.metrics().dry_run_action(action);
+                for t in &told {
+                    if let Effect::Note { subject, message, .. } = t {
+                        tracing::info!(%subject, action, "{message}");
+                        break;
+                    }
+                }
+            }
+            out.extend(told);
+            if let Some(report) = answer {
+                self.answer(report);
+            }
+        }
+        out
     }
 
     /// Each eviction request waits at most `timeout` for its answer.
@@ -173,6 +245,7 @@ impl Executor {
     /// Hands the effects over: each power action, read and take to a task
     /// of its own, the rest to one task that carries them out in order.
     pub fn execute(&self, effects: Vec<Effect>, tasks: &mut JoinSet<()>) {
+        let effects = if self.dry_run { self.dry(effects) } else { effects };
         if effects.is_empty() {
             return;
         }

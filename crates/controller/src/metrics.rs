@@ -70,6 +70,8 @@ pub struct Metrics {
     pub claim_lock_ledger_bytes: Gauge,
     /// Servers held back by identity: `unadopted`, `identity_mismatch`.
     pub servers_held: Family<Labels, Gauge>,
+    /// What a dry run decided and did not carry out, by action.
+    dry_run_actions: Family<Labels, Counter>,
     /// Scale-down: energy saved, warm spares, drains and evictions.
     pub scaledown: crate::scaledown::energy::ScaleDownMetrics,
 }
@@ -109,6 +111,8 @@ impl Metrics {
             claim_lock_ledger_bytes.clone(),
         );
         registry.register("servers_held", "Servers ironclaim keeps its hands off, by reason", Declared(servers_held.clone()));
+        let dry_run_actions = Family::<Labels, Counter>::default();
+        registry.register("dry_run_actions", "Actions a dry run decided and did not carry out, by action", Declared(dry_run_actions.clone()));
         let scaledown = crate::scaledown::energy::ScaleDownMetrics::register(&mut registry);
         Metrics {
             registry,
@@ -125,6 +129,7 @@ impl Metrics {
             claim_locks,
             claim_lock_ledger_bytes,
             servers_held,
+            dry_run_actions,
             scaledown,
         }
     }
@@ -156,6 +161,12 @@ impl Metrics {
 
     pub fn power_failure(&self, label: &str) {
         self.power_failures.get_or_create(&vec![("error".into(), label.into())]).inc();
+    }
+
+    /// One action a dry run decided and did not carry out: `claim`,
+    /// `power_on`, `power_off`, `drain`.
+    pub fn dry_run_action(&self, action: &str) {
+        self.dry_run_actions.get_or_create(&vec![("action".into(), action.into())]).inc();
     }
 
     /// Servers by power state, as one sweep read them: a state no server

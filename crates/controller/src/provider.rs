@@ -136,6 +136,35 @@ pub trait Power: Send + Sync {
 
 pub use ironclaim_redfish::SystemIdentity;
 
+/// `controller --dry-run`'s power: reads pass through to the provider; a
+/// power-on or power-off is never sent, whoever asks, and fails saying so.
+pub struct DryRun(pub Arc<dyn Power>);
+
+impl DryRun {
+    fn refuse<'a>(action: &str, server: &Server) -> PowerFuture<'a, ()> {
+        let message = format!("dry run: the {action} of server {} was not sent", server.name_any());
+        Box::pin(async move { Err(PowerError::new(FailureReason::PowerActionFailed, "dry_run", message)) })
+    }
+}
+
+impl Power for DryRun {
+    fn power_on<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()> {
+        DryRun::refuse("power-on", server)
+    }
+    fn power_off<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()> {
+        DryRun::refuse("power-off", server)
+    }
+    fn power_state<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, PowerState> {
+        self.0.power_state(server)
+    }
+    fn watts<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<f64>> {
+        self.0.watts(server)
+    }
+    fn identity<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<SystemIdentity>> {
+        self.0.identity(server)
+    }
+}
+
 fn state_from_redfish(state: ironclaim_redfish::PowerState) -> PowerState {
     use ironclaim_redfish::PowerState as R;
     match state {

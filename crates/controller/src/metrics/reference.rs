@@ -103,6 +103,7 @@ fn every_metric_with_a_sample() -> Metrics {
     m.decision_latency.observe(0.02);
     m.error("read_failed");
     m.power_failure("unreachable");
+    m.dry_run_action("power_on");
     m.set_servers_held("unadopted", 1);
     m.scaledown.action("drain", "empty", "done");
     m.scaledown.eviction("evicted");

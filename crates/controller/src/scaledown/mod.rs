@@ -56,6 +56,8 @@ pub struct ScaleDownSettings {
     /// A node whose drain was abandoned is not drained again for this long.
     pub drain_cool_down: Duration,
     pub publish_events: bool,
+    /// Repair stranded servers, nodes and claims (off under `--dry-run`).
+    pub repair: bool,
 }
 
 impl Default for ScaleDownSettings {
@@ -66,6 +68,7 @@ impl Default for ScaleDownSettings {
             stranded_grace: Duration::from_secs(300),
             revalidate_after: Duration::from_secs(15),
             drain_cool_down: Duration::from_secs(600),
+            repair: true,
             publish_events: true,
         }
     }
@@ -217,7 +220,9 @@ impl ScaleDown {
             (snapshot, stranded::find(&index), cooling, unknown_power)
         };
         self.state.lock().unwrap_or_else(PoisonError::into_inner).tasks.retain(|_, h| !h.is_finished());
-        self.repair(findings, &cooling, now).await;
+        if self.settings.repair {
+            self.repair(findings, &cooling, now).await;
+        }
 
         // A server whose power state is unknown is neither off nor a spare.
         snapshot.servers.retain(|s| !unknown_power.contains(&s.name));

@@ -450,6 +450,7 @@ pub fn settings(instance: &str) -> Settings {
         open_concurrency: 8,
         publish_events: true,
         scaledown: Default::default(),
+        dry_run: false,
     }
 }
 
