@@ -35,6 +35,68 @@ pub struct Args {
     /// Policies to run on each seed, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "always-on,reactive,warm-spares,ironclaim")]
     policies: Vec<String>,
+    #[command(flatten)]
+    output: crate::output::OutputArg,
+}
+
+/// What a swarm run found, as `-o json|yaml` prints it.
+#[derive(serde::Serialize)]
+struct Summary {
+    seeds: u64,
+    from: u64,
+    threads: usize,
+    elapsed_s: f64,
+    failing: Vec<Failing>,
+}
+
+#[derive(serde::Serialize)]
+struct Failing {
+    seed: u64,
+    replay: String,
+    runs: Vec<FailingRun>,
+}
+
+#[derive(serde::Serialize)]
+struct FailingRun {
+    policy: &'static str,
+    violations: Vec<FailingViolation>,
+}
+
+#[derive(serde::Serialize)]
+struct FailingViolation {
+    at_s: u64,
+    checker: &'static str,
+    message: String,
+}
+
+impl Summary {
+    fn text(&self) -> String {
+        let done = self.seeds;
+        let mut text = format!(
+            "{} in {:.1} s ({:.1} seeds/s on {}): {} failing\n",
+            count(done, "seed", "seeds"),
+            self.elapsed_s,
+            done as f64 / self.elapsed_s.max(1e-9),
+            count(self.threads as u64, "thread", "threads"),
+            self.failing.len()
+        );
+        for f in &self.failing {
+            for run in &f.runs {
+                let first = &run.violations[0];
+                text.push_str(&format!(
+                    "  seed {} {}: {}, first at {} s: {}: {}\n",
+                    f.seed,
+                    run.policy,
+                    count(run.violations.len() as u64, "violation", "violations"),
+                    first.at_s,
+                    first.checker,
+                    first.message
+                ));
+            }
+            text.push_str(&format!("    replay: {}\n", f.replay));
+        }
+        text
+    }
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
@@ -103,30 +165,34 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    crate::outln!(
-        "{} in {elapsed:.1} s ({:.1} seeds/s on {}): {} failing",
-        count(done, "seed", "seeds"),
-        done as f64 / elapsed.max(1e-9),
-        count(jobs as u64, "thread", "threads"),
-        failing.len()
-    )?;
     failing.sort_by_key(|r| r.seed);
-    for r in &failing {
-        for run in r.runs.iter().filter(|run| !run.violations.is_empty()) {
-            let first = &run.violations[0];
-            crate::outln!(
-                "  seed {} {}: {}, first at {} s: {}: {}",
-                r.seed,
-                run.policy.name(),
-                count(run.violations.len() as u64, "violation", "violations"),
-                first.at_s,
-                first.checker,
-                first.message
-            )?;
-        }
-        crate::outln!("    replay: {}", swarm::replay_command(r.seed))?;
-    }
+    let summary = Summary {
+        seeds: done,
+        from: args.from,
+        threads: jobs,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        failing: failing
+            .iter()
+            .map(|r| Failing {
+                seed: r.seed,
+                replay: swarm::replay_command(r.seed),
+                runs: r
+                    .runs
+                    .iter()
+                    .filter(|run| !run.violations.is_empty())
+                    .map(|run| FailingRun {
+                        policy: run.policy.name(),
+                        violations: run
+                            .violations
+                            .iter()
+                            .map(|v| FailingViolation { at_s: v.at_s, checker: v.checker, message: v.message.clone() })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    crate::output::print(args.output.output, &summary, Summary::text)?;
     if failing.is_empty() { Ok(()) } else { Err(Failure::world(anyhow!("{} of {} broke a checker", failing.len(), count(done, "seed", "seeds")))) }
 }
 

@@ -275,3 +275,30 @@ fn a_closed_stdout_ends_plan_and_simulate_without_a_panic() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
     }
 }
+
+/// `swarm -o json` is one document: the run and each failing seed with its
+/// replay command; the table is the same summary as text.
+#[test]
+fn swarm_prints_its_summary_as_one_json_document() {
+    let (code, out, err) = ironclaim(&["swarm", "--seeds", "2", "--from", "7", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!((summary["seeds"].as_u64(), summary["from"].as_u64()), (Some(2), Some(7)), "{out}");
+    assert_eq!(summary["failing"], serde_json::json!([]), "{out}");
+    let (code, text, _) = ironclaim(&["swarm", "--seeds", "2", "--from", "7"]);
+    assert_eq!(code, 0);
+    assert!(text.starts_with("2 seeds in ") && text.contains(": 0 failing"), "{text}");
+}
+
+/// `crds -o json` is one List of the same CRDs the YAML stream holds.
+#[test]
+fn crds_print_the_same_definitions_as_yaml_or_as_one_json_list() {
+    let (code, json, err) = ironclaim(&["crds", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let list: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(list["kind"], "List");
+    let (code, yaml, _) = ironclaim(&["crds"]);
+    assert_eq!(code, 0);
+    let from_yaml: Vec<Value> = yaml.split("---\n").filter(|d| !d.trim().is_empty()).map(|d| serde_saphyr::from_str(d).expect("yaml")).collect();
+    assert_eq!(list["items"].as_array().expect("items"), &from_yaml);
+}
