@@ -75,7 +75,13 @@ pub struct Executor {
     eviction_timeout: std::time::Duration,
     /// `controller --dry-run`: see [`Executor::dry`].
     dry_run: bool,
+    /// Under a dry run, what each subject was last told and when: the same
+    /// words are told again only after [`DRY_RUN_RETELL`].
+    told: Arc<Mutex<HashMap<String, (String, std::time::Instant)>>>,
 }
+
+/// How long a dry run waits before it tells a subject the same again.
+const DRY_RUN_RETELL: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Under a dry run, the notes that would tell of actions not taken.
 const UNTRUE_IN_A_DRY_RUN: [&str; 6] = ["Draining", "DrainWaiting", "DrainAbandoned", "Drained", "ServerClaimed", "WaitingForServer"];
@@ -105,7 +111,18 @@ impl Executor {
     pub fn new(claims: Arc<Claims>, index: Arc<Mutex<Index>>, notes: Notes, reports: UnboundedSender<Report>, open_concurrency: usize) -> Self {
         let takes = Arc::new(Semaphore::new(open_concurrency.max(1)));
         let eviction_timeout = drain::DrainSettings::default().attempt_timeout;
-        Executor { claims, index, notes, reports, opening: Arc::default(), takes, cordons: Arc::default(), eviction_timeout, dry_run: false }
+        Executor {
+            claims,
+            index,
+            notes,
+            reports,
+            opening: Arc::default(),
+            takes,
+            cordons: Arc::default(),
+            eviction_timeout,
+            dry_run: false,
+            told: Arc::default(),
+        }
     }
 
     /// Carries out nothing that changes the world: see [`Executor::dry`].
@@ -160,14 +177,27 @@ impl Executor {
             };
             if !action.is_empty() {
                 self.claims.metrics().dry_run_action(action);
-                for t in &told {
-                    if let Effect::Note { subject, message, .. } = t {
+            }
+            // Counted each time; told (Event and log line) once per
+            // DRY_RUN_RETELL while the words stay the same.
+            let mut last = self.told.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = std::time::Instant::now();
+            last.retain(|_, (_, at)| now.duration_since(*at) < DRY_RUN_RETELL);
+            let mut logged = false;
+            for t in told {
+                if let Effect::Note { subject, message, .. } = &t {
+                    if last.get(subject).is_some_and(|(said, _)| said == message) {
+                        continue;
+                    }
+                    last.insert(subject.clone(), (message.clone(), now));
+                    if !logged {
                         tracing::info!(%subject, action, "{message}");
-                        break;
+                        logged = true;
                     }
                 }
+                out.push(t);
             }
-            out.extend(told);
+            drop(last);
             if let Some(report) = answer {
                 self.answer(report);
             }

@@ -69,6 +69,19 @@ async fn a_dry_run_tells_the_claim_and_the_drain_it_would_make_and_makes_neither
         assert!(object_events(&client, "Node", "dry-0").await.iter().all(|e| !e.starts_with("Draining:")), "a drain told as under way");
         sleep_s(1).await;
     }
+    // Decided again every pass (counted), told once while the words stay
+    // the same: one Event, never repeated into a series.
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(client.clone(), NAMESPACE);
+    let told: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("DryRun") && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("dry-big"))
+        .collect();
+    let repeats: Vec<i32> = told.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).collect();
+    assert_eq!(repeats, [1], "the same dry-run decision told more than once");
     let text = metrics.render();
     for action in ["claim", "drain"] {
         assert!(text.contains(&format!("ironclaim_dry_run_actions_total{{action=\"{action}\"}}")), "{action} not counted:\n{text}");
