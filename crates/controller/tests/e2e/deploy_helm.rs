@@ -366,7 +366,18 @@ async fn the_installed_chart_runs_the_controller_under_its_own_service_account()
     running.stop().await;
 
     env.helm(["uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE]).unwrap_or_else(|e| panic!("{e}"));
-    let left = env.kubectl(["-n", RELEASE_NAMESPACE, "get", "deployment,serviceaccount,service,role", "-o", "name"]).expect("list");
+    let left = env
+        .kubectl([
+            "-n",
+            RELEASE_NAMESPACE,
+            "get",
+            "deployment,serviceaccount,service,poddisruptionbudget,role,rolebinding",
+            "-l",
+            &format!("app.kubernetes.io/instance={RELEASE}"),
+            "-o",
+            "name",
+        ])
+        .expect("list");
     assert_eq!(left.trim(), "", "helm uninstall left objects behind");
     let cluster_role = env.kubectl(["get", "clusterrole", "ironclaim", "--ignore-not-found", "-o", "name"]).expect("get clusterrole");
     assert_eq!(cluster_role.trim(), "");
