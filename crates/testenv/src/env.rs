@@ -20,7 +20,7 @@ const KUBECTL_VAR: &str = "IRONCLAIM_KUBECTL";
 /// Use this helm instead of the one `hack/testenv helm` builds.
 const HELM_VAR: &str = "IRONCLAIM_HELM";
 /// The helm `hack/testenv helm` builds, under the cache root; keep in step
-/// with HELM_VERSION there.
+/// with HELM_VERSION there (a mismatch fails with [`Error::HelmNotBuilt`]).
 const HELM_PATH: &str = "helm-v4.3.2/helm";
 /// Exit code of `hack/testenv up` when the binaries are not built.
 const NOT_BUILT_EXIT_CODE: i32 = 3;
