@@ -17,6 +17,11 @@ const KUBECONFIG_VAR: &str = "IRONCLAIM_KUBECONFIG";
 /// The kubectl to use with [`KUBECONFIG_VAR`]; defaults to the one
 /// `hack/testenv build` produced, then to `kubectl` on PATH.
 const KUBECTL_VAR: &str = "IRONCLAIM_KUBECTL";
+/// Use this helm instead of the one `hack/testenv helm` builds.
+const HELM_VAR: &str = "IRONCLAIM_HELM";
+/// The helm `hack/testenv helm` builds, under the cache root; keep in step
+/// with HELM_VERSION there (a mismatch fails with [`Error::HelmNotBuilt`]).
+const HELM_PATH: &str = "helm-v4.3.2/helm";
 /// Exit code of `hack/testenv up` when the binaries are not built.
 const NOT_BUILT_EXIT_CODE: i32 = 3;
 
@@ -170,6 +175,22 @@ impl TestEnv {
         Ok(String::from_utf8_lossy(&output.stdout).lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect())
     }
 
+    /// Runs helm against the environment (its kubeconfig) and returns its
+    /// stdout. See [`helm_path`] for which helm.
+    ///
+    /// # Errors
+    /// [`Error::HelmNotBuilt`] when there is no helm; [`Error::HelmFailed`]
+    /// with helm's stderr when it exits non-zero.
+    pub fn helm<I, S>(&self, args: I) -> Result<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new(helm_path()?);
+        command.env("KUBECONFIG", &self.inner.kubeconfig);
+        helm_output(command, args)
+    }
+
     /// A typed client authenticated as the environment's admin.
     ///
     /// kube's default retry of 429/503/504 is off: tests must see the
@@ -295,6 +316,60 @@ fn remove_stale_state_dirs() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The helm the tests run: `$IRONCLAIM_HELM` when set, else the one
+/// `hack/testenv helm` builds into
+/// `${IRONCLAIM_CACHE:-$HOME/.cache/ironclaim}/helm-<version>/helm`.
+///
+/// # Errors
+/// [`Error::HelmNotBuilt`], naming the command that builds it, when that
+/// file is not there: the tests fail rather than skip.
+pub fn helm_path() -> Result<PathBuf> {
+    let path = match std::env::var_os(HELM_VAR) {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let cache = std::env::var_os("IRONCLAIM_CACHE")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/ironclaim")))
+                .unwrap_or_else(|| PathBuf::from(".cache/ironclaim"));
+            cache.join(HELM_PATH)
+        }
+    };
+    if path.is_file() { Ok(path) } else { Err(Error::HelmNotBuilt { path }) }
+}
+
+/// Runs helm without a cluster (lint, template) and returns its stdout.
+///
+/// # Errors
+/// As [`TestEnv::helm`].
+pub fn helm<I, S>(args: I) -> Result<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut command = Command::new(helm_path()?);
+    // No kubeconfig of the developer's reaches a command that needs none.
+    command.env("KUBECONFIG", "/dev/null");
+    helm_output(command, args)
+}
+
+fn helm_output<I, S>(mut command: Command, args: I) -> Result<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let program = PathBuf::from(command.get_program());
+    let output = command.args(&args).stdin(Stdio::null()).output().map_err(|source| Error::Spawn { program, source })?;
+    if !output.status.success() {
+        return Err(Error::HelmFailed {
+            args: args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 fn script_path() -> PathBuf {

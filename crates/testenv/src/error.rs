@@ -25,6 +25,14 @@ pub enum Error {
     #[error("hack/testenv peer-crds failed ({status}); its output:\n{stderr}")]
     PeerCrdsFailed { status: ExitStatus, stderr: String },
 
+    /// The pinned helm is not built.
+    #[error("helm is not built: run `hack/testenv helm` (a few minutes on 2 cores the first time); looked for {path}")]
+    HelmNotBuilt { path: PathBuf },
+
+    /// helm ran and exited non-zero.
+    #[error("helm {args} failed ({status}): {stderr}")]
+    HelmFailed { args: String, status: ExitStatus, stderr: String },
+
     #[error("hack/testenv up succeeded but printed no KUBECONFIG= line; stdout:\n{stdout}")]
     NoKubeconfigLine { stdout: String },
 
@@ -54,6 +62,8 @@ impl Error {
             Error::Spawn { .. } => "spawn",
             Error::StartFailed { .. } => "start_failed",
             Error::PeerCrdsFailed { .. } => "peer_crds_failed",
+            Error::HelmNotBuilt { .. } => "helm_not_built",
+            Error::HelmFailed { .. } => "helm_failed",
             Error::NoKubeconfigLine { .. } => "no_kubeconfig_line",
             Error::KubectlFailed { .. } => "kubectl_failed",
             Error::ReadKubeconfig { .. } => "read_kubeconfig",

@@ -10,6 +10,9 @@
 //! The binaries are built once by `hack/testenv build`; the tests never build
 //! them, they fail and say so instead.
 //!
+//! [`helm`] and [`TestEnv::helm`] run the helm `hack/testenv helm` builds,
+//! for the chart's tests.
+//!
 //! [`sushy`] runs the sushy-tools Redfish emulator for the tests that power
 //! servers through a real BMC endpoint.
 
@@ -21,6 +24,6 @@ mod error;
 pub mod sushy;
 mod wait;
 
-pub use env::{FAKE_NODE_ANNOTATION, TestEnv};
+pub use env::{FAKE_NODE_ANNOTATION, TestEnv, helm, helm_path};
 pub use error::{Error, Result};
 pub use wait::eventually;

@@ -6,7 +6,8 @@
 //! controller acts on every one it sees, so the tests that use the cluster
 //! take turns: [`support::setup`] waits for the cluster to be free, then
 //! removes what earlier tests left, and the test holds the cluster until it
-//! ends. Tests that need no cluster (`deploy_crds`) run alongside.
+//! ends. Tests that need no cluster (`deploy_crds`, the chart's rendering in
+//! `deploy_helm`) run alongside.
 //!
 //! One module per scenario; run one with
 //! `cargo test -p ironclaim-controller --test e2e -- <module or test name>`.
@@ -16,6 +17,7 @@ mod support;
 mod scaledown_support;
 
 mod deploy_crds;
+mod deploy_helm;
 mod deploy_rbac;
 mod e2e_bmc_config;
 mod e2e_bmc_failure;

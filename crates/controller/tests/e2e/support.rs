@@ -224,9 +224,9 @@ impl Machines {
 }
 
 /// The namespaces tests put objects in besides [`NAMESPACE`]: where
-/// deploy/rbac.yaml runs the controller, and the BareMetalHosts of the
-/// Metal3 tests.
-const OTHER_NAMESPACES: [&str; 2] = ["ironclaim-system", "metal3-hosts"];
+/// deploy/rbac.yaml runs the controller, the BareMetalHosts of the Metal3
+/// tests, and the chart's release.
+const OTHER_NAMESPACES: [&str; 3] = ["ironclaim-system", "metal3-hosts", crate::deploy_helm::RELEASE_NAMESPACE];
 
 /// Whose turn it is on the control plane: one test at a time.
 static CLUSTER_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
