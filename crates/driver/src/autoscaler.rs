@@ -791,8 +791,9 @@ impl Autoscaler {
         // read on, fresh; one that may be shutting down stays cordoned.
         let power: BTreeMap<&str, PowerState> = snap.servers.iter().map(|s| (s.name.as_str(), s.power_state)).collect();
         let mut cut_short: BTreeSet<String> = BTreeSet::new();
-        let uncordoning = |node: &str| self.abandoned.get(node).is_some_and(|&at| now_s < at.saturating_add(UNCORDON_IN_FLIGHT_S));
-        let uncordoning: BTreeSet<String> = snap.nodes.iter().filter(|n| uncordoning(&n.name)).map(|n| n.name.clone()).collect();
+        // Drains abandoned here: their own uncordon is on its way.
+        let uncordoning: BTreeSet<String> =
+            self.abandoned.iter().filter(|&(_, &at)| now_s < at.saturating_add(UNCORDON_IN_FLIGHT_S)).map(|(n, _)| n.clone()).collect();
         for n in snap.nodes.iter().filter(|n| n.disrupting && !owned.contains(&n.name) && !uncordoning.contains(&n.name)) {
             let Some(server) = n.server.as_deref() else {
                 out.push(Effect::Uncordon { node: n.name.clone(), abandoned: false });
