@@ -320,6 +320,10 @@ async fn the_installed_chart_runs_the_controller_under_its_own_service_account()
     let client = kube::Client::try_from(config).expect("token client");
     let forbidden = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "kube-system").list(&Default::default()).await;
     assert!(matches!(forbidden, Err(kube::Error::Api(ref s)) if s.code == 403), "the token is not the admin's: {forbidden:?}");
+    // `ironclaim controller` checks the CRDs before it starts: the chart's
+    // rules must let it read them.
+    let preflight = ironclaim_controller::doctor::preflight(&client).await;
+    assert!(preflight.is_ok(), "the controller's start-up check fails under the chart's RBAC: {preflight:?}");
 
     let machine = Machine::new("helm-1", 61, 16, 32);
     let sushy = start_sushy([(machine.uuid.clone(), SystemPower::Off)]);

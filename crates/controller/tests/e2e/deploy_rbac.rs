@@ -46,6 +46,10 @@ async fn the_controller_runs_with_exactly_the_rules_of_deploy_rbac() {
     // The rules are in force: the account may not read Secrets elsewhere.
     let forbidden = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE).get("bmc").await;
     assert!(matches!(forbidden, Err(kube::Error::Api(ref s)) if s.code == 403), "{forbidden:?}");
+    // `ironclaim controller` checks the CRDs before it starts: the rules
+    // must let it read them.
+    let preflight = ironclaim_controller::doctor::preflight(&client).await;
+    assert!(preflight.is_ok(), "the controller's start-up check fails under deploy/rbac.yaml: {preflight:?}");
 
     let mut settings = settings("rbac");
     // Claim locks where the Deployment keeps them: in its own namespace.
