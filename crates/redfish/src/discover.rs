@@ -188,12 +188,35 @@ async fn discover_system(bmc: &Bmc, path: &str) -> Result<DiscoveredSystem> {
         (None, Ok(threads)) => found.cpus = Some(threads),
         (None, Err(why)) => found.unknown(Fact::Cpus, format!("no ProcessorSummary.LogicalProcessorCount, and {why}")),
     }
-    match &processors {
-        Ok(processors) => match gpus_of(processors) {
-            Ok(gpus) => found.gpus = Some(gpus),
-            Err(why) => found.unknown(Fact::Gpus, why),
-        },
-        Err(why) => found.unknown(Fact::Gpus, format!("{why} (PCIeDevices are not read)")),
+    // The chassis: where the system sits, and (in newer schemas) its PCIe
+    // devices.
+    let chassis = match system.chassis.first() {
+        None => Err("the system links no chassis".to_owned()),
+        Some(path) => bmc.get_json(Step::ReadChassis, path).await.map(|value| (path.clone(), value)).map_err(|err| failed(&err)),
+    };
+
+    // GPUs: the Processors of type GPU; where there are none, the PCIe
+    // devices, which is where many BMCs list them. Never both, so none is
+    // counted twice.
+    match processors.as_ref().map_err(Clone::clone).and_then(|p| gpus_of(p)) {
+        Ok(gpus) if !gpus.is_empty() => found.gpus = Some(gpus),
+        from_processors => {
+            let collection = match &chassis {
+                Ok((path, value)) => payload::chassis_pcie_devices(value).map_err(|err| failed(&malformed(path, err))),
+                Err(_) => Ok(None),
+            };
+            let from_pcie = match collection {
+                Ok(collection) => pcie_gpus(bmc, &hardware.pcie_devices, collection.as_deref()).await,
+                Err(why) => Err(why),
+            };
+            match (from_processors, from_pcie) {
+                (_, Ok(Some(gpus))) => found.gpus = Some(gpus),
+                (Ok(none), Ok(None)) => found.gpus = Some(none),
+                (Err(why), Ok(None)) => found.unknown(Fact::Gpus, format!("{why}, and the system lists no PCIe devices")),
+                (Ok(_), Err(pcie)) => found.unknown(Fact::Gpus, format!("no GPU among the Processors, and {pcie}")),
+                (Err(why), Err(pcie)) => found.unknown(Fact::Gpus, format!("{why}, and {pcie}")),
+            }
+        }
     }
 
     match hardware.memory_gib {
@@ -220,17 +243,15 @@ async fn discover_system(bmc: &Bmc, path: &str) -> Result<DiscoveredSystem> {
         Err(why) => found.unknown(Fact::MacAddresses, why),
     }
 
-    match system.chassis.first() {
-        None => found.unknown(Fact::Location, "the system links no chassis"),
-        Some(chassis) => {
-            match bmc.get_json(Step::ReadChassis, chassis).await.and_then(|v| payload::chassis_location(&v).map_err(|e| malformed(chassis, e))) {
-                Ok(location) if location.is_empty() => {
-                    found.unknown(Fact::Location, format!("chassis {chassis} reports no Location.Placement or PartLocation"))
-                }
-                Ok(location) => found.location = location,
-                Err(err) => found.unknown(Fact::Location, failed(&err)),
+    match &chassis {
+        Err(why) => found.unknown(Fact::Location, why.clone()),
+        Ok((path, value)) => match payload::chassis_location(value) {
+            Ok(location) if location.is_empty() => {
+                found.unknown(Fact::Location, format!("chassis {path} reports no Location.Placement or PartLocation"))
             }
-        }
+            Ok(location) => found.location = location,
+            Err(err) => found.unknown(Fact::Location, failed(&malformed(path, err))),
+        },
     }
 
     match &found.power_state {
@@ -271,6 +292,63 @@ fn gpus_of(processors: &[payload::Processor]) -> Result<Vec<GpuModel>, String> {
         *by_model.entry(model.to_owned()).or_default() += 1;
     }
     Ok(by_model.into_iter().map(|(model, count)| GpuModel { model, count }).collect())
+}
+
+/// GPUs by model among the PCIe devices: the system's own links, else the
+/// chassis' collection. `Ok(None)` when neither lists any device.
+async fn pcie_gpus(bmc: &Bmc, links: &[String], collection: Option<&str>) -> Result<Option<Vec<GpuModel>>, String> {
+    let devices = if !links.is_empty() {
+        links.to_vec()
+    } else if let Some(collection) = collection {
+        let value = bmc.get_json(Step::ReadInventory, collection).await.map_err(|err| failed(&err))?;
+        payload::collection_members(&value).map_err(|err| failed(&malformed(collection, err)))?
+    } else {
+        return Ok(None);
+    };
+    let mut by_model: BTreeMap<String, u32> = BTreeMap::new();
+    for path in devices.iter().take(MAX_MEMBERS) {
+        let value = bmc.get_json(Step::ReadInventory, path).await.map_err(|err| failed(&err))?;
+        let device = payload::pcie_device(&value).map_err(|err| failed(&malformed(path, err)))?;
+        if device.absent {
+            continue;
+        }
+        let functions = match &device.functions {
+            Some(collection) => read_members(bmc, collection, payload::pcie_function).await.map_err(|err| failed(&err))?,
+            None => {
+                let mut functions = Vec::new();
+                for link in device.function_links.iter().take(MAX_MEMBERS) {
+                    let value = bmc.get_json(Step::ReadInventory, link).await.map_err(|err| failed(&err))?;
+                    functions.push(payload::pcie_function(&value).map_err(|err| failed(&malformed(link, err)))?);
+                }
+                functions
+            }
+        };
+        if functions.iter().any(is_gpu) {
+            let model = [&device.model, &device.name]
+                .into_iter()
+                .flatten()
+                .map(|m| m.trim())
+                .find(|m| !m.is_empty())
+                .ok_or_else(|| format!("the GPU {path} reports no Model or Name"))?;
+            *by_model.entry(model.to_owned()).or_default() += 1;
+        }
+    }
+    Ok(Some(by_model.into_iter().map(|(model, count)| GpuModel { model, count }).collect()))
+}
+
+/// PCI vendors whose display controllers are GPUs for pods: NVIDIA, AMD,
+/// Intel. The onboard VGA of a server (ASPEED, Matrox) is one too, by class,
+/// and is left out by vendor.
+const GPU_VENDORS: [&str; 3] = ["0x10de", "0x1002", "0x8086"];
+
+/// A GPU or accelerator function, as opposed to a NIC, a disk controller or
+/// the onboard VGA.
+fn is_gpu(function: &payload::PcieFunction) -> bool {
+    match function.device_class.as_deref() {
+        Some("ProcessingAccelerators") => true,
+        Some("DisplayController") => function.vendor_id.as_deref().is_some_and(|v| GPU_VENDORS.iter().any(|g| v.trim().eq_ignore_ascii_case(g))),
+        _ => false,
+    }
 }
 
 /// Installed memory, from the populated modules.

@@ -303,6 +303,9 @@ pub struct SystemHardware {
     pub processors: Option<String>,
     pub memory: Option<String>,
     pub ethernet_interfaces: Option<String>,
+    /// `PCIeDevices`: links to the system's PCIe devices (deprecated in
+    /// favour of the chassis' collection, still what many BMCs serve).
+    pub pcie_devices: Vec<String>,
 }
 
 /// The object under `key`, or None when absent or null.
@@ -327,7 +330,55 @@ pub fn system_hardware(value: &Value) -> PayloadResult<SystemHardware> {
         processors: at.link("Processors")?,
         memory: at.link("Memory")?,
         ethernet_interfaces: at.link("EthernetInterfaces")?,
+        pcie_devices: at.each("PCIeDevices", |d| d.odata_id())?,
     })
+}
+
+/// The chassis' `PCIeDevices` collection.
+pub fn chassis_pcie_devices(value: &Value) -> PayloadResult<Option<String>> {
+    At::root(value).link("PCIeDevices")
+}
+
+/// One PCIe device: a card or an onboard controller.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PcieDevice {
+    pub name: Option<String>,
+    pub model: Option<String>,
+    /// The `PCIeFunctions` collection (PCIeDevice 1.4 and later).
+    pub functions: Option<String>,
+    /// `Links.PCIeFunctions`: the functions of older schemas, by link.
+    pub function_links: Vec<String>,
+    /// `Status.State` is `Absent` or `Disabled`: an empty slot.
+    pub absent: bool,
+}
+
+pub fn pcie_device(value: &Value) -> PayloadResult<PcieDevice> {
+    let at = At::root(value);
+    let function_links = match at.get("Links")? {
+        None => Vec::new(),
+        Some((links, path)) => At { value: links, path: &path }.each("PCIeFunctions", |f| f.odata_id())?,
+    };
+    Ok(PcieDevice {
+        name: at.str_field("Name")?.map(str::to_owned),
+        model: at.str_field("Model")?.map(str::to_owned),
+        functions: at.link("PCIeFunctions")?,
+        function_links,
+        absent: absent(&at)?,
+    })
+}
+
+/// One function of a PCIe device: what class of device it is, and whose.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PcieFunction {
+    /// `DisplayController`, `ProcessingAccelerators`, `NetworkController`, ...
+    pub device_class: Option<String>,
+    /// The PCI vendor ID, as `0x10de`.
+    pub vendor_id: Option<String>,
+}
+
+pub fn pcie_function(value: &Value) -> PayloadResult<PcieFunction> {
+    let at = At::root(value);
+    Ok(PcieFunction { device_class: at.str_field("DeviceClass")?.map(str::to_owned), vendor_id: at.str_field("VendorId")?.map(str::to_owned) })
 }
 
 /// One member of a Processors collection.
