@@ -425,38 +425,39 @@ async fn inventory_counts_gpus_among_the_pcie_devices() {
     let mut body: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(common::mockup_dir().join("Systems/437XR1138R2/index.json")).unwrap()).unwrap();
     let devices = format!("{SYSTEM}/PCIeDevices");
-    let mut world = f.mock.world();
-    let mut links = Vec::new();
-    let mut device = |id: &str, model: Option<&str>, functions: &[(&str, &str)], older: bool, state: &str| {
-        let path = format!("{devices}/{id}");
-        links.push(json!({"@odata.id": path}));
-        let function_paths: Vec<String> = (0..functions.len()).map(|i| format!("{path}/PCIeFunctions/{i}")).collect();
-        for ((class, vendor), fpath) in functions.iter().zip(&function_paths) {
-            world.replace.insert(fpath.clone(), json!({"@odata.id": fpath, "DeviceClass": class, "VendorId": vendor}));
-        }
-        let mut device = json!({"@odata.id": path, "Id": id, "Name": format!("Slot {id}"), "Status": {"State": state}});
-        if let Some(model) = model {
-            device["Model"] = json!(model);
-        }
-        let members: Vec<_> = function_paths.iter().map(|p| json!({"@odata.id": p})).collect();
-        if older {
-            device["Links"] = json!({"PCIeFunctions": members});
-        } else {
-            let collection = format!("{path}/PCIeFunctions");
-            world.replace.insert(collection.clone(), json!({"@odata.id": collection, "Members": members}));
-            device["PCIeFunctions"] = json!({"@odata.id": collection});
-        }
-        world.replace.insert(path, device);
-    };
-    device("1", Some("NVIDIA H100 80GB HBM3"), &[("DisplayController", "0x10DE")], false, "Enabled");
-    device("2", Some("NVIDIA H100 80GB HBM3"), &[("DisplayController", "0x10de")], false, "Enabled");
-    device("3", Some("NVIDIA A100-SXM4-40GB"), &[("ProcessingAccelerators", "0x10de")], true, "Enabled");
-    device("4", Some("NVIDIA H100 80GB HBM3"), &[("DisplayController", "0x10de")], false, "Absent");
-    device("VGA", Some("AST2600"), &[("DisplayController", "0x1a03")], false, "Enabled");
-    device("NIC", Some("ConnectX-7"), &[("NetworkController", "0x15b3"), ("NetworkController", "0x15b3")], false, "Enabled");
-    body["PCIeDevices"] = json!(links);
-    world.replace.insert(SYSTEM.into(), body);
-    drop(world);
+    {
+        let mut world = f.mock.world();
+        let mut links = Vec::new();
+        let mut device = |id: &str, model: Option<&str>, functions: &[(&str, &str)], older: bool, state: &str| {
+            let path = format!("{devices}/{id}");
+            links.push(json!({"@odata.id": path}));
+            let function_paths: Vec<String> = (0..functions.len()).map(|i| format!("{path}/PCIeFunctions/{i}")).collect();
+            for ((class, vendor), fpath) in functions.iter().zip(&function_paths) {
+                world.replace.insert(fpath.clone(), json!({"@odata.id": fpath, "DeviceClass": class, "VendorId": vendor}));
+            }
+            let mut device = json!({"@odata.id": path, "Id": id, "Name": format!("Slot {id}"), "Status": {"State": state}});
+            if let Some(model) = model {
+                device["Model"] = json!(model);
+            }
+            let members: Vec<_> = function_paths.iter().map(|p| json!({"@odata.id": p})).collect();
+            if older {
+                device["Links"] = json!({"PCIeFunctions": members});
+            } else {
+                let collection = format!("{path}/PCIeFunctions");
+                world.replace.insert(collection.clone(), json!({"@odata.id": collection, "Members": members}));
+                device["PCIeFunctions"] = json!({"@odata.id": collection});
+            }
+            world.replace.insert(path, device);
+        };
+        device("1", Some("NVIDIA H100 80GB HBM3"), &[("DisplayController", "0x10DE")], false, "Enabled");
+        device("2", Some("NVIDIA H100 80GB HBM3"), &[("DisplayController", "0x10de")], false, "Enabled");
+        device("3", Some("NVIDIA A100-SXM4-40GB"), &[("ProcessingAccelerators", "0x10de")], true, "Enabled");
+        device("4", Some("NVIDIA H100 80GB HBM3"), &[("DisplayController", "0x10de")], false, "Absent");
+        device("VGA", Some("AST2600"), &[("DisplayController", "0x1a03")], false, "Enabled");
+        device("NIC", Some("ConnectX-7"), &[("NetworkController", "0x15b3"), ("NetworkController", "0x15b3")], false, "Enabled");
+        body["PCIeDevices"] = json!(links);
+        world.replace.insert(SYSTEM.into(), body);
+    }
 
     let outcomes = f.bmc().inventory(Some(&system())).await.unwrap();
     let found = outcomes[0].result.as_ref().unwrap();
