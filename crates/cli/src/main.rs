@@ -56,7 +56,7 @@ enum Command {
     /// Why a pod waits: its claim, server, stage and ETA, or the exact reason.
     Explain(explain::Args),
     /// The inventory: power, claim, node, watts, health; `servers discover`
-    /// writes it from the BMCs.
+    /// writes it from the BMCs or from Metal3.
     Servers(servers::Args),
     /// Print the CustomResourceDefinitions of the ironclaim.dev API.
     Crds(crds::Args),
