@@ -10,6 +10,10 @@
 //! deprecated annotation) is written under that Server's name, so that
 //! `--apply` updates it; a new host is named after itself, never after a
 //! Server of another machine.
+//!
+//! Exit codes: 0 every usable host written (and applied); 1 a list
+//! failed, a manifest lacks a field the CRD requires, or an apply failed;
+//! 2 bad input (the kubeconfig, a selector the API server refuses).
 
 use std::collections::{BTreeMap, BTreeSet};
 
