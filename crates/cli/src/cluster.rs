@@ -107,7 +107,7 @@ pub async fn preflight(connection: &Connection) -> Result<(), Failure> {
 }
 
 /// The last error of a chain, on one line: what actually went wrong.
-fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     let mut last: &dyn std::error::Error = err;
     while let Some(source) = last.source() {
         last = source;

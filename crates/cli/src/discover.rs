@@ -1,7 +1,8 @@
 //! `ironclaim servers discover`: the inventory written from the BMCs. Each
 //! system a BMC serves becomes one `Server` manifest on stdout (YAML, or a
 //! JSON List); what could not be determined, and every endpoint or system
-//! that failed, is a row of the table on stderr.
+//! that failed, is a row of the table on stderr. With `--metal3` the
+//! machines come from Metal3's BareMetalHosts instead ([`metal3`]).
 //!
 //! With `--apply`, the complete manifests are also server-side applied
 //! (field manager `ironclaim-discover`) without force: a field another
@@ -31,6 +32,8 @@ use url::Url;
 use crate::bmc::{bad_or_world, row_error};
 use crate::exit::Failure;
 
+mod metal3;
+
 /// The labels a chassis's place in the rack becomes.
 pub const RACK_LABEL: &str = "ironclaim.dev/rack";
 pub const ROW_LABEL: &str = "ironclaim.dev/row";
@@ -55,8 +58,31 @@ pub struct Args {
     /// BMC endpoints: https://host[:port] (every system it serves), or an
     /// address naming one system, such as
     /// redfish+https://host/redfish/v1/Systems/ID.
-    #[arg(value_name = "ENDPOINT", required_unless_present = "endpoints_file")]
+    #[arg(value_name = "ENDPOINT", required_unless_present_any = ["endpoints_file", "metal3"])]
     endpoints: Vec<String>,
+    /// Read Metal3 instead of BMCs: each provisioned or externally
+    /// provisioned BareMetalHost (metal3.io/v1alpha1) of the cluster, with
+    /// its HardwareData, becomes a Server powered through Metal3
+    /// (spec.provider.type: Metal3).
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "endpoints", "endpoints_file", "username", "password_file", "credentials_dir", "ca_file",
+            "insecure_skip_verify", "auth", "concurrency", "request_timeout", "credentials_secret",
+        ]
+    )]
+    metal3: bool,
+    /// With --metal3: the namespace of the BareMetalHosts; without it, the
+    /// kubeconfig context's namespace.
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// With --metal3: the BareMetalHosts of every namespace.
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    all_namespaces: bool,
+    /// With --metal3: only the BareMetalHosts whose labels match this
+    /// selector (rack=r7,role!=storage).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    selector: Option<String>,
     /// A file of endpoints, one per line; blank lines and lines starting
     /// with # are skipped.
     #[arg(long, value_name = "FILE")]
@@ -81,7 +107,8 @@ pub struct Args {
     output: ManifestFormat,
     /// Also apply the complete manifests to the cluster (server-side apply,
     /// field manager ironclaim-discover), leaving every field another
-    /// manager set as it is.
+    /// manager set as it is. With --metal3, the cluster the hosts are read
+    /// from.
     #[arg(long)]
     apply: bool,
 }
@@ -105,8 +132,10 @@ struct Settings {
 /// One row of the table on stderr: a field left out, or a failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Gap {
+    /// The BMC endpoint; empty with `--metal3`.
     endpoint: String,
-    /// The system's path, or `-` when the endpoint failed.
+    /// The system's path, or `-` when the endpoint failed; with
+    /// `--metal3`, the BareMetalHost's `NAMESPACE/NAME`.
     system: String,
     /// The Server's name, when a manifest was written.
     server: String,
@@ -125,11 +154,21 @@ struct Found {
     failed_systems: usize,
     applied: usize,
     failed_applies: usize,
+    /// With `--metal3`: the BareMetalHosts that cannot be Servers (a row
+    /// each). Not a failure: a host waiting to be provisioned is normal.
+    unusable_hosts: usize,
 }
 
 pub fn run(args: Args, cluster: &crate::cluster::ClusterArgs) -> Result<(), Failure> {
     crate::logging::init(crate::logging::LogFormat::Text, "warn");
     ironclaim_redfish::install_crypto_provider();
+    if args.metal3 {
+        return metal3::run(&args, cluster);
+    }
+    // clap's `requires` is met by a flag's default: checked here.
+    if args.namespace.is_some() || args.all_namespaces || args.selector.is_some() {
+        return Err(Failure::bad_input(anyhow!("--namespace, --all-namespaces and --selector choose BareMetalHosts: they go with --metal3")));
+    }
     if args.request_timeout.is_zero() {
         return Err(Failure::bad_input(anyhow!("--request-timeout must be longer than 0s")));
     }
@@ -193,8 +232,21 @@ pub fn run(args: Args, cluster: &crate::cluster::ClusterArgs) -> Result<(), Fail
     }
 
     if let Some(connection) = &cluster {
-        runtime.block_on(apply_all(connection, &mut found));
+        let origin = |manifest: &Value| (connection.server.clone(), manifest["spec"]["bmc"]["address"].as_str().unwrap_or_default().to_owned());
+        runtime.block_on(apply_all(connection, &mut found, origin));
     }
+    report(&args, &found, Source::Redfish)
+}
+
+/// Where the machines were read from, which decides the table's columns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Redfish,
+    Metal3,
+}
+
+/// Prints the manifests, the table and the summary, and says the exit code.
+fn report(args: &Args, found: &Found, source: Source) -> Result<(), Failure> {
     // The manifests first, so that on a terminal the table is not scrolled
     // away by them; a reader gone from stdout does not hide a failure.
     match print(args.output, &found.manifests) {
@@ -202,12 +254,22 @@ pub fn run(args: Args, cluster: &crate::cluster::ClusterArgs) -> Result<(), Fail
         Err(other) => return Err(other),
     }
     if !found.gaps.is_empty() {
-        eprint!("{}", table(&found.gaps));
+        eprint!("{}", table(&found.gaps, source));
+    }
+    if source == Source::Metal3 {
+        let hosts = found.manifests.len() + found.unusable_hosts;
+        eprintln!(
+            "read {}: {}, {}{}",
+            crate::render::count(hosts as u64, "BareMetalHost", "BareMetalHosts"),
+            crate::render::count(found.manifests.len() as u64, "Server written", "Servers written"),
+            crate::render::count(found.unusable_hosts as u64, "host not used", "hosts not used"),
+            if found.unusable_hosts > 0 { " (see the table)" } else { "" },
+        );
     }
     if args.apply {
         eprintln!("applied {} (field manager {FIELD_MANAGER})", crate::render::count(found.applied as u64, "Server", "Servers"));
     }
-    verdict(&found)
+    verdict(found)
 }
 
 /// Exit 1 when anything failed or a manifest is incomplete.
@@ -240,21 +302,17 @@ fn verdict(found: &Found) -> Result<(), Failure> {
 const FIELD_MANAGER: &str = "ironclaim-discover";
 
 /// Applies every complete manifest, recording what was applied, what was
-/// left as another manager set it, and what failed (a row each).
-async fn apply_all(connection: &crate::cluster::Connection, found: &mut Found) {
+/// left as another manager set it, and what failed (a row each, placed by
+/// `origin`: the endpoint and system of a manifest).
+async fn apply_all(connection: &crate::cluster::Connection, found: &mut Found, origin: impl Fn(&Value) -> (String, String)) {
     let api: kube::Api<ironclaim_k8s::api::Server> = kube::Api::all(connection.client.clone());
     for manifest in &found.manifests {
         let name = manifest["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         if found.incomplete_names.contains(&name) {
             continue;
         }
-        let gap = |field: String, why: String| Gap {
-            endpoint: connection.server.clone(),
-            system: manifest["spec"]["bmc"]["address"].as_str().unwrap_or_default().to_owned(),
-            server: name.clone(),
-            field,
-            why,
-        };
+        let (endpoint, system) = origin(manifest);
+        let gap = |field: String, why: String| Gap { endpoint: endpoint.clone(), system: system.clone(), server: name.clone(), field, why };
         match apply_one(&api, &name, manifest.clone()).await {
             Ok(kept) => {
                 found.applied += 1;
@@ -426,13 +484,7 @@ fn manifest(endpoint: &Url, system: &DiscoveredSystem, settings: &Settings, name
     let host = endpoint.host_str().unwrap_or_default();
     let candidates = [system.serial_number.clone(), system.uuid.clone(), Some(format!("{host}-{id}"))];
     let base = candidates.iter().flatten().find_map(|c| dns_label(c)).unwrap_or_else(|| "server".to_owned());
-    let mut name = base.clone();
-    for n in 2.. {
-        if names.insert(name.clone()) {
-            break;
-        }
-        name = dns_label(&format!("{base}-{n}")).unwrap_or_else(|| format!("server-{n}"));
-    }
+    let name = unique_name(&base, names, |_| false);
     if name != base {
         gaps.push(("metadata.name".into(), format!("{base} was given to another system first; named {name}")));
     }
@@ -453,8 +505,7 @@ fn manifest(endpoint: &Url, system: &DiscoveredSystem, settings: &Settings, name
         hardware.insert("cpu".into(), json!(cpus.to_string()));
     }
     if let Some(mib) = system.memory_mib {
-        let memory = if mib % 1024 == 0 { format!("{}Gi", mib / 1024) } else { format!("{mib}Mi") };
-        hardware.insert("memory".into(), json!(memory));
+        hardware.insert("memory".into(), json!(memory_quantity(mib)));
     }
     let mut gpus = Vec::new();
     for gpu in system.gpus.iter().flatten() {
@@ -524,8 +575,33 @@ fn manifest(endpoint: &Url, system: &DiscoveredSystem, settings: &Settings, name
     }
     let manifest = json!({"apiVersion": ironclaim_k8s::api::API_VERSION, "kind": "Server", "metadata": metadata, "spec": spec});
 
-    // The CRD's own schema says what the API server would refuse.
-    let violations = validate("Server", &manifest).unwrap_or_default();
+    let valid = check_against_crd(&manifest, &mut gaps);
+    (manifest, gaps, valid)
+}
+
+/// Mebibytes as a quantity: whole gibibytes as `Gi`.
+fn memory_quantity(mib: u64) -> String {
+    if mib.is_multiple_of(1024) { format!("{}Gi", mib / 1024) } else { format!("{mib}Mi") }
+}
+
+/// Gives `base`, or when `taken` says it is, `base-2`, `base-3`, ... (each
+/// a DNS label), and adds the name given to `names`.
+fn unique_name(base: &str, names: &mut BTreeSet<String>, taken: impl Fn(&str) -> bool) -> String {
+    let mut name = base.to_owned();
+    for n in 2.. {
+        if !taken(&name) && names.insert(name.clone()) {
+            break;
+        }
+        name = dns_label(&format!("{base}-{n}")).unwrap_or_else(|| format!("server-{n}"));
+    }
+    name
+}
+
+/// The CRD's own schema says what the API server would refuse: each
+/// violation joins the row of its field, or is a row of its own. True
+/// when there is none.
+fn check_against_crd(manifest: &Value, gaps: &mut Vec<(String, String)>) -> bool {
+    let violations = validate("Server", manifest).unwrap_or_default();
     for violation in &violations {
         let why = match &violation.problem {
             Problem::Required => "required by the CRD: the API server refuses this Server until it is set".to_owned(),
@@ -537,7 +613,7 @@ fn manifest(endpoint: &Url, system: &DiscoveredSystem, settings: &Settings, name
             None => gaps.push((violation.path.clone(), why)),
         }
     }
-    (manifest, gaps, violations.is_empty())
+    violations.is_empty()
 }
 
 /// `text` as a DNS-1123 label: lowercase letters, digits and `-`, at most
@@ -585,10 +661,16 @@ fn print(format: ManifestFormat, manifests: &[Value]) -> Result<(), Failure> {
     crate::output::write(&text)
 }
 
-fn table(gaps: &[Gap]) -> String {
-    let mut table = crate::render::table(&["ENDPOINT", "SYSTEM", "SERVER", "FIELD", "WHY"]);
+fn table(gaps: &[Gap], source: Source) -> String {
+    let mut table = match source {
+        Source::Redfish => crate::render::table(&["ENDPOINT", "SYSTEM", "SERVER", "FIELD", "WHY"]),
+        Source::Metal3 => crate::render::table(&["BAREMETALHOST", "SERVER", "FIELD", "WHY"]),
+    };
     for gap in gaps {
-        table.add_row(vec![gap.endpoint.clone(), gap.system.clone(), gap.server.clone(), gap.field.clone(), gap.why.clone()]);
+        match source {
+            Source::Redfish => table.add_row(vec![&gap.endpoint, &gap.system, &gap.server, &gap.field, &gap.why]),
+            Source::Metal3 => table.add_row(vec![&gap.system, &gap.server, &gap.field, &gap.why]),
+        };
     }
     format!("{table}\n")
 }

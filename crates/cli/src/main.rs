@@ -56,7 +56,7 @@ enum Command {
     /// Why a pod waits: its claim, server, stage and ETA, or the exact reason.
     Explain(explain::Args),
     /// The inventory: power, claim, node, watts, health; `servers discover`
-    /// writes it from the BMCs.
+    /// writes it from the BMCs or from Metal3.
     Servers(servers::Args),
     /// Print the CustomResourceDefinitions of the ironclaim.dev API.
     Crds(crds::Args),
@@ -85,7 +85,7 @@ fn main() -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::Cli;
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     /// Every argument (clap's own --help and --version aside) and every
     /// subcommand says in `--help` what it is for.
@@ -117,5 +117,17 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn servers_discover_reads_bmcs_or_metal3_not_both() {
+        use clap::error::ErrorKind;
+        let parse = |args: &[&str]| Cli::try_parse_from(["ironclaim", "servers", "discover"].iter().chain(args)).map(|_| ()).map_err(|e| e.kind());
+        assert_eq!(parse(&["--metal3", "-A", "-l", "rack=r7", "--apply"]), Ok(()));
+        assert_eq!(parse(&["--metal3", "https://10.0.0.1"]), Err(ErrorKind::ArgumentConflict));
+        assert_eq!(parse(&["--metal3", "--username", "a", "--password-file", "p"]), Err(ErrorKind::ArgumentConflict));
+        assert_eq!(parse(&["--metal3", "--request-timeout", "5s"]), Err(ErrorKind::ArgumentConflict));
+        assert_eq!(parse(&["--metal3", "-n", "fleet", "-A"]), Err(ErrorKind::ArgumentConflict));
+        assert_eq!(parse(&[]), Err(ErrorKind::MissingRequiredArgument), "an endpoint or --metal3");
     }
 }

@@ -30,8 +30,9 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum Action {
-    /// Read BMCs over Redfish and print a Server manifest for each system
-    /// they serve; what could not be determined goes to stderr.
+    /// Read BMCs over Redfish (or Metal3's BareMetalHosts, with --metal3)
+    /// and print a Server manifest for each machine; what could not be
+    /// determined goes to stderr.
     Discover(crate::discover::Args),
 }
 

@@ -76,6 +76,9 @@ fn every_bad_input_and_every_failure_of_the_world_is_one_line_with_the_place_and
         case(&["explain", "pod", "shop/web", "--kubeconfig", &kubeconfig], 1, &["https://127.0.0.1:1", "does not answer"]),
         case(&["doctor", "--kubeconfig", &kubeconfig, "-o", "json"], 1, &["check(s) failed"]),
         case(&["controller", "--kubeconfig", &kubeconfig, "--metrics-address", "127.0.0.1:0"], 1, &["https://127.0.0.1:1", "does not answer"]),
+        // servers discover: BMCs or Metal3, not both.
+        case(&["servers", "discover", "-n", "fleet", "https://10.0.0.1"], 2, &["--namespace", "--metal3"]),
+        case(&["servers", "discover", "--metal3", "--kubeconfig", &kubeconfig], 1, &["https://127.0.0.1:1", "does not answer", "refused"]),
     ];
     let mut wrong = Vec::new();
     for case in &cases {

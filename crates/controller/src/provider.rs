@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::server::{Bmc as ServerBmc, PowerState, ProviderType};
 use ironclaim_k8s::api::serverclaim::FailureReason;
+use ironclaim_k8s::metal3::DETACHED_ANNOTATION as METAL3_DETACHED_ANNOTATION;
 use ironclaim_redfish::{
     Bmc as RedfishBmc, BmcAddress, BmcFleet, Credentials, FleetOptions, SecretRef, SystemSelector, Timing, TlsSettings, ca_bundle_file,
 };
@@ -298,6 +299,12 @@ pub fn baremetalhost_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("metal3.io", "v1alpha1", "BareMetalHost"), "baremetalhosts")
 }
 
+/// The `metal3.io/v1alpha1` HardwareData resource: what a BareMetalHost's
+/// inspection found, under the host's namespace and name.
+pub fn hardwaredata_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("metal3.io", "v1alpha1", "HardwareData"), "hardwaredata")
+}
+
 /// Power through Metal3: `spec.online` on an already provisioned
 /// BareMetalHost, confirmed by `status.poweredOn`. Metal3's
 /// baremetal-operator does the BMC work; its credentials stay with it.
@@ -312,13 +319,8 @@ pub struct Metal3Power {
 }
 
 /// The provisioning states in which a host runs its own image, so that
-/// powering it on boots the node: `provisioned` (by Metal3) and
-/// `externally provisioned` (by anything else; only its power is managed).
-pub const METAL3_POWERABLE_STATES: [&str; 2] = ["provisioned", "externally provisioned"];
-
-/// The annotation under which the baremetal-operator leaves a host alone,
-/// power included.
-const METAL3_DETACHED_ANNOTATION: &str = "baremetalhost.metal3.io/detached";
+/// powering it on boots the node.
+pub use ironclaim_k8s::metal3::POWERABLE_STATES as METAL3_POWERABLE_STATES;
 /// The annotation that pauses the baremetal-operator's reconciling of a host.
 const METAL3_PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
 

@@ -11,6 +11,9 @@
 //!   is an error), and ironclaim.dev objects checked against their CRD
 //!   ([`api::validate`]).
 //!
+//! - [`metal3`]: Metal3's BareMetalHost and HardwareData, read for
+//!   `servers discover --metal3`.
+//!
 //! Nothing here talks to an API server: conversions are pure functions the
 //! controller and the CLI share.
 #![forbid(unsafe_code)]
@@ -21,6 +24,7 @@ pub mod convert;
 pub mod duration;
 pub mod error;
 pub mod load;
+pub mod metal3;
 pub mod node;
 pub mod pod;
 pub mod redact;

@@ -436,7 +436,7 @@ async fn served(client: &Client) -> Vec<Served> {
     all
 }
 
-/// With Karpenter's and Cluster API's real CRDs installed beside ironclaim's
+/// With Karpenter's, Cluster API's and Metal3's real CRDs installed beside ironclaim's
 /// (the migration path), every name kubectl resolves (plural, singular,
 /// short name, category) means one resource: ironclaim's names and category
 /// are nobody else's, and ironclaim's resources join no one else's category.
@@ -454,7 +454,7 @@ async fn names_coexist_with_karpenter_and_cluster_api() {
     }
 
     let all = served(&client).await;
-    for peer in ["karpenter.sh", "cluster.x-k8s.io"] {
+    for peer in ["karpenter.sh", "cluster.x-k8s.io", "metal3.io"] {
         assert!(all.iter().any(|s| s.group == peer), "{peer} is not served: the peers' CRDs did not install");
     }
     let (ours, theirs): (Vec<&Served>, Vec<&Served>) = all.iter().partition(|s| s.group == api::GROUP);
