@@ -1,7 +1,7 @@
 //! The Metal3 provider end to end: a Server whose `spec.provider` names a
 //! BareMetalHost is powered on and off through that host's `spec.online`,
-//! on the real control plane, with a small stand-in for Metal3's
-//! baremetal-operator that follows `spec.online` into `status.poweredOn`
+//! on the real control plane and Metal3's own BareMetalHost CRD, with a
+//! small stand-in for Metal3's baremetal-operator that follows `spec.online` into `status.poweredOn`
 //! after a delay (and plays the machine: a powered-on host registers a
 //! kwok Node for its server after a boot delay, a powered-off one loses it).
 
@@ -23,54 +23,16 @@ use serde_json::json;
 
 const HOSTS: &str = "metal3-hosts";
 
-/// A minimal BareMetalHost CRD: the fields the provider reads and writes,
-/// typed as baremetal-operator's CRD types them (`spec.online`, required
-/// there; `status.poweredOn`; `status.provisioning.state`;
-/// `status.operationalStatus`, `errorType`, `errorMessage`), everything
-/// else of the spec kept as it is.
-const BAREMETALHOST_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: baremetalhosts.metal3.io
-spec:
-  group: metal3.io
-  scope: Namespaced
-  names: {kind: BareMetalHost, listKind: BareMetalHostList, plural: baremetalhosts, singular: baremetalhost, shortNames: [bmh, bmhost]}
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    additionalPrinterColumns:
-    - {name: State, type: string, jsonPath: .status.provisioning.state}
-    - {name: Online, type: boolean, jsonPath: .spec.online}
-    - {name: PoweredOn, type: boolean, jsonPath: .status.poweredOn}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-            required: [online]
-            properties:
-              online: {type: boolean}
-          status:
-            type: object
-            properties:
-              poweredOn: {type: boolean}
-              operationalStatus: {type: string, enum: [OK, discovered, error, delayed, detached, servicing]}
-              errorType: {type: string}
-              errorMessage: {type: string}
-              provisioning:
-                type: object
-                properties:
-                  state: {type: string}
-"#;
-
+/// Metal3's own BareMetalHost CRD, generated from its API types by
+/// `hack/testenv peer-crds`: what the operator writes must pass its schema.
 async fn install_baremetalhost_crd(env: &TestEnv) {
-    env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], BAREMETALHOST_CRD).expect("apply the BareMetalHost CRD");
+    let dir = TestEnv::peer_crd_dirs()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .find(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("metal3-")))
+        .expect("hack/testenv peer-crds gives Metal3's CRDs");
+    let crd = std::fs::read_to_string(dir.join("metal3.io_baremetalhosts.yaml")).expect("Metal3's BareMetalHost CRD");
+    env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &crd).expect("apply the BareMetalHost CRD");
     env.kubectl(["wait", "--for=condition=Established", "crd/baremetalhosts.metal3.io", "--timeout=30s"]).expect("established");
     let _ = env.kubectl(["create", "namespace", HOSTS]);
 }
@@ -101,7 +63,10 @@ async fn create_host(client: &Client, name: &str, provisioning: &str) {
             Err(err) => panic!("create host {name}: {err}"),
         }
     }
-    let status = json!({"status": {"poweredOn": false, "operationalStatus": "OK", "provisioning": {"state": provisioning}}});
+    let status = json!({"status": {
+        "poweredOn": false, "operationalStatus": "OK", "errorCount": 0, "errorMessage": "",
+        "provisioning": {"state": provisioning, "ID": format!("ironic-{name}")}
+    }});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("host status");
 }
 
