@@ -386,3 +386,18 @@ fn built_kubectl(script: &Path) -> Option<PathBuf> {
     let kubectl = Path::new(&dir).join("kubectl");
     kubectl.is_file().then_some(kubectl)
 }
+
+#[cfg(test)]
+mod tests {
+    /// The helm the tests look for is the one `hack/testenv helm` builds.
+    #[test]
+    fn the_helm_path_names_the_version_hack_testenv_builds() {
+        let script = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../hack/testenv")).expect("hack/testenv");
+        let version = script
+            .lines()
+            .find_map(|l| l.strip_prefix("readonly HELM_VERSION="))
+            .expect("hack/testenv pins HELM_VERSION")
+            .trim();
+        assert_eq!(super::HELM_PATH, format!("helm-{version}/helm"), "change HELM_PATH with hack/testenv's HELM_VERSION");
+    }
+}
