@@ -325,6 +325,34 @@ mod tests {
         assert!(matches!(run(a), Err(Failure::BadInput(_))));
     }
 
+    /// 40 eight-GPU G2 hosts, 20 CPU servers and 2 one-GPU A10 hosts; two
+    /// big pods fit anywhere with GPUs, two small ones need an A10 each.
+    fn a10_trace() -> (PathBuf, PathBuf) {
+        let servers = temp_file(
+            "a10-servers.csv",
+            "name,count,cpu_milli,memory_mib,gpu,model\ng2,40,96000,393216,8,G2\ncpu,20,32000,131072,0,\na10,2,32000,131072,1,A10\n",
+        );
+        let pods = temp_file(
+            "a10-pods.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_spec,arrival_s\nbig-0,90000,65536,8,,0\nbig-1,90000,65536,8,,0\n\
+             a10-0,4000,8192,1,A10,10\na10-1,4000,8192,1,A10,10\n",
+        );
+        (pods, servers)
+    }
+
+    #[test]
+    fn the_auto_sample_holds_the_gpu_model_its_pods_require() {
+        let (pods, servers) = a10_trace();
+        for seed in ["1", "2", "3"] {
+            let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap(), "--servers-sample", "auto", "--seed", seed]);
+            let w = workload(&a).unwrap();
+            let a10 = w.servers.iter().filter(|s| s.server.name.starts_with("a10")).count();
+            assert_eq!(a10, 2, "seed {seed}: both A10 pods need an A10 host of their own; sample: {}", w.name);
+            let prep = ironclaim_sim::Prepared::new(&w, None);
+            assert!(prep.unplaceable.iter().all(Option::is_none), "seed {seed}: {:?}", prep.unplaceable);
+        }
+    }
+
     #[test]
     fn durations_are_go_durations_or_seconds_in_whole_seconds() {
         let cfg = config(&args(&["--duration", "1h30m", "--idle-timeout", "90", "--batch-idle", "500ms", "--batch-max", "2s"])).unwrap();
