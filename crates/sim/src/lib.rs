@@ -18,6 +18,7 @@ pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod engine;
+pub mod fit;
 pub mod html;
 pub mod oracle;
 pub mod policy;
