@@ -9,7 +9,7 @@ use crate::render;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
 use ironclaim_sim::compare::compare;
-use ironclaim_sim::sample::{peak_demand, sample_size_for_peak, stratified_sample};
+use ironclaim_sim::sample::{AutoSample, auto_sample, stratified_sample};
 use ironclaim_sim::trace::{is_yaml, read_pods, read_servers, workload_from_rows};
 use ironclaim_sim::{Faults, PolicyKind, Scoring, SimConfig, Workload, embedded};
 use std::io::IsTerminal;
@@ -197,15 +197,39 @@ fn workload(args: &Args) -> anyhow::Result<Workload> {
         (None, Some(_)) => return Err(anyhow!("--servers needs --trace (the pods to replay)")),
     };
     if let Some(n) = &args.servers_sample {
-        let size = if n == "auto" {
-            sample_size_for_peak(&w.servers, peak_demand(&w.pods), 1.0, args.seed)
+        if n == "auto" {
+            let sample = auto_sample(&w, 1.0, args.seed);
+            eprintln!("{}", describe_auto_sample(&sample));
+            w.servers = sample.servers;
         } else {
-            n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?
-        };
-        w.servers = stratified_sample(&w.servers, size, args.seed);
+            let size =
+                n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?;
+            w.servers = stratified_sample(&w.servers, size, args.seed);
+        }
         w.name = format!("{} on {}", w.name, render::count(w.servers.len() as u64, "sampled server", "sampled servers"));
     }
     Ok(w)
+}
+
+/// One line on how the auto sample was sized: the stratified part, the
+/// servers the constraint classes added, the classes even the whole
+/// inventory cannot carry at their peak.
+fn describe_auto_sample(s: &AutoSample) -> String {
+    let mut line = format!(
+        "servers-sample auto: {} ({} stratified for the aggregate peak",
+        render::count(s.servers.len() as u64, "server", "servers"),
+        s.stratified.min(s.servers.len())
+    );
+    for (class, n) in &s.added {
+        line.push_str(&format!(", +{n} {class}"));
+    }
+    line.push_str(&format!("; {} constraint classes", s.classes.len()));
+    if !s.short.is_empty() {
+        let names: Vec<String> = s.short.iter().map(|c| c.hardware.join("|")).collect();
+        line.push_str(&format!("; the inventory cannot carry the peak of the pods that fit only {}", names.join(", ")));
+    }
+    line.push(')');
+    line
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
