@@ -9,8 +9,9 @@ use crate::render;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
 use ironclaim_sim::compare::compare;
+use ironclaim_sim::packing::compare_packing;
 use ironclaim_sim::sample::{AutoSample, auto_sample, stratified_sample};
-use ironclaim_sim::trace::{is_yaml, read_pods, read_servers, workload_from_rows};
+use ironclaim_sim::trace::{is_yaml, read_pod_list, read_servers, workload_from_rows};
 use ironclaim_sim::{Faults, PolicyKind, Scoring, SimConfig, Workload, embedded};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -167,11 +168,21 @@ pub fn parse_policies(names: &[String]) -> anyhow::Result<Vec<PolicyKind>> {
     Ok(out)
 }
 
-fn workload(args: &Args) -> anyhow::Result<Workload> {
+/// The workload to replay, and whether its pods carry times (a static
+/// trace is packed in arrival order instead, see `ironclaim_sim::packing`).
+struct Loaded {
+    workload: Workload,
+    timed: bool,
+}
+
+fn workload(args: &Args) -> anyhow::Result<Loaded> {
+    let mut timed = true;
     let mut w = match (&args.trace, &args.servers) {
         (None, None) => embedded::default_day(args.seed),
         (Some(trace), servers) => {
-            let pods = read_pods(trace).context("--trace takes the pods to replay")?;
+            let list = read_pod_list(trace).context("--trace takes the pods to replay")?;
+            timed = list.timed;
+            let pods = list.rows;
             // Only the YAML user document holds servers beside its pods; a
             // pod CSV read as servers would make a server of every pod.
             let server_path = match servers {
@@ -208,7 +219,27 @@ fn workload(args: &Args) -> anyhow::Result<Workload> {
         }
         w.name = format!("{} on {}", w.name, render::count(w.servers.len() as u64, "sampled server", "sampled servers"));
     }
-    Ok(w)
+    Ok(Loaded { workload: w, timed })
+}
+
+/// A static trace: every policy under both scorings, pods packed in the
+/// file's order.
+fn run_static(args: &Args, cfg: &SimConfig, kinds: &[PolicyKind], w: &Workload) -> Result<(), Failure> {
+    if args.report.is_some() || args.duration.is_some() {
+        return Err(Failure::bad_input(anyhow!(
+            "--report and --duration belong to the timed replay; {} has no creation or deletion times (a static trace, packed in arrival order)",
+            w.name
+        )));
+    }
+    eprintln!(
+        "packing the static trace {} ({}, {}) in arrival order: warm_spares={}",
+        w.name,
+        render::count(w.servers.len() as u64, "server", "servers"),
+        render::count(w.pods.len() as u64, "pod", "pods"),
+        cfg.policy.warm_spares
+    );
+    let report = compare_packing(w, kinds, cfg.scoring, cfg.policy.warm_spares);
+    output::print(args.output.output, &report, |r| r.to_table())
 }
 
 /// One line on how the auto sample was sized: the stratified part, the
@@ -235,7 +266,10 @@ fn describe_auto_sample(s: &AutoSample) -> String {
 pub fn run(args: Args) -> Result<(), Failure> {
     let cfg = config(&args).map_err(Failure::bad_input)?;
     let kinds = policies(&args).map_err(Failure::bad_input)?;
-    let w = workload(&args).map_err(Failure::bad_input)?;
+    let Loaded { workload: w, timed } = workload(&args).map_err(Failure::bad_input)?;
+    if !timed {
+        return run_static(&args, &cfg, &kinds, &w);
+    }
     eprintln!(
         "simulating {} ({}, {}): seed={} scoring={} quiet_max_s={} batch_idle_s={} batch_max_s={}",
         w.name,
@@ -369,11 +403,32 @@ mod tests {
         let (pods, servers) = a10_trace();
         for seed in ["1", "2", "3"] {
             let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap(), "--servers-sample", "auto", "--seed", seed]);
-            let w = workload(&a).unwrap();
+            let w = workload(&a).unwrap().workload;
             let a10 = w.servers.iter().filter(|s| s.server.name.starts_with("a10")).count();
             assert_eq!(a10, 2, "seed {seed}: both A10 pods need an A10 host of their own; sample: {}", w.name);
             let prep = ironclaim_sim::Prepared::new(&w, None);
             assert!(prep.unplaceable.iter().all(Option::is_none), "seed {seed}: {:?}", prep.unplaceable);
+        }
+    }
+
+    #[test]
+    fn a_trace_without_times_is_packed_and_one_with_a_partial_time_column_is_bad_input() {
+        let servers = temp_file("static-servers.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\n");
+        let pods = temp_file("static-pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\nb,1000,1024,1,500\n");
+        let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap()]);
+        let loaded = workload(&a).unwrap();
+        assert!(!loaded.timed);
+        assert_eq!(loaded.workload.pods.len(), 2);
+        assert!(run(a).is_ok());
+        let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap(), "--report", "/tmp/x.html"]);
+        assert!(matches!(run(a), Err(Failure::BadInput(_))));
+        let partial = temp_file("partial.csv", "name,cpu_milli,memory_mib,creation_time\na,1000,1024,0\nb,1000,1024,\n");
+        match run(args(&["--trace", partial.to_str().unwrap(), "--servers", servers.to_str().unwrap()])) {
+            Err(Failure::BadInput(e)) => {
+                let text = format!("{e:#}");
+                assert!(text.contains("partial.csv:3:4: creation_time is empty"), "{text}");
+            }
+            other => panic!("expected bad input, got {other:?}"),
         }
     }
 

@@ -21,6 +21,7 @@ pub mod engine;
 pub mod fit;
 pub mod html;
 pub mod oracle;
+pub mod packing;
 pub mod policy;
 pub mod report;
 pub mod rng;
