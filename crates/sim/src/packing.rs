@@ -80,6 +80,34 @@ struct Node {
     taints: Vec<Taint>,
 }
 
+/// What is powered and what the placed pods use, per server.
+struct Rack {
+    used: Vec<Resources>,
+    holds_pods: Vec<bool>,
+    powered: Vec<bool>,
+    /// The servers still off, as the core sees them.
+    off: Snapshot,
+}
+
+impl Rack {
+    fn power_on(&mut self, w: &Workload, s: usize) {
+        self.powered[s] = true;
+        let name = &w.servers[s].server.name;
+        self.off.servers.retain(|x| &x.name != name);
+    }
+
+    /// Powers on the first servers still off among `members` until
+    /// `count` of them are powered and hold no pod, or none is left.
+    fn keep_floor(&mut self, w: &Workload, floor: Option<(&[usize], usize)>) {
+        let Some((members, count)) = floor else { return };
+        let idle = members.iter().filter(|&&m| self.powered[m] && !self.holds_pods[m]).count();
+        let next: Vec<usize> = members.iter().copied().filter(|&m| !self.powered[m]).take(count.saturating_sub(idle)).collect();
+        for m in next {
+            self.power_on(w, m);
+        }
+    }
+}
+
 /// Packs `w`'s pods in order under one policy and scoring.
 pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, warm_spares: u32) -> PackingRun {
     let alloc = class_allocatable(w, prep);
@@ -96,22 +124,19 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
             None => Node { allocatable: None, labels: Labels::new(), taints: Vec::new() },
         })
         .collect();
-    let mut used = vec![Resources::default(); w.servers.len()];
-    let mut powered = vec![false; w.servers.len()];
-    let mut holds_pods = vec![false; w.servers.len()];
-    // The servers still off, as the core sees them.
-    let mut off = Snapshot { pools: w.pools.clone(), daemonsets: w.daemonsets.clone(), ..Default::default() };
-    let mut power_on = |s: usize, powered: &mut Vec<bool>, off: &mut Snapshot| {
-        powered[s] = true;
-        off.servers.retain(|x| x.name != w.servers[s].server.name);
+    let mut rack = Rack {
+        used: vec![Resources::default(); w.servers.len()],
+        holds_pods: vec![false; w.servers.len()],
+        powered: vec![false; w.servers.len()],
+        off: Snapshot { pools: w.pools.clone(), daemonsets: w.daemonsets.clone(), ..Default::default() },
     };
     if kind == PolicyKind::AlwaysOn {
         for (s, n) in nodes.iter().enumerate() {
-            powered[s] = n.allocatable.is_some();
+            rack.powered[s] = n.allocatable.is_some();
         }
     } else {
-        off.servers = w.servers.iter().map(|s| s.server.clone()).collect();
-        for s in &mut off.servers {
+        rack.off.servers = w.servers.iter().map(|s| s.server.clone()).collect();
+        for s in &mut rack.off.servers {
             s.power_state = PowerState::Off;
         }
     }
@@ -124,18 +149,8 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
                 .max_by(|&a, &b| prep.classes[a].members.len().cmp(&prep.classes[b].members.len()).then(b.cmp(&a)))
         })
         .flatten();
-    let keep_floor =
-        |powered: &mut Vec<bool>, holds_pods: &[bool], off: &mut Snapshot, power_on: &mut dyn FnMut(usize, &mut Vec<bool>, &mut Snapshot)| {
-            let Some(c) = floor_class else { return };
-            let members = &prep.classes[c].members;
-            let idle = members.iter().filter(|&&m| powered[m] && !holds_pods[m]).count();
-            let missing = (warm_spares as usize).saturating_sub(idle);
-            let next: Vec<usize> = members.iter().copied().filter(|&m| !powered[m]).take(missing).collect();
-            for m in next {
-                power_on(m, powered, off);
-            }
-        };
-    keep_floor(&mut powered, &holds_pods, &mut off, &mut power_on);
+    let floor = floor_class.map(|c| (prep.classes[c].members.as_slice(), warm_spares as usize));
+    rack.keep_floor(w, floor);
 
     let mut placed = 0;
     let mut first_refused = None;
@@ -143,15 +158,15 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
         if prep.unplaceable[i].is_some() {
             continue;
         }
-        let fits = |s: usize| {
+        let fits = |s: usize, used: &[Resources]| {
             let n = &nodes[s];
             n.allocatable.as_ref().is_some_and(|a| fits_beside(&pod.requests, &used[s], a))
                 && check_node_affinity(pod, &n.labels, &w.servers[s].server.name).is_ok()
                 && check_taints(pod, &n.taints, false).is_ok()
         };
         let mut best: Option<(f64, usize)> = None;
-        for s in (0..w.servers.len()).filter(|&s| powered[s] && fits(s)) {
-            let score = node_score(scoring, &pod.requests, &used[s], &w.servers[s].server.capacity);
+        for s in (0..w.servers.len()).filter(|&s| rack.powered[s] && fits(s, &rack.used)) {
+            let score = node_score(scoring, &pod.requests, &rack.used[s], &w.servers[s].server.capacity);
             if best.is_none_or(|(b, _)| score > b) {
                 best = Some((score, s));
             }
@@ -162,12 +177,12 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
             None => {
                 let mut ask = pod.clone();
                 ask.deadline_s = None;
-                off.pods = vec![ask];
-                let plan = ironclaim_core::provision(&off, 0);
+                rack.off.pods = vec![ask];
+                let plan = ironclaim_core::provision(&rack.off, 0);
                 match plan.decision(&pod.key()).map(|d| &d.outcome) {
                     Some(Outcome::NewClaim { server, .. }) => match prep.server(server) {
-                        Some(s) if fits(s) => {
-                            power_on(s, &mut powered, &mut off);
+                        Some(s) if fits(s, &rack.used) => {
+                            rack.power_on(w, s);
                             Ok(s)
                         }
                         _ => Err(format!("the core picked {server}, which the scheduler model does not fit it on")),
@@ -179,10 +194,10 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
         };
         match target {
             Ok(s) => {
-                used[s].add(&pod.requests);
-                holds_pods[s] = true;
+                rack.used[s].add(&pod.requests);
+                rack.holds_pods[s] = true;
                 placed += 1;
-                keep_floor(&mut powered, &holds_pods, &mut off, &mut power_on);
+                rack.keep_floor(w, floor);
             }
             Err(reason) => {
                 first_refused = Some(Refusal { index: i, pod: pod.key(), reason });
@@ -191,15 +206,15 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
         }
     }
     let gpu_inventory: i64 = w.servers.iter().map(|s| gpu_milli_of(&s.server.capacity)).sum();
-    let gpu_powered: i64 = w.servers.iter().zip(&powered).filter(|(_, p)| **p).map(|(s, _)| gpu_milli_of(&s.server.capacity)).sum();
-    let gpu_used: i64 = used.iter().map(gpu_milli_of).sum();
+    let gpu_powered: i64 = w.servers.iter().zip(&rack.powered).filter(|(_, p)| **p).map(|(s, _)| gpu_milli_of(&s.server.capacity)).sum();
+    let gpu_used: i64 = rack.used.iter().map(gpu_milli_of).sum();
     let ratio = |a: i64, b: i64| if b > 0 { a as f64 / b as f64 } else { 0.0 };
     PackingRun {
         policy: kind.name(),
         scoring,
         pods_placed: placed,
         first_refused,
-        servers_powered: powered.iter().filter(|&&p| p).count(),
+        servers_powered: rack.powered.iter().filter(|&&p| p).count(),
         gpu_milli_allocated: gpu_used,
         gpu_allocation_ratio: ratio(gpu_used, gpu_inventory),
         gpu_allocation_ratio_powered: ratio(gpu_used, gpu_powered),

@@ -7,6 +7,8 @@
 //! `name`, `cpu_milli`, `memory_mib`, `num_gpu`, `gpu_milli`, `gpu_spec`
 //! (allowed GPU models, `|`-separated), `qos`, `creation_time|arrival_s`,
 //! `deletion_time|departure_s` (empty: runs to the end), `deadline_s`.
+//! Without either time column the list is static ([`PodList::timed`]);
+//! with one, every row needs its arrival time.
 //! Other columns (`pod_phase`, `scheduled_time`) are ignored.
 //!
 //! # Servers
