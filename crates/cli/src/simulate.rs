@@ -9,8 +9,9 @@ use crate::render;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
 use ironclaim_sim::compare::compare;
-use ironclaim_sim::sample::{peak_demand, sample_size_for_peak, stratified_sample};
-use ironclaim_sim::trace::{is_yaml, read_pods, read_servers, workload_from_rows};
+use ironclaim_sim::packing::compare_packing;
+use ironclaim_sim::sample::{AutoSample, auto_sample, stratified_sample};
+use ironclaim_sim::trace::{is_yaml, read_pod_list, read_servers, workload_from_rows};
 use ironclaim_sim::{Faults, PolicyKind, Scoring, SimConfig, Workload, embedded};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -167,11 +168,21 @@ pub fn parse_policies(names: &[String]) -> anyhow::Result<Vec<PolicyKind>> {
     Ok(out)
 }
 
-fn workload(args: &Args) -> anyhow::Result<Workload> {
+/// The workload to replay, and whether its pods carry times (a static
+/// trace is packed in arrival order instead, see `ironclaim_sim::packing`).
+struct Loaded {
+    workload: Workload,
+    timed: bool,
+}
+
+fn workload(args: &Args) -> anyhow::Result<Loaded> {
+    let mut timed = true;
     let mut w = match (&args.trace, &args.servers) {
         (None, None) => embedded::default_day(args.seed),
         (Some(trace), servers) => {
-            let pods = read_pods(trace).context("--trace takes the pods to replay")?;
+            let list = read_pod_list(trace).context("--trace takes the pods to replay")?;
+            timed = list.timed;
+            let pods = list.rows;
             // Only the YAML user document holds servers beside its pods; a
             // pod CSV read as servers would make a server of every pod.
             let server_path = match servers {
@@ -197,21 +208,68 @@ fn workload(args: &Args) -> anyhow::Result<Workload> {
         (None, Some(_)) => return Err(anyhow!("--servers needs --trace (the pods to replay)")),
     };
     if let Some(n) = &args.servers_sample {
-        let size = if n == "auto" {
-            sample_size_for_peak(&w.servers, peak_demand(&w.pods), 1.0, args.seed)
+        if n == "auto" {
+            let sample = auto_sample(&w, 1.0, args.seed);
+            eprintln!("{}", describe_auto_sample(&sample));
+            w.servers = sample.servers;
         } else {
-            n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?
-        };
-        w.servers = stratified_sample(&w.servers, size, args.seed);
+            let size =
+                n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| anyhow!("--servers-sample takes a positive number or `auto`, got `{n}`"))?;
+            w.servers = stratified_sample(&w.servers, size, args.seed);
+        }
         w.name = format!("{} on {}", w.name, render::count(w.servers.len() as u64, "sampled server", "sampled servers"));
     }
-    Ok(w)
+    Ok(Loaded { workload: w, timed })
+}
+
+/// A static trace: every policy under both scorings, pods packed in the
+/// file's order.
+fn run_static(args: &Args, cfg: &SimConfig, kinds: &[PolicyKind], w: &Workload) -> Result<(), Failure> {
+    if args.report.is_some() || args.duration.is_some() {
+        return Err(Failure::bad_input(anyhow!(
+            "--report and --duration belong to the timed replay; {} has no creation or deletion times (a static trace, packed in arrival order)",
+            w.name
+        )));
+    }
+    eprintln!(
+        "packing the static trace {} ({}, {}) in arrival order: warm_spares={}",
+        w.name,
+        render::count(w.servers.len() as u64, "server", "servers"),
+        render::count(w.pods.len() as u64, "pod", "pods"),
+        cfg.policy.warm_spares
+    );
+    let report = compare_packing(w, kinds, cfg.scoring, cfg.policy.warm_spares);
+    output::print(args.output.output, &report, |r| r.to_table())
+}
+
+/// One line on how the auto sample was sized: the stratified part, the
+/// servers the constraint classes added, the classes even the whole
+/// inventory cannot carry at their peak.
+fn describe_auto_sample(s: &AutoSample) -> String {
+    let mut line = format!(
+        "servers-sample auto: {} ({} stratified for the aggregate peak",
+        render::count(s.servers.len() as u64, "server", "servers"),
+        s.stratified.min(s.servers.len())
+    );
+    for (class, n) in &s.added {
+        line.push_str(&format!(", +{n} {class}"));
+    }
+    line.push_str(&format!("; {} constraint classes", s.classes.len()));
+    if !s.short.is_empty() {
+        let names: Vec<String> = s.short.iter().map(|c| c.hardware.join("|")).collect();
+        line.push_str(&format!("; the inventory cannot carry the peak of the pods that fit only {}", names.join(", ")));
+    }
+    line.push(')');
+    line
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
     let cfg = config(&args).map_err(Failure::bad_input)?;
     let kinds = policies(&args).map_err(Failure::bad_input)?;
-    let w = workload(&args).map_err(Failure::bad_input)?;
+    let Loaded { workload: w, timed } = workload(&args).map_err(Failure::bad_input)?;
+    if !timed {
+        return run_static(&args, &cfg, &kinds, &w);
+    }
     eprintln!(
         "simulating {} ({}, {}): seed={} scoring={} quiet_max_s={} batch_idle_s={} batch_max_s={}",
         w.name,
@@ -323,6 +381,55 @@ mod tests {
         assert!(matches!(run(a), Err(Failure::BadInput(_))));
         let a = args(&["--bmc-error-probability", "1.5"]);
         assert!(matches!(run(a), Err(Failure::BadInput(_))));
+    }
+
+    /// 40 eight-GPU G2 hosts, 20 CPU servers and 2 one-GPU A10 hosts; two
+    /// big pods fit anywhere with GPUs, two small ones need an A10 each.
+    fn a10_trace() -> (PathBuf, PathBuf) {
+        let servers = temp_file(
+            "a10-servers.csv",
+            "name,count,cpu_milli,memory_mib,gpu,model\ng2,40,96000,393216,8,G2\ncpu,20,32000,131072,0,\na10,2,32000,131072,1,A10\n",
+        );
+        let pods = temp_file(
+            "a10-pods.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_spec,arrival_s\nbig-0,90000,65536,8,,0\nbig-1,90000,65536,8,,0\n\
+             a10-0,4000,8192,1,A10,10\na10-1,4000,8192,1,A10,10\n",
+        );
+        (pods, servers)
+    }
+
+    #[test]
+    fn the_auto_sample_holds_the_gpu_model_its_pods_require() {
+        let (pods, servers) = a10_trace();
+        for seed in ["1", "2", "3"] {
+            let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap(), "--servers-sample", "auto", "--seed", seed]);
+            let w = workload(&a).unwrap().workload;
+            let a10 = w.servers.iter().filter(|s| s.server.name.starts_with("a10")).count();
+            assert_eq!(a10, 2, "seed {seed}: both A10 pods need an A10 host of their own; sample: {}", w.name);
+            let prep = ironclaim_sim::Prepared::new(&w, None);
+            assert!(prep.unplaceable.iter().all(Option::is_none), "seed {seed}: {:?}", prep.unplaceable);
+        }
+    }
+
+    #[test]
+    fn a_trace_without_times_is_packed_and_one_with_a_partial_time_column_is_bad_input() {
+        let servers = temp_file("static-servers.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\n");
+        let pods = temp_file("static-pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\nb,1000,1024,1,500\n");
+        let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap()]);
+        let loaded = workload(&a).unwrap();
+        assert!(!loaded.timed);
+        assert_eq!(loaded.workload.pods.len(), 2);
+        assert!(run(a).is_ok());
+        let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap(), "--report", "/tmp/x.html"]);
+        assert!(matches!(run(a), Err(Failure::BadInput(_))));
+        let partial = temp_file("partial.csv", "name,cpu_milli,memory_mib,creation_time\na,1000,1024,0\nb,1000,1024,\n");
+        match run(args(&["--trace", partial.to_str().unwrap(), "--servers", servers.to_str().unwrap()])) {
+            Err(Failure::BadInput(e)) => {
+                let text = format!("{e:#}");
+                assert!(text.contains("partial.csv:3:4: creation_time is empty"), "{text}");
+            }
+            other => panic!("expected bad input, got {other:?}"),
+        }
     }
 
     #[test]

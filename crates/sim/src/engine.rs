@@ -105,6 +105,11 @@ impl Prepared {
         p
     }
 
+    /// The index of the server named `name`.
+    pub fn server(&self, name: &str) -> Option<usize> {
+        self.server_index.get(name).copied()
+    }
+
     /// Asks the core once, with every server free and one pod of each
     /// shape pending, which shapes no hardware can ever host.
     fn find_unplaceable(&mut self, w: &Workload) {
@@ -483,13 +488,25 @@ pub struct Timeline {
 
 /// Whether `request` fits next to `used` on `capacity`, with the rules of
 /// [`Resources::fits`], without building the free vector.
-fn fits_beside(request: &Resources, used: &Resources, capacity: &Resources) -> bool {
+pub(crate) fn fits_beside(request: &Resources, used: &Resources, capacity: &Resources) -> bool {
     let ok = |r: i64, u: i64, c: i64| r <= 0 || r <= c - u;
     ok(request.pods, used.pods, capacity.pods)
         && ok(request.cpu_milli, used.cpu_milli, capacity.cpu_milli)
         && ok(request.memory_bytes, used.memory_bytes, capacity.memory_bytes)
         && ok(request.ephemeral_bytes, used.ephemeral_bytes, capacity.ephemeral_bytes)
         && request.extended.iter().all(|(name, r)| ok(*r, used.extended(name), capacity.extended(name)))
+}
+
+/// kube-scheduler's `NodeResourcesFit` score of a node for a pod, on cpu
+/// and memory with equal weights; the higher the better.
+pub(crate) fn node_score(scoring: Scoring, request: &Resources, used: &Resources, capacity: &Resources) -> f64 {
+    let frac = |used: i64, c: i64| if c > 0 { used as f64 / c as f64 } else { 1.0 };
+    let cpu = frac(used.cpu_milli + request.cpu_milli, capacity.cpu_milli);
+    let mem = frac(used.memory_bytes + request.memory_bytes, capacity.memory_bytes);
+    match scoring {
+        Scoring::LeastAllocated => ((1.0 - cpu) + (1.0 - mem)) / 2.0,
+        Scoring::MostAllocated => (cpu + mem) / 2.0,
+    }
 }
 
 pub struct Engine<'a> {
@@ -2006,13 +2023,7 @@ impl<'a> Engine<'a> {
             {
                 continue;
             }
-            let frac = |used: i64, c: i64| if c > 0 { used as f64 / c as f64 } else { 1.0 };
-            let cpu = frac(srv.allocated.cpu_milli + pod.requests.cpu_milli, cap.cpu_milli);
-            let mem = frac(srv.allocated.memory_bytes + pod.requests.memory_bytes, cap.memory_bytes);
-            let score = match self.cfg.scoring {
-                Scoring::LeastAllocated => ((1.0 - cpu) + (1.0 - mem)) / 2.0,
-                Scoring::MostAllocated => (cpu + mem) / 2.0,
-            };
+            let score = node_score(self.cfg.scoring, &pod.requests, &srv.allocated, cap);
             if best.is_none_or(|(b, _)| score > b) {
                 best = Some((score, s));
             }

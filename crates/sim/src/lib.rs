@@ -10,7 +10,8 @@
 //!
 //! Entry points: [`compare::compare`] runs every policy on one workload and
 //! returns a [`report::Report`]; [`embedded::default_day`] and
-//! [`trace`] build workloads.
+//! [`trace`] build workloads; [`packing::compare_packing`] packs a static
+//! trace (no times) in arrival order under every policy.
 #![forbid(unsafe_code)]
 
 pub mod check;
@@ -18,8 +19,10 @@ pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod engine;
+pub mod fit;
 pub mod html;
 pub mod oracle;
+pub mod packing;
 pub mod policy;
 pub mod report;
 pub mod rng;

@@ -29,13 +29,11 @@
 //! often that happened.
 
 use crate::engine::Prepared;
+use crate::fit::{class_allocatable, fit_sets};
 use crate::workload::{Workload, gpu_milli_of};
-use ironclaim_core::labels::HOSTNAME;
-use ironclaim_core::predicates::{check_node_affinity, check_taints};
-use ironclaim_core::provision::SERVERPOOL_LABEL;
 use ironclaim_core::{Resources, Seconds};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// The oracle's answer for a whole run.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -84,26 +82,14 @@ fn fill(order: &[(f64, f64)], amount: f64) -> f64 {
 /// number of servers at `sample_at` times.
 pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> OracleBound {
     let end = prep.end_s;
+    let allocatable = class_allocatable(w, prep);
     let classes: Vec<ClassInfo> = prep
         .classes
         .iter()
-        .map(|c| {
+        .zip(&allocatable)
+        .map(|(c, alloc)| {
             let s = &w.servers[c.members[0]];
             let cap = &s.server.capacity;
-            let pool = prep.pool_of[c.members[0]].map(|p| &w.pools[p]);
-            let mut alloc = cap.clone();
-            if alloc.pods == 0 {
-                alloc.pods = 110;
-            }
-            if let Some(pool) = pool {
-                let labels = node_labels(&s.server.labels, pool);
-                for ds in &w.daemonsets {
-                    let t = &ds.template;
-                    if check_node_affinity(t, &labels, &s.server.name).is_ok() && check_taints(t, &pool.taints, false).is_ok() {
-                        alloc.sub(&Resources { pods: 1, ..t.requests.clone() });
-                    }
-                }
-            }
             let p = &s.server.power;
             let range = (p.peak_watts - p.idle_watts).max(0.0);
             let g = s.gpu_dynamic_share;
@@ -115,55 +101,18 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
                     let gm = gpu_milli_of(cap);
                     if gm > 0 { range * g / gm as f64 } else { 0.0 }
                 },
-                alloc,
-                available: if pool.is_some() { c.members.len() as i64 } else { 0 },
+                alloc: alloc.clone().unwrap_or_else(|| cap.with_default_pods()),
+                available: if alloc.is_some() { c.members.len() as i64 } else { 0 },
             }
         })
         .collect();
     let off_total: f64 = w.servers.iter().map(|s| s.server.power.off_watts).sum();
 
-    // Fit set and smallest dynamic draw of each pod.
-    let mut fit_ids: BTreeMap<Vec<bool>, usize> = BTreeMap::new();
-    let mut fit_sets: Vec<Vec<bool>> = Vec::new();
-    let mut pod_fit = vec![usize::MAX; prep.pods.len()];
-    let mut shape_cache: HashMap<String, usize> = HashMap::new();
-    for (i, pod) in prep.pods.iter().enumerate() {
-        if prep.unplaceable[i].is_some() {
-            continue;
-        }
-        let key = format!("{:?}|{:?}|{:?}|{:?}", pod.requests, pod.node_selector, pod.node_affinity, pod.tolerations);
-        if let Some(&f) = shape_cache.get(&key) {
-            pod_fit[i] = f;
-            continue;
-        }
-        let mut set = vec![false; classes.len()];
-        for (c, info) in classes.iter().enumerate() {
-            let sample = &w.servers[prep.classes[c].members[0]].server;
-            let Some(pool) = prep.pool_of[prep.classes[c].members[0]].map(|p| &w.pools[p]) else { continue };
-            let labels = node_labels(&sample.labels, pool);
-            if info.available > 0
-                && pod.requests.fits(&info.alloc)
-                && check_node_affinity(pod, &labels, &sample.name).is_ok()
-                && check_taints(pod, &pool.taints, false).is_ok()
-            {
-                set[c] = true;
-            }
-        }
-        if !set.iter().any(|&b| b) {
-            continue;
-        }
-        let next = fit_sets.len();
-        let f = *fit_ids.entry(set.clone()).or_insert(next);
-        if f == next {
-            fit_sets.push(set);
-        }
-        shape_cache.insert(key, f);
-        pod_fit[i] = f;
-    }
+    let fits = fit_sets(w, prep, &allocatable);
+    let pod_fit: Vec<usize> = fits.of_pod.iter().map(|f| f.unwrap_or(usize::MAX)).collect();
+    let fit_sets = fits.sets.clone();
     // Fit sets as subsets of one another.
-    let subset = |a: &[bool], b: &[bool]| a.iter().zip(b).all(|(&x, &y)| !x || y);
-    let inside: Vec<Vec<usize>> =
-        (0..fit_sets.len()).map(|u| (0..fit_sets.len()).filter(|&g| subset(&fit_sets[g], &fit_sets[u])).collect()).collect();
+    let inside: Vec<Vec<usize>> = (0..fit_sets.len()).map(|u| (0..fit_sets.len()).filter(|&g| fits.within(g, u)).collect()).collect();
     let mut gpu_sizes: Vec<i64> =
         prep.pods.iter().enumerate().filter(|&(i, _)| pod_fit[i] != usize::MAX).map(|(_, p)| p.requests.gpus()).filter(|&k| k > 1).collect();
     gpu_sizes.sort_unstable();
@@ -262,14 +211,6 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
     out.energy_kwh = energy_j / 3.6e6;
     out.servers_mean = if end > 0 { servers_area / end as f64 } else { 0.0 };
     out
-}
-
-fn node_labels(labels: &ironclaim_core::Labels, pool: &ironclaim_core::ServerPool) -> ironclaim_core::Labels {
-    let mut l = labels.clone();
-    l.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-    l.insert(SERVERPOOL_LABEL.to_string(), pool.name.clone());
-    l.remove(HOSTNAME);
-    l
 }
 
 struct Problem {

@@ -7,6 +7,8 @@
 //! `name`, `cpu_milli`, `memory_mib`, `num_gpu`, `gpu_milli`, `gpu_spec`
 //! (allowed GPU models, `|`-separated), `qos`, `creation_time|arrival_s`,
 //! `deletion_time|departure_s` (empty: runs to the end), `deadline_s`.
+//! Without either time column the list is static ([`PodList::timed`]);
+//! with one, every row needs its arrival time.
 //! Other columns (`pod_phase`, `scheduled_time`) are ignored.
 //!
 //! # Servers
@@ -256,8 +258,41 @@ fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|source| TraceError::Read { path: path.display().to_string(), source })
 }
 
-/// Reads pod rows from CSV text (openb or the user format).
+/// Pod rows, and whether they carry times.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodList {
+    pub rows: Vec<PodRow>,
+    /// False for a static trace: no creation or deletion times, the pods
+    /// arrive in the file's order and stay (every `arrival_s` is 0).
+    pub timed: bool,
+}
+
+/// Reads pod rows with times from CSV text (openb or the user format).
+///
+/// # Errors
+/// A static trace (no time column) is refused, naming the missing column:
+/// it is replayed by [`crate::packing`], not on a clock.
 pub fn parse_pods_csv(path: &Path, data: &str) -> Result<Vec<PodRow>> {
+    let list = parse_pod_list_csv(path, data)?;
+    if !list.timed {
+        let (_, cols) = open_csv(path, data)?;
+        return Err(TraceError::MissingColumn {
+            path: path.display().to_string(),
+            column: "creation_time|arrival_s".into(),
+            header: cols.header.join(","),
+        });
+    }
+    Ok(list.rows)
+}
+
+/// Reads pod rows from CSV text: with times (`creation_time|arrival_s`,
+/// optionally `deletion_time|departure_s`), or static (neither column).
+///
+/// # Errors
+/// A departure column without an arrival column, and an empty arrival
+/// time on any row, are refused with the file, line and column: a trace
+/// either times every pod or none.
+pub fn parse_pod_list_csv(path: &Path, data: &str) -> Result<PodList> {
     let p = path.display().to_string();
     let (mut reader, cols) = open_csv(path, data)?;
     cols.refuse_other_list(&p, "pod")?;
@@ -269,14 +304,33 @@ pub fn parse_pods_csv(path: &Path, data: &str) -> Result<Vec<PodRow>> {
     let gpu_milli = cols.find(&["gpu_milli"]);
     let gpu_spec = cols.find(&["gpu_spec"]);
     let qos = cols.find(&["qos"]);
-    let arrival = cols.require(&p, &["creation_time", "arrival_s"])?;
+    let arrival = cols.find(&["creation_time", "arrival_s"]);
     let departure = cols.find(&["deletion_time", "departure_s"]);
+    if let (None, Some(d)) = (arrival, departure) {
+        return Err(TraceError::BadDocument {
+            path: p,
+            message: format!(
+                "column {} `{}` has no arrival column beside it (creation_time|arrival_s): a trace times every pod or none",
+                d + 1,
+                cols.header[d].trim()
+            ),
+        });
+    }
     let deadline = cols.find(&["deadline_s"]);
     let mut rows = Vec::new();
     let mut record = csv::StringRecord::new();
     while let Some(line) = next_record(&mut reader, &mut record, &p)? {
         let row = Row { path: &p, line, record: &record };
-        let arrival_s = row.int(arrival, "arrival time")? as Seconds;
+        let arrival_s = match arrival {
+            Some(col) if row.text(Some(col)).is_empty() => {
+                let name = cols.header[col].trim();
+                return Err(
+                    row.bad(col, format!("{name} is empty: a trace with a {name} column needs it on every row (a static trace has no time columns)"))
+                );
+            }
+            Some(col) => row.int(col, "arrival time")? as Seconds,
+            None => 0,
+        };
         let departure_s = row.opt_int(departure, "departure time")?.map(|d| d as Seconds);
         if let (Some(d), Some(col)) = (departure_s, departure)
             && d < arrival_s
@@ -316,7 +370,7 @@ pub fn parse_pods_csv(path: &Path, data: &str) -> Result<Vec<PodRow>> {
     if rows.is_empty() {
         return Err(TraceError::Empty { path: p, what: "pods".into() });
     }
-    Ok(rows)
+    Ok(PodList { rows, timed: arrival.is_some() })
 }
 
 /// Reads server rows from CSV text (openb or the user format).
@@ -397,8 +451,18 @@ pub fn is_yaml(path: &Path) -> bool {
     matches!(path.extension().and_then(|e| e.to_str()), Some("yaml") | Some("yml"))
 }
 
-/// Reads pods from a CSV or YAML file.
+/// Reads pods with times from a CSV or YAML file.
 pub fn read_pods(path: &Path) -> Result<Vec<PodRow>> {
+    let list = read_pod_list(path)?;
+    if !list.timed {
+        return parse_pods_csv(path, &read_text(path)?);
+    }
+    Ok(list.rows)
+}
+
+/// Reads pods from a CSV or YAML file, timed or static (a CSV without
+/// time columns; the YAML document always has `arrival_s`).
+pub fn read_pod_list(path: &Path) -> Result<PodList> {
     let text = read_text(path)?;
     if is_yaml(path) {
         let doc = parse_user_yaml(path, &text)?;
@@ -406,9 +470,9 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodRow>> {
             return Err(TraceError::Empty { path: path.display().to_string(), what: "pods".into() });
         }
         check_yaml_pods(path, &doc.pods)?;
-        return Ok(doc.pods);
+        return Ok(PodList { rows: doc.pods, timed: true });
     }
-    parse_pods_csv(path, &text)
+    parse_pod_list_csv(path, &text)
 }
 
 /// Checks what the CSV reader checks per field on rows read from YAML.
@@ -644,5 +708,31 @@ mod tests {
     fn an_unknown_yaml_field_is_refused() {
         let doc = "pods:\n  - name: web\n    cpu: 1\n";
         assert!(parse_user_yaml(Path::new("u.yaml"), doc).is_err());
+    }
+
+    #[test]
+    fn a_csv_without_time_columns_is_a_static_list_in_file_order() {
+        let text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,12000,16384,1,1000\nb,6000,12288,1,460\n";
+        let list = parse_pod_list_csv(Path::new("multigpu.csv"), text).unwrap();
+        assert!(!list.timed);
+        assert_eq!(list.rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        let err = parse_pods_csv(Path::new("multigpu.csv"), text).unwrap_err();
+        assert!(matches!(&err, TraceError::MissingColumn { column, .. } if column == "creation_time|arrival_s"), "{err}");
+    }
+
+    #[test]
+    fn a_partial_time_column_names_file_line_and_column() {
+        let text = "name,cpu_milli,memory_mib,creation_time,deletion_time\na,1000,1024,0,50\nb,1000,1024,,\n";
+        let err = parse_pod_list_csv(Path::new("p.csv"), text).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "p.csv:3:4: creation_time is empty: a trace with a creation_time column needs it on every row (a static trace has no time columns)"
+        );
+        let text = "name,cpu_milli,memory_mib,deletion_time\na,1000,1024,50\n";
+        let err = parse_pod_list_csv(Path::new("p.csv"), text).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "p.csv: column 4 `deletion_time` has no arrival column beside it (creation_time|arrival_s): a trace times every pod or none"
+        );
     }
 }
