@@ -28,10 +28,18 @@ pub struct Args {
     /// when the pods arrived (0 for the worked example).
     #[arg(long, value_name = "UNIX_SECONDS")]
     now: Option<u64>,
+    /// Peak watts the powered fleet may draw, as the controller's flag of
+    /// the same name: a pod whose server would cross it is `power budget
+    /// reached`.
+    #[arg(long, value_name = "WATTS", allow_negative_numbers = true, value_parser = crate::watts::budget)]
+    power_budget_watts: Option<f64>,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
-    let snapshot = load(&args.files)?;
+    let mut snapshot = load(&args.files)?;
+    if args.power_budget_watts.is_some() {
+        snapshot.power_budget_watts = args.power_budget_watts;
+    }
     let now = args.now.unwrap_or_else(|| snapshot.pods.iter().map(|p| p.created_s).max().unwrap_or(0));
     if args.vary.is_empty() {
         let plan = provision(&snapshot, now);
