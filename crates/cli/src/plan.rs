@@ -18,7 +18,8 @@ pub struct Args {
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Vary one input and print the sensitivity table: warm=0,1,2,
-    /// boot=5m,30m, stock=0,1, requests=x0.5,x1,x1.5. Repeat for more axes.
+    /// boot=5m,30m, stock=0,1, requests=x0.5,x1,x1.5, budget=none,12000
+    /// (watts). Repeat for more axes.
     #[arg(long = "vary", value_name = "KEY=V1,V2")]
     vary: Vec<String>,
     #[command(flatten)]
