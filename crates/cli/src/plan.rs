@@ -38,8 +38,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), Failure> {
     let mut snapshot = load(&args.files)?;
-    if args.power_budget_watts.is_some() {
-        snapshot.power_budget_watts = args.power_budget_watts;
+    if let Some(watts) = args.power_budget_watts {
+        snapshot.power_budget_watts = Some(watts);
     }
     let now = args.now.unwrap_or_else(|| snapshot.pods.iter().map(|p| p.created_s).max().unwrap_or(0));
     if args.vary.is_empty() {
