@@ -64,6 +64,11 @@ pub struct Args {
     /// server powered, no node cordoned, drained or repaired.
     #[arg(long)]
     dry_run: bool,
+    /// Peak watts the powered fleet may draw: a server whose power-on would
+    /// cross it stays off (the pod's reason is `power budget reached`).
+    /// Unset, the fleet is uncapped.
+    #[arg(long, value_name = "WATTS", allow_negative_numbers = true, value_parser = crate::watts::budget)]
+    power_budget_watts: Option<f64>,
 }
 
 /// The leader Lease's name, unless `--lease-name` says otherwise.
@@ -89,6 +94,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             metrics_address: Some(args.metrics_address),
             instance: identity.clone(),
             dry_run: args.dry_run,
+            power_budget_watts: args.power_budget_watts,
             ..Settings::default()
         };
         settings.claims.deadlines.margin_percent = args.stuck_margin_percent;

@@ -22,6 +22,7 @@ mod secrets;
 mod servers;
 mod simulate;
 mod swarm;
+mod watts;
 
 use clap::{Parser, Subcommand};
 

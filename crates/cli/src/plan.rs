@@ -18,7 +18,8 @@ pub struct Args {
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Vary one input and print the sensitivity table: warm=0,1,2,
-    /// boot=5m,30m, stock=0,1, requests=x0.5,x1,x1.5. Repeat for more axes.
+    /// boot=5m,30m, stock=0,1, requests=x0.5,x1,x1.5, budget=none,12000
+    /// (watts). Repeat for more axes.
     #[arg(long = "vary", value_name = "KEY=V1,V2")]
     vary: Vec<String>,
     #[command(flatten)]
@@ -28,10 +29,18 @@ pub struct Args {
     /// when the pods arrived (0 for the worked example).
     #[arg(long, value_name = "UNIX_SECONDS")]
     now: Option<u64>,
+    /// Peak watts the powered fleet may draw, as the controller's flag of
+    /// the same name: a pod whose server would cross it is `power budget
+    /// reached`.
+    #[arg(long, value_name = "WATTS", allow_negative_numbers = true, value_parser = crate::watts::budget)]
+    power_budget_watts: Option<f64>,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
-    let snapshot = load(&args.files)?;
+    let mut snapshot = load(&args.files)?;
+    if let Some(watts) = args.power_budget_watts {
+        snapshot.power_budget_watts = Some(watts);
+    }
     let now = args.now.unwrap_or_else(|| snapshot.pods.iter().map(|p| p.created_s).max().unwrap_or(0));
     if args.vary.is_empty() {
         let plan = provision(&snapshot, now);

@@ -62,6 +62,10 @@ fn every_bad_input_and_every_failure_of_the_world_is_one_line_with_the_place_and
         // Flags: clap's usage errors name the flag.
         case(&["simulate", "--duration", "2d"], 2, &["--duration", "unknown unit"]),
         case(&["controller", "--batch-idle", "soon"], 2, &["--batch-idle"]),
+        case(&["controller", "--power-budget-watts", "0"], 2, &["--power-budget-watts", "a positive number of watts"]),
+        case(&["controller", "--power-budget-watts", "-500"], 2, &["--power-budget-watts", "a positive number of watts"]),
+        case(&["controller", "--power-budget-watts", "NaN"], 2, &["--power-budget-watts", "a positive number of watts"]),
+        case(&["plan", "--power-budget-watts", "12kW"], 2, &["--power-budget-watts", "a positive number of watts"]),
         case(&["bmc", "status", "--inventory", &inventory, "--request-timeout", "5x"], 2, &["--request-timeout"]),
         case(&["plan", "-o", "xml"], 2, &["--output", "table, json, yaml"]),
         case(&["bench", "scheduling", "--runs", "0"], 2, &["--runs"]),

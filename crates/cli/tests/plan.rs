@@ -104,6 +104,30 @@ fn the_sensitivity_table_has_a_row_per_combination() {
     assert_eq!(batch["ready_in_s"], 1800);
 }
 
+/// The fleet's power budget: the A100 host the GPU pod needs draws 2.4 kW
+/// at peak, more than 10 kW leaves room for and less than 1 kW does not.
+#[test]
+fn a_power_budget_too_low_for_the_cold_gpu_host_leaves_its_pod_unplaced() {
+    let pod = |args: &[&str]| {
+        let (code, out, err) = ironclaim(&[&["plan", "--output", "json"], args].concat());
+        assert_eq!(code, 0, "{err}");
+        let json: Value = serde_json::from_str(&out).unwrap();
+        let pods = json["workloads"].as_array().unwrap().iter().flat_map(|w| w["pods"].as_array().unwrap().clone()).collect::<Vec<_>>();
+        pods.into_iter().find(|p| p["name"] == "ml/gpu-inference-1").unwrap()
+    };
+    let capped = pod(&["--power-budget-watts", "1000"]);
+    assert_eq!((capped["outcome"].as_str(), capped["reason_kind"].as_str()), (Some("unschedulable"), Some("power_budget")), "{capped}");
+    assert!(capped["reason"].as_str().unwrap().starts_with("power budget reached: powering on needs "), "{capped}");
+    assert!(capped["reason"].as_str().unwrap().ends_with("W more than the 1000 W budget allows"), "{capped}");
+    for args in [&[][..], &["--power-budget-watts", "10000"][..]] {
+        let placed = pod(args);
+        assert_eq!((placed["outcome"].as_str(), placed["server"].as_str()), (Some("new_claim"), Some("r2-u20")), "{args:?}: {placed}");
+    }
+    let (code, out, _) = ironclaim(&["plan", "--power-budget-watts", "1000"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("power budget reached"), "{out}");
+}
+
 #[test]
 fn bad_input_exits_2_and_names_the_place() {
     let dir = std::env::temp_dir().join(format!("ironclaim-plan-{}", std::process::id()));

@@ -76,6 +76,10 @@ pub struct Settings {
     /// carry out nothing: no claim is written, no server powered, no node
     /// cordoned or drained, nothing repaired.
     pub dry_run: bool,
+    /// Peak watts the powered fleet may draw (`Snapshot::power_budget_watts`);
+    /// `None` leaves the fleet uncapped (ServerPool `limits.watts` still
+    /// hold).
+    pub power_budget_watts: Option<f64>,
 }
 
 impl Default for Settings {
@@ -94,6 +98,7 @@ impl Default for Settings {
             publish_events: true,
             scaledown: crate::scaledown::ScaleDownSettings::default(),
             dry_run: false,
+            power_budget_watts: None,
         }
     }
 }
@@ -459,7 +464,12 @@ impl Controller {
             let started = Instant::now();
             let pending = {
                 let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-                let world = IndexWorld { index: &index, now_s: now.as_secs(), backoff: self.settings.failure_backoff };
+                let world = IndexWorld {
+                    index: &index,
+                    now_s: now.as_secs(),
+                    backoff: self.settings.failure_backoff,
+                    power_budget_watts: self.settings.power_budget_watts,
+                };
                 for d in maintenance {
                     effects.extend(autoscaler.drain_for_maintenance(&world, &d.node, &d.server, d.timeout, now));
                 }

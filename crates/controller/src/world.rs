@@ -24,6 +24,9 @@ pub struct IndexWorld<'a> {
     pub index: &'a Index,
     pub now_s: Seconds,
     pub backoff: FailureBackoff,
+    /// The fleet's power budget, from the controller's settings: the core
+    /// counts it on every decision, scale-up and scale-down alike.
+    pub power_budget_watts: Option<f64>,
 }
 
 /// A ServerClaim as the driver records a claim. A claim with no stage yet
@@ -100,7 +103,9 @@ impl World for IndexWorld<'_> {
     }
 
     fn snapshot(&self, _scale_up: Option<usize>) -> Snapshot {
-        self.index.snapshot(self.now_s, self.backoff).0
+        let mut snapshot = self.index.snapshot(self.now_s, self.backoff).0;
+        snapshot.power_budget_watts = self.power_budget_watts;
+        snapshot
     }
 
     fn claims(&self) -> Vec<ClaimView> {
@@ -203,7 +208,7 @@ mod tests {
                 {"stage": "Booting", "startTime": "2026-01-05T11:51:00Z", "outcome": "Succeeded"},
                 {"stage": "Joined", "startTime": "2026-01-05T11:55:00Z", "outcome": "InProgress"}]}),
         ));
-        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF };
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None };
         let views = world.claims();
         assert_eq!(views.len(), 1);
         let v = &views[0];
@@ -231,7 +236,7 @@ mod tests {
             json!({"stage": "Booting", "failureReason": "RegistrationTimedOut", "stages": [
                 {"stage": "Booting", "startTime": "2026-01-05T11:51:00Z", "outcome": "TimedOut"}]}),
         ));
-        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF };
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None };
         let views = world.claims();
         assert_eq!((views[0].record.stage, views[0].record.stage_started_s), (Stage::Selected, NOW_S - 600));
         assert!(views[0].server.is_none(), "the server is not in the inventory");
@@ -243,7 +248,45 @@ mod tests {
         let mut index = Index::default();
         index.apply(node("n1", "s1", None, json!({DRAIN_ABANDONED_ANNOTATION: "2026-01-05T11:00:00Z"})));
         index.apply(node("n2", "s2", None, json!({DRAIN_ABANDONED_ANNOTATION: "yesterday"})));
-        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF };
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None };
         assert_eq!(world.abandoned_drains(), [("n1".to_string(), NOW_S - 3600)]);
+    }
+
+    fn cold_server(name: &str, peak_watts: i64) -> Server {
+        serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": name},
+            "spec": {"bmc": {"address": "https://10.0.0.1/redfish/v1/Systems/1", "credentialsSecretRef": {"name": "bmc", "namespace": "ns"}},
+                     "hardware": {"cpu": "16", "memory": "64Gi"}, "power": {"idleWatts": 150, "peakWatts": peak_watts}},
+            "status": {"powerState": "Off"}
+        }))
+        .expect("server")
+    }
+
+    #[test]
+    fn the_power_budget_reaches_the_decision_and_counts_the_peak_watts_of_servers_on() {
+        let mut index = Index::default();
+        index.apply(cold_server("cold", 400));
+        // On and taken: it hosts nothing new, but it draws from the budget.
+        let mut busy = cold_server("busy", 500);
+        let status = busy.status.as_mut().expect("status");
+        status.power_state = Some(ironclaim_k8s::api::server::PowerState::On);
+        status.claim = Some("other".into());
+        index.apply(busy);
+        index.apply(pod("db", None));
+        let decide = |budget: Option<f64>| {
+            let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: budget };
+            let plan = ironclaim_core::provision(&world.snapshot(None), NOW_S);
+            plan.decision("app/db").expect("a decision").outcome.clone()
+        };
+        use ironclaim_core::{Outcome, Unschedulable};
+        for budget in [None, Some(900.0)] {
+            assert!(matches!(decide(budget), Outcome::NewClaim { ref server, .. } if server == "cold"), "{budget:?}: {:?}", decide(budget));
+        }
+        match decide(Some(899.0)) {
+            Outcome::Unschedulable { reason: Unschedulable::PowerBudget { budget_watts, needed_watts } } => {
+                assert_eq!((budget_watts, needed_watts), (899.0, 1.0));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

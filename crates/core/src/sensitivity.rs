@@ -19,6 +19,8 @@ pub enum Variation {
     Stock(u32),
     /// Pending pods' requests multiplied by this factor.
     Requests(f64),
+    /// The fleet's power budget is this many watts; `None` lifts it.
+    PowerBudgetWatts(Option<f64>),
 }
 
 impl fmt::Display for Variation {
@@ -28,13 +30,15 @@ impl fmt::Display for Variation {
             Variation::ColdPathS(s) => write!(f, "boot={}", format_duration(*s)),
             Variation::Stock(n) => write!(f, "stock={n}"),
             Variation::Requests(x) => write!(f, "requests=x{x}"),
+            Variation::PowerBudgetWatts(None) => write!(f, "budget=none"),
+            Variation::PowerBudgetWatts(Some(w)) => write!(f, "budget={w}W"),
         }
     }
 }
 
 #[derive(Debug, Error, PartialEq)]
 pub enum VaryError {
-    #[error("--vary {0:?}: expected KEY=V1,V2,... with KEY one of warm, boot, stock, requests")]
+    #[error("--vary {0:?}: expected KEY=V1,V2,... with KEY one of warm, boot, stock, requests, budget")]
     Shape(String),
     #[error("--vary {key}: value {value:?} is not {expected}")]
     Value { key: String, value: String, expected: &'static str },
@@ -75,6 +79,13 @@ pub fn parse_vary(arg: &str) -> Result<Vec<Variation>, VaryError> {
                     .filter(|x| x.is_finite() && *x > 0.0)
                     .map(Variation::Requests)
                     .ok_or_else(|| bad(v, "a positive factor like x1.5")),
+                "budget" if v == "none" => Ok(Variation::PowerBudgetWatts(None)),
+                "budget" => v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|w| w.is_finite() && *w > 0.0)
+                    .map(|w| Variation::PowerBudgetWatts(Some(w)))
+                    .ok_or_else(|| bad(v, "a positive number of watts like 12000, or none")),
                 _ => Err(VaryError::Shape(arg.to_string())),
             }
         })
@@ -143,6 +154,7 @@ pub fn apply(snapshot: &Snapshot, variations: &[Variation]) -> Snapshot {
                     p.requests = p.requests.scaled(*x);
                 }
             }
+            Variation::PowerBudgetWatts(w) => snap.power_budget_watts = *w,
         }
     }
     snap
@@ -170,6 +182,24 @@ mod tests {
         assert!(matches!(parse_vary("boot=5q"), Err(VaryError::Value { .. })));
         assert!(matches!(parse_vary("colour=red"), Err(VaryError::Shape(_))));
         assert!(matches!(parse_vary("warm"), Err(VaryError::Shape(_))));
+        assert_eq!(parse_vary("budget=none,12000").unwrap(), vec![Variation::PowerBudgetWatts(None), Variation::PowerBudgetWatts(Some(12000.0))]);
+        for bad in ["budget=0", "budget=-1", "budget=NaN", "budget=12kW"] {
+            assert!(matches!(parse_vary(bad), Err(VaryError::Value { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_budget_row_caps_the_fleet_and_none_lifts_the_cap() {
+        let mut capped = worked_example();
+        capped.power_budget_watts = Some(500.0);
+        let rows: Vec<String> = parse_vary("budget=none,1000").unwrap().iter().map(|v| v.to_string()).collect();
+        assert_eq!(rows, ["budget=none", "budget=1000W"]);
+        assert_eq!(apply(&capped, &[Variation::PowerBudgetWatts(None)]).power_budget_watts, None);
+        let snap = apply(&capped, &[Variation::PowerBudgetWatts(Some(1000.0))]);
+        assert_eq!(snap.power_budget_watts, Some(1000.0));
+        let plan = crate::provision(&snap, 0);
+        let gpu = plan.decision("ml/gpu-inference-1").expect("decided");
+        assert!(matches!(gpu.outcome, crate::Outcome::Unschedulable { reason: crate::Unschedulable::PowerBudget { .. } }), "{:?}", gpu.outcome);
     }
 
     #[test]

@@ -175,7 +175,7 @@ fn every_controller_flag_is_a_chart_value_that_reaches_the_flag() {
         "--set",
         "controller.redecideEvery=45s,controller.powerSweepEvery=2m,controller.leaseName=ic-lease,controller.leaseDuration=30s",
         "--set",
-        "controller.dryRun=true,controller.logFormat=text,metricsPort=9090",
+        "controller.dryRun=true,controller.powerBudgetWatts=12000,controller.logFormat=text,metricsPort=9090",
         "--set",
         "extraArgs={--some-future-flag=1}",
         "--set",
@@ -202,6 +202,7 @@ fn every_controller_flag_is_a_chart_value_that_reaches_the_flag() {
         "--lease-name=ic-lease",
         "--lease-duration=30s",
         "--dry-run",
+        "--power-budget-watts=12000",
         "--log-format=text",
         "--some-future-flag=1",
     ] {

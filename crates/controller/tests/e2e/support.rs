@@ -451,6 +451,7 @@ pub fn settings(instance: &str) -> Settings {
         publish_events: true,
         scaledown: Default::default(),
         dry_run: false,
+        power_budget_watts: None,
     }
 }
 
