@@ -393,11 +393,7 @@ mod tests {
     #[test]
     fn the_helm_path_names_the_version_hack_testenv_builds() {
         let script = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../hack/testenv")).expect("hack/testenv");
-        let version = script
-            .lines()
-            .find_map(|l| l.strip_prefix("readonly HELM_VERSION="))
-            .expect("hack/testenv pins HELM_VERSION")
-            .trim();
+        let version = script.lines().find_map(|l| l.strip_prefix("readonly HELM_VERSION=")).expect("hack/testenv pins HELM_VERSION").trim();
         assert_eq!(super::HELM_PATH, format!("helm-{version}/helm"), "change HELM_PATH with hack/testenv's HELM_VERSION");
     }
 }
