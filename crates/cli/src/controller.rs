@@ -106,6 +106,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 name: args.lease_name.clone(),
                 identity,
                 duration: args.lease_duration,
+                power_budget_watts: args.power_budget_watts,
             });
         }
         let power = Arc::new(ProviderRouter {

@@ -144,12 +144,17 @@ struct ControllerView {
     renewed_ago_s: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The fleet power budget the leader decides with, as its Lease says;
+    /// the decision here is made with it too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    power_budget_watts: Option<f64>,
 }
 
 impl ControllerView {
     /// Reads what a Lease (or its absence, or the error reading it) says at `now`.
     fn of(lease_name: String, read: Result<Option<Lease>, String>, now: u64) -> Self {
-        let mut view = ControllerView { state: "no_lease", lease: lease_name, holder: None, renewed_ago_s: None, error: None };
+        let mut view =
+            ControllerView { state: "no_lease", lease: lease_name, holder: None, renewed_ago_s: None, error: None, power_budget_watts: None };
         match read {
             Err(error) => {
                 view.state = "unknown";
@@ -157,6 +162,7 @@ impl ControllerView {
             }
             Ok(None) => {}
             Ok(Some(lease)) => {
+                view.power_budget_watts = ironclaim_controller::leader::power_budget_of(&lease);
                 let spec = lease.spec.unwrap_or_default();
                 view.holder = spec.holder_identity.filter(|h| !h.is_empty());
                 let renewed = spec.renew_time.map(|t| t.0.as_second().max(0) as u64);
@@ -295,7 +301,8 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: Con
         return Ok(explanation);
     }
     // What the core decides for it now, as the controller would.
-    let (snapshot, _) = index.snapshot(now, FailureBackoff { base_s: 60, max_s: 3600 });
+    let (mut snapshot, _) = index.snapshot(now, FailureBackoff { base_s: 60, max_s: 3600 });
+    snapshot.power_budget_watts = explanation.controller.power_budget_watts;
     let plan = ironclaim_core::provision(&snapshot, now);
     let empty = DecisionView {
         outcome: "none",
@@ -523,6 +530,45 @@ mod tests {
         let forbidden = ControllerView::of(name(), Err("leases is forbidden".into()), NOW);
         assert_eq!(forbidden.state, "unknown");
         assert!(forbidden.warning().is_some_and(|w| w.ends_with("cannot be read: leases is forbidden")));
+    }
+
+    /// The leader's budget, read from its Lease, holds the decision here as
+    /// it holds the leader's: a cold server whose peak would exceed it is
+    /// not the answer.
+    #[test]
+    fn the_decision_is_made_with_the_power_budget_the_lease_says() {
+        let mut index = index_with_pod(60, None);
+        let server: ironclaim_k8s::api::Server = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": "cold-1"},
+            "spec": {
+                "bmc": {"address": "https://10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": "ironclaim-system"}},
+                "hardware": {"cpu": "8", "memory": "32Gi"}, "power": {"idleWatts": 200, "peakWatts": 600}
+            },
+            "status": {"powerState": "Off"}
+        }))
+        .expect("a server");
+        server.apply(&mut index);
+        let pool: ironclaim_k8s::api::ServerPool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool", "metadata": {"name": "default"}, "spec": {}
+        }))
+        .expect("a pool");
+        pool.apply(&mut index);
+        let led = |budget: Option<&str>| {
+            let mut lease = lease("ironclaim-7f9", 5);
+            if let Some(watts) = budget {
+                lease.metadata.annotations = Some([(ironclaim_controller::leader::POWER_BUDGET_ANNOTATION.to_string(), watts.to_string())].into());
+            }
+            ControllerView::of("ironclaim-system/ironclaim-controller".into(), Ok(Some(lease)), NOW)
+        };
+        let outcome = |budget| {
+            let e = explain(&index, "shop", "web", NOW, led(budget)).unwrap_or_else(|_| panic!("explained"));
+            e.decision.expect("a decision").outcome
+        };
+        assert_eq!(outcome(None), "new_claim");
+        assert_eq!(outcome(Some("5000")), "new_claim");
+        assert_eq!(outcome(Some("500")), "unschedulable");
+        assert_eq!(led(Some("500")).power_budget_watts, Some(500.0));
+        assert_eq!(led(Some("none")).power_budget_watts, None, "what is not a number of watts is no budget");
     }
 
     #[test]

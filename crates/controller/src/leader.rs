@@ -45,6 +45,31 @@ pub struct LeaseSettings {
     pub identity: String,
     /// How long a holder that stopped renewing keeps the lease.
     pub duration: Duration,
+    /// The fleet's power budget this replica decides with, written on the
+    /// Lease ([`POWER_BUDGET_ANNOTATION`]) so that `ironclaim explain`
+    /// decides with the leader's.
+    pub power_budget_watts: Option<f64>,
+}
+
+/// The Lease annotation that says the leader's fleet power budget, in
+/// watts; absent when it has none.
+pub const POWER_BUDGET_ANNOTATION: &str = "ironclaim.dev/power-budget-watts";
+
+/// The leader's fleet power budget, as its Lease says.
+pub fn power_budget_of(lease: &Lease) -> Option<f64> {
+    lease.annotations().get(POWER_BUDGET_ANNOTATION).and_then(|w| w.trim().parse::<f64>().ok()).filter(|w| w.is_finite() && *w > 0.0)
+}
+
+/// Writes what the holder decides with onto the Lease's annotations.
+fn annotate(metadata: &mut ObjectMeta, settings: &LeaseSettings) {
+    let annotations = metadata.annotations.get_or_insert_with(Default::default);
+    match settings.power_budget_watts {
+        Some(watts) => annotations.insert(POWER_BUDGET_ANNOTATION.to_owned(), watts.to_string()),
+        None => annotations.remove(POWER_BUDGET_ANNOTATION),
+    };
+    if annotations.is_empty() {
+        metadata.annotations = None;
+    }
 }
 
 impl LeaseSettings {
@@ -269,7 +294,8 @@ pub async fn try_acquire(client: &Client, settings: &LeaseSettings, observer: &m
     };
     let Some(current) = api.get_opt(&settings.name).await.map_err(failed)? else {
         debug_assert_eq!(observer.round(&settings.identity, None, settings.duration, now), Round::Create);
-        let lease = Lease { metadata: ObjectMeta { name: Some(settings.name.clone()), ..ObjectMeta::default() }, spec: Some(mine(0, None)) };
+        let mut lease = Lease { metadata: ObjectMeta { name: Some(settings.name.clone()), ..ObjectMeta::default() }, spec: Some(mine(0, None)) };
+        annotate(&mut lease.metadata, settings);
         return match api.create(&PostParams::default(), &lease).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
@@ -290,6 +316,7 @@ pub async fn try_acquire(client: &Client, settings: &LeaseSettings, observer: &m
     };
     let mut lease = current;
     lease.spec = Some(next);
+    annotate(&mut lease.metadata, settings);
     match api.replace(&settings.name, &PostParams::default(), &lease).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),

@@ -59,6 +59,7 @@ async fn the_controller_runs_with_exactly_the_rules_of_deploy_rbac() {
         name: "ironclaim-controller".into(),
         identity: "rbac".into(),
         duration: Duration::from_secs(10),
+        power_budget_watts: None,
     });
     let controller = Controller::new(client.clone(), redfish(&client), settings);
     let metrics = controller.metrics();

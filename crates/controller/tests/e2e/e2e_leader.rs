@@ -22,16 +22,20 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
     apply(&env, &serverpool("default", json!([]), json!({})));
     let _harness = Machines::start(client.clone(), &sushy, machines.clone());
 
-    let lease = |identity: &str| LeaseSettings {
+    let lease = |identity: &str, power_budget_watts: Option<f64>| LeaseSettings {
         namespace: NAMESPACE.into(),
         name: "ironclaim-controller".into(),
         identity: identity.into(),
         duration: Duration::from_secs(6),
+        power_budget_watts,
     };
+    // a decides under a fleet budget (far above what the test powers), b
+    // under none: the Lease says the holder's, for `ironclaim explain`.
     let mut a = settings("replica-a");
-    a.lease = Some(lease("replica-a"));
+    a.power_budget_watts = Some(100_000.0);
+    a.lease = Some(lease("replica-a", a.power_budget_watts));
     let mut b = settings("replica-b");
-    b.lease = Some(lease("replica-b"));
+    b.lease = Some(lease("replica-b", None));
     let replica_a = Controller::new(client.clone(), redfish(&client), a);
     let metrics_a = replica_a.metrics();
     let running_a = run(replica_a);
@@ -46,6 +50,8 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
         }
     })
     .await;
+    let held = leases.get("ironclaim-controller").await.expect("the lease");
+    assert_eq!(ironclaim_controller::leader::power_budget_of(&held), Some(100_000.0), "{:?}", held.metadata.annotations);
     let replica_b = Controller::new(client.clone(), redfish(&client), b);
     let metrics_b = replica_b.metrics();
     let running_b = run(replica_b);
@@ -79,5 +85,7 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
     .await;
     assert!(metrics_b.render().contains("ironclaim_leader 1"));
     assert_eq!(claims(&client).await.len(), 2);
+    let held = leases.get("ironclaim-controller").await.expect("the lease");
+    assert_eq!(ironclaim_controller::leader::power_budget_of(&held), None, "b decides with no budget: {:?}", held.metadata.annotations);
     running_b.stop().await;
 }
