@@ -208,6 +208,9 @@ struct Group {
     /// Per spread term, the matching pods per domain over the slots that
     /// term counts (see `Scheduler::spread_counts_slot`).
     spread_counts: SpreadCounts,
+    /// The same over Ready nodes alone: what kube-scheduler counts for a
+    /// pod that binds now, before any claim's node joins.
+    spread_counts_now: SpreadCounts,
     blocked: Option<Unschedulable>,
 }
 
@@ -221,13 +224,12 @@ struct Usage {
 }
 
 /// The minimum counts of a group's spread terms over the domains that count:
-/// Ready nodes (`now`), those plus the claims in flight and opened so far
-/// (`after_claims`), those plus what the free inventory could add
+/// Ready nodes, counting only the pods they hold (`now`), and those plus the
+/// claims in flight and opened so far and what the free inventory could add
 /// (`planned`); `pinned` as in `Scheduler::spread_minimums`.
 #[derive(Default)]
 struct Minimums {
     now: Vec<u32>,
-    after_claims: Vec<u32>,
     planned: Vec<u32>,
     pinned: Vec<bool>,
 }
@@ -619,13 +621,14 @@ impl<'s> Scheduler<'s> {
             && (spread.node_taints_policy == InclusionPolicy::Ignore || taints_tolerated(pod, &s.taints, s.cordoned))
     }
 
-    /// The group's spread counts, from every slot each term counts.
-    fn count_spread(&self, pod: &Pod, terms: &PodTerms) -> SpreadCounts {
+    /// The group's spread counts, from every slot each term counts among
+    /// `slots`.
+    fn count_spread(&self, pod: &Pod, terms: &PodTerms, slots: impl Iterator<Item = usize> + Clone) -> SpreadCounts {
         let mut out = vec![Vec::new(); terms.spread.len()];
         for (i, st) in terms.spread.iter().enumerate() {
             let key = self.topo.key_of_term(st.term);
             let counts = &mut out[i];
-            for slot in 0..self.slots.len() {
+            for slot in slots.clone() {
                 let n = self.topo.slot_count(st.term, slot);
                 if n == 0 || !self.spread_counts_slot(pod, terms, i, slot) {
                     continue;
@@ -681,6 +684,7 @@ impl<'s> Scheduler<'s> {
                     static_ok: Rc::default(),
                     eligible_existing_domains: Vec::new(),
                     spread_counts: Vec::new(),
+                    spread_counts_now: Vec::new(),
                     blocked: None,
                 });
             }
@@ -770,7 +774,8 @@ impl<'s> Scheduler<'s> {
                 ds
             })
             .collect();
-        group.spread_counts = self.count_spread(pod, &group.terms);
+        group.spread_counts = self.count_spread(pod, &group.terms, 0..self.slots.len());
+        group.spread_counts_now = self.count_spread(pod, &group.terms, self.existing.iter().copied());
     }
 
     /// Minimum counts for the group's spread terms, as kube-scheduler would
@@ -787,12 +792,13 @@ impl<'s> Scheduler<'s> {
             && group.terms.spread.len() == 1
             && group.terms.spread[0].node_taints_policy == InclusionPolicy::Ignore;
         let mut now = Vec::new();
-        let mut after_claims = Vec::new();
         let mut planned = Vec::new();
         let mut pinned = Vec::new();
         for (i, s) in group.terms.spread.iter().enumerate() {
             let existing = &group.eligible_existing_domains[i];
-            now.push(TopologyIndex::spread_min(s, &group.spread_counts[i], existing.iter().copied()));
+            // A pod bound now is weighed against the pods Ready nodes hold,
+            // not those still waiting for a claim in the same domain.
+            now.push(TopologyIndex::spread_min(s, &group.spread_counts_now[i], existing.iter().copied()));
             let key = self.topo.key_of_term(s.term);
             let mut with_claims = existing.clone();
             if unconstrained {
@@ -808,7 +814,6 @@ impl<'s> Scheduler<'s> {
             }
             with_claims.sort_unstable();
             with_claims.dedup();
-            after_claims.push(TopologyIndex::spread_min(s, &group.spread_counts[i], with_claims.iter().copied()));
             let cached = group.offered_domains[i].as_ref().filter(|(epoch, _, _)| *epoch == self.inventory_epoch);
             let (offered, fresh_host) = match cached {
                 Some((_, d, f)) => (d.clone(), *f),
@@ -846,12 +851,12 @@ impl<'s> Scheduler<'s> {
             domains.dedup();
             planned.push(TopologyIndex::spread_min(s, &group.spread_counts[i], domains.into_iter()));
         }
-        Minimums { now, after_claims, planned, pinned }
+        Minimums { now, planned, pinned }
     }
 
     fn place(&mut self, pod_index: usize, group: &mut Group) {
         let pod = &self.snap.pods[pod_index];
-        let Minimums { now: min_now, after_claims: min_after_claims, planned: min_planned, pinned } =
+        let Minimums { now: min_now, planned: min_planned, pinned } =
             if group.terms.spread.is_empty() { Minimums::default() } else { self.spread_minimums(group) };
         let mut live = std::mem::take(&mut self.lives[group.live]);
         if live.epoch != self.inventory_epoch {
@@ -860,12 +865,14 @@ impl<'s> Scheduler<'s> {
             live.claims_seen = self.claims.len();
         }
         // 1. Ready nodes: as they are, then as they will be once the claims
-        // in flight and opened so far are nodes. With minDomains, a node
-        // refused now for want of domains takes the pod once a claim adds
-        // one: it waits for that claim without a server of its own.
+        // are nodes. With minDomains, a node refused now for want of domains
+        // takes the pod once a claim adds one: it waits for that claim
+        // without a server of its own. Weighed against the planned minimum,
+        // over every domain the plan may yet add: a claim opened later in a
+        // domain of its own lowers the minimum the pod binds under.
         let mut found = self.first_fit(pod_index, pod, group, &mut live.existing, &min_now, &[]);
-        if found.is_none() && min_after_claims != min_now {
-            found = self.first_fit(pod_index, pod, group, &mut live.existing, &min_after_claims, &[]);
+        if found.is_none() && min_planned != min_now {
+            found = self.first_fit(pod_index, pod, group, &mut live.existing, &min_planned, &[]);
         }
         // 2. Claims in flight, then claims this plan opened.
         if found.is_none() {
@@ -1145,11 +1152,13 @@ impl<'s> Scheduler<'s> {
                 && self.spread_counts_slot(pod, &group.terms, i, slot)
                 && let Some(d) = self.slots[slot].domains[self.topo.key_of_term(st.term)]
             {
-                let counts = &mut group.spread_counts[i];
-                if counts.len() <= d as usize {
-                    counts.resize(d as usize + 1, 0);
+                let on_node = matches!(self.slots[slot].kind, SlotKind::Existing);
+                for counts in [Some(&mut group.spread_counts[i]), on_node.then_some(&mut group.spread_counts_now[i])].into_iter().flatten() {
+                    if counts.len() <= d as usize {
+                        counts.resize(d as usize + 1, 0);
+                    }
+                    counts[d as usize] += 1;
                 }
-                counts[d as usize] += 1;
             }
         }
         let terms = &group.terms;

@@ -61,3 +61,16 @@ fn spread_overflowing_onto_a_new_claim_is_judged_by_the_order_pods_can_bind_in()
         );
     }
 }
+
+#[test]
+fn a_pod_bound_now_is_not_weighed_against_pods_still_waiting_for_a_claim() {
+    // Found by the property test: a claim in zone z1 holds pods of a spread
+    // group, and Ready nodes of z2 took more of the group than z1's Ready
+    // nodes allow while that claim's node has not joined. kube-scheduler
+    // counts only the pods that Ready nodes hold when it binds.
+    let seed = 17188421894723473339u64;
+    let snap = support::random_snapshot(seed);
+    let plan = provision(&snap, 50);
+    let errors = support::check(&snap, &plan);
+    assert!(errors.is_empty(), "seed {seed}: {errors:#?}");
+}
