@@ -273,12 +273,13 @@ fn discover_reports_a_refused_endpoint_and_wrong_credentials_by_kind_and_prints_
     assert_eq!(mock.world().requests.len(), asked, "no BMC is asked before the kubeconfig is read");
 }
 
-/// Every system behind one emulator becomes a Server of its own. The fake
-/// driver reports no CPUs or memory: those are left out, the table says
-/// why, and the exit code says the manifests are not complete.
+/// Every system behind one emulator becomes a Server of its own, for a
+/// rack of 50. The fake driver reports no CPUs or memory: those are left
+/// out, the table says why, and the exit code says the manifests are not
+/// complete.
 #[test]
 fn discover_makes_one_server_per_sushy_system() {
-    let systems: Vec<_> = (0..3).map(|i| fake_system(i, if i == 0 { SystemPower::On } else { SystemPower::Off })).collect();
+    let systems: Vec<_> = (0..50).map(|i| fake_system(i, if i == 0 { SystemPower::On } else { SystemPower::Off })).collect();
     let sushy = sushy_with(&systems).start().unwrap();
     let ca = ca_pem(&sushy);
     let (code, out, err) = discover(&[&sushy.endpoint()], PASSWORD, &["--ca-file", ca.to_str().unwrap(), "-o", "json"]);
@@ -296,5 +297,5 @@ fn discover_makes_one_server_per_sushy_system() {
         let rows: Vec<&str> = err.lines().filter(|l| l.contains(uuid.as_str()) && l.contains("spec.hardware.cpu")).collect();
         assert_eq!(rows.len(), 1, "one row for the missing CPUs of {uuid}: {err}");
     }
-    assert!(err.contains("error: discover: 3 manifests the CRD refuses; 3 Servers printed"), "{err}");
+    assert!(err.contains("error: discover: 50 manifests the CRD refuses; 50 Servers printed"), "{err}");
 }
