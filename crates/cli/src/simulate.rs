@@ -42,6 +42,11 @@ pub struct Args {
     /// The seed that drives the whole run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Days of the embedded workload to run in a row, each drawn from a
+    /// seed of its own: from the second day on, the warm floors have the
+    /// days before as their daily profile.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=366))]
+    days: u32,
     /// Policies to compare, comma-separated.
     #[arg(long, value_name = "POLICY,...", value_delimiter = ',', default_value = "always-on,reactive,warm-spares,ironclaim")]
     policies: Vec<String>,
@@ -98,6 +103,11 @@ pub struct Args {
     /// Idle servers the warm-spares policy keeps on.
     #[arg(long, default_value_t = 2)]
     warm_spares: u32,
+    /// Past days the ironclaim policy's warm floors learn their daily
+    /// profile from, where its pools set no adaptive floor of their own
+    /// (0: none, only the recent rate).
+    #[arg(long, value_name = "DAYS", default_value_t = 7)]
+    history_days: u32,
 }
 
 /// `--quiet-max`'s default: the simulator's (a test keeps the two equal).
@@ -146,6 +156,7 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
     cfg.duration_s = args.duration.map(whole_seconds);
     cfg.policy.idle_timeout_s = whole_seconds(args.idle_timeout);
     cfg.policy.warm_spares = args.warm_spares;
+    cfg.policy.history_days = args.history_days;
     Ok(cfg)
 }
 
@@ -177,8 +188,11 @@ struct Loaded {
 
 fn workload(args: &Args) -> anyhow::Result<Loaded> {
     let mut timed = true;
+    if args.days > 1 && args.trace.is_some() {
+        return Err(anyhow!("--days repeats the embedded workload; a trace replays its own days"));
+    }
     let mut w = match (&args.trace, &args.servers) {
-        (None, None) => embedded::default_day(args.seed),
+        (None, None) => embedded::days(args.seed, args.days),
         (Some(trace), servers) => {
             let list = read_pod_list(trace).context("--trace takes the pods to replay")?;
             timed = list.timed;

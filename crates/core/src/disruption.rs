@@ -33,7 +33,8 @@
 //!   free capacity (on its nodes and warm spares) below it; when it is
 //!   already below, spares are powered on.
 //! - The floor of a class is its static floor, raised by the adaptive
-//!   floor ([`crate::warm`]) where the pool enables it.
+//!   floor and its daily profile ([`crate::warm`]) where the pool enables
+//!   it; a floor the profile raised says so where it keeps a spare.
 //! - A replacement replaces at least two nodes with no pod that must stay,
 //!   whose evictions their PodDisruptionBudgets allow now, while the pool's
 //!   budget allows a drain and no drain of the pool is under way; all their
@@ -551,7 +552,9 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     }
 
     for ((pool_name, class), st) in &classes {
-        let floor = floors.get(&(*pool_name, class.as_ref())).copied().unwrap_or(0);
+        let (floor, prewarm) = floors
+            .get(&(*pool_name, class.as_ref()))
+            .map_or((0, String::new()), |f| (f.count, f.prewarm.as_ref().map(|p| format!(", {p}")).unwrap_or_default()));
         let mut spares: Vec<&Server> = Vec::new();
         for s in &st.spares {
             match kept_for_replacement.get(s.name.as_str()) {
@@ -578,7 +581,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             cold.sort_by(|a, b| a.power.idle_watts.total_cmp(&b.power.idle_watts).then(a.failures.cmp(&b.failures)).then(a.name.cmp(&b.name)));
             for s in cold.into_iter().take((floor - on) as usize) {
                 if snapshot.power_budget_watts.is_some_and(|b| fleet_on_peak + s.power.peak_watts > b) {
-                    out.held.push(Held { subject: s.name.clone(), why: format!("warm floor {floor} for {class}, but the power budget is reached") });
+                    out.held.push(Held {
+                        subject: s.name.clone(),
+                        why: format!("warm floor {floor} for {class}{prewarm}, but the power budget is reached"),
+                    });
                     break;
                 }
                 fleet_on_peak += s.power.peak_watts;
@@ -595,7 +601,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 continue;
             }
             if excess == 0 {
-                out.held.push(Held { subject: s.name.clone(), why: format!("kept as a warm spare: floor {floor} for {class}") });
+                out.held.push(Held { subject: s.name.clone(), why: format!("kept as a warm spare: floor {floor} for {class}{prewarm}") });
                 continue;
             }
             let (idle, threshold) = (idle_for(s), break_even_s(s));
@@ -631,7 +637,8 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 continue;
             }
             if excess == 0 {
-                out.held.push(Held { subject: c.node.name.clone(), why: format!("empty, kept as warm capacity: floor {floor} for {class}") });
+                out.held
+                    .push(Held { subject: c.node.name.clone(), why: format!("empty, kept as warm capacity: floor {floor} for {class}{prewarm}") });
                 continue;
             }
             if c.pool.disruption.never {

@@ -503,7 +503,9 @@ pub struct WarmPolicy {
     pub adaptive: Option<AdaptiveFloor>,
 }
 
-/// The floor of a class follows the fresh demand of a look-back window.
+/// The floor of a class follows the fresh demand of a look-back window, and
+/// is raised ahead of demand that recurs at this time of day
+/// ([`crate::warm::prewarm`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AdaptiveFloor {
     /// How far back arrivals count.
@@ -512,15 +514,30 @@ pub struct AdaptiveFloor {
     /// cold boot.
     #[serde(default = "one")]
     pub z: f64,
+    /// How many past days the daily profile looks at; 0 turns pre-warming off.
+    #[serde(default = "seven")]
+    pub history_days: u32,
+    /// On how many of those days the demand must have come at this time of
+    /// day for servers to be powered on ahead of it.
+    #[serde(default = "three")]
+    pub min_days_seen: u32,
 }
 
 fn one() -> f64 {
     1.0
 }
 
+fn three() -> u32 {
+    3
+}
+
+fn seven() -> u32 {
+    7
+}
+
 impl AdaptiveFloor {
     pub fn new(window_s: Seconds) -> Self {
-        AdaptiveFloor { window_s, z: 1.0 }
+        AdaptiveFloor { window_s, z: 1.0, history_days: 7, min_days_seen: 3 }
     }
 }
 
@@ -690,8 +707,9 @@ pub struct Snapshot {
     /// Peak watts the whole fleet may draw, if capped.
     #[serde(default)]
     pub power_budget_watts: Option<f64>,
-    /// Recent fresh demand, for adaptive warm floors. Drivers may pass
-    /// more than any window needs; older arrivals are ignored.
+    /// Recent fresh demand, for adaptive warm floors, and the days before
+    /// for their daily profile. Drivers may pass more than any window needs;
+    /// older arrivals are ignored.
     #[serde(default)]
     pub arrivals: Vec<Arrival>,
     /// Since when `arrivals` is complete (the driver's start, or 0): a rate

@@ -10,6 +10,16 @@
 //! floor is its mean plus `z` standard deviations: `ceil(m + z * sqrt(m))`,
 //! 0 with no recent urgent demand, at most the servers the class has.
 //!
+//! # Pre-warming ahead of recurring demand
+//! The same arrivals on past days, at this time of day, say what is coming:
+//! for each of the last `history_days` days that were observed, count the
+//! urgent arrivals within two cold paths of this second of that day, before
+//! or after. When that demand came on at least `min_days_seen` of those
+//! days, the floor is raised to the mean count per cold path, with the same
+//! margin: spares are powered on up to two boots ahead of a ramp, and kept
+//! through it while it comes a little later than it did. A day counts as
+//! observed when the arrivals are complete since its window began.
+//!
 //! # Guarantees
 //! - The floor of a class is at least its static floor while that applies,
 //!   and never below what the same arrivals gave with fewer of them.
@@ -70,6 +80,73 @@ pub fn adaptive_floor(
         arrivals.into_iter().filter(|&(at, _)| at >= horizon && at <= now_s).filter(|&(_, deadline)| deadline.is_none_or(|d| d < cold)).count();
     let floor = floor_for_rate(urgent, cold, rate_span_s(window_s, since_s, now_s), policy.z);
     floor.min(u32::try_from(members.len()).unwrap_or(u32::MAX))
+}
+
+/// A day, for the daily profile.
+pub const DAY_S: Seconds = 86_400;
+
+/// Why a floor is above what recent demand gives: demand that came at this
+/// time of day on past days.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prewarm {
+    /// The floor the profile asks for.
+    pub floor: u32,
+    /// Second of the day the recurring demand starts (the first urgent
+    /// arrival in the window, on the latest day it came).
+    pub ramp_at_s: Seconds,
+    pub days_seen: u32,
+    pub days_observed: u32,
+}
+
+impl std::fmt::Display for Prewarm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tod = self.ramp_at_s % DAY_S;
+        write!(f, "pre-warmed for the {:02}:{:02} ramp, seen {} of the last {} days", tod / 3600, tod % 3600 / 60, self.days_seen, self.days_observed)
+    }
+}
+
+/// The daily profile's floor for one class (see the module's docs); None
+/// when pre-warming is off, too few days were observed, or the demand did
+/// not recur.
+pub fn prewarm(
+    arrivals: &[(Seconds, Option<Seconds>)],
+    members: &[&Server],
+    policy: &AdaptiveFloor,
+    since_s: Seconds,
+    now_s: Seconds,
+) -> Option<Prewarm> {
+    if policy.history_days == 0 || arrivals.is_empty() {
+        return None;
+    }
+    let cold = cold_path_s(members)?.max(1);
+    let lead = 2 * cold;
+    let (mut observed, mut seen, mut total) = (0u32, 0u32, 0usize);
+    let mut ramp_at_s = None;
+    for k in 1..=Seconds::from(policy.history_days) {
+        let Some(from) = now_s.checked_sub(k * DAY_S) else { break };
+        if from.saturating_sub(lead) < since_s {
+            break;
+        }
+        observed += 1;
+        let urgent: Vec<Seconds> = arrivals
+            .iter()
+            .filter(|&&(at, deadline)| at + lead >= from && at < from + lead && deadline.is_none_or(|d| d < cold))
+            .map(|&(at, _)| at)
+            .collect();
+        if let Some(&first) = urgent.iter().min() {
+            seen += 1;
+            total += urgent.len();
+            ramp_at_s.get_or_insert(first);
+        }
+    }
+    if observed == 0 || seen < policy.min_days_seen.max(1) {
+        return None;
+    }
+    let mean_per_cold_path = total as f64 / f64::from(observed) * cold as f64 / (2 * lead) as f64;
+    let z = if policy.z.is_finite() { policy.z.max(0.0) } else { 0.0 };
+    let floor = (mean_per_cold_path + z * mean_per_cold_path.sqrt()).ceil().min(f64::from(u32::MAX)) as u32;
+    let floor = floor.min(u32::try_from(members.len()).unwrap_or(u32::MAX));
+    (floor > 0).then(|| Prewarm { floor, ramp_at_s: ramp_at_s.unwrap_or(now_s), days_seen: seen, days_observed: observed })
 }
 
 /// The ServerPool a server belongs to: its node's `ironclaim.dev/serverpool`
@@ -145,16 +222,26 @@ fn static_floor(pool: &ServerPool, class: &str, now_s: Seconds) -> u32 {
     pool.warm.floor.get(class).copied().unwrap_or(0)
 }
 
-/// The warm floor of every (ServerPool, class) that has servers: the larger
-/// of the static floor and, where the pool enables it, the adaptive floor
-/// from `snapshot.arrivals`. Servers no pool admits have no floor.
-pub fn floors(snapshot: &Snapshot, now_s: Seconds) -> BTreeMap<(String, String), u32> {
-    let m = Membership::of(snapshot);
-    floors_of(snapshot, &m, now_s).into_iter().map(|((p, c), f)| ((p.to_string(), c.to_string()), f)).collect()
+/// The warm floor of one (ServerPool, class), and the daily profile's
+/// reason when that is what sets it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Floor {
+    pub count: u32,
+    pub prewarm: Option<Prewarm>,
 }
 
-/// [`floors`] by (pool name, class), with the pass's [`Membership`].
-pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -> BTreeMap<(&'m str, &'m str), u32> {
+/// The warm floor of every (ServerPool, class) that has servers: the larger
+/// of the static floor and, where the pool enables it, the adaptive floor
+/// from `snapshot.arrivals` and its daily profile. Servers no pool admits
+/// have no floor.
+pub fn floors(snapshot: &Snapshot, now_s: Seconds) -> BTreeMap<(String, String), u32> {
+    let m = Membership::of(snapshot);
+    floors_of(snapshot, &m, now_s).into_iter().map(|((p, c), f)| ((p.to_string(), c.to_string()), f.count)).collect()
+}
+
+/// [`floors`] by (pool name, class), with the pass's [`Membership`] and the
+/// pre-warming reasons.
+pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -> BTreeMap<(&'m str, &'m str), Floor> {
     let mut members: BTreeMap<(&str, &str), Vec<&Server>> = BTreeMap::new();
     for (i, s) in snapshot.servers.iter().enumerate() {
         let Some(pool) = m.pool(i) else { continue };
@@ -171,36 +258,59 @@ pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds)
     let mut out = BTreeMap::new();
     for (key, servers) in members {
         let Some(pool) = snapshot.pools.iter().find(|p| p.name == key.0) else { continue };
-        let mut floor = static_floor(pool, key.1, now_s);
+        let mut floor = Floor { count: static_floor(pool, key.1, now_s), prewarm: None };
         if let Some(adaptive) = &pool.warm.adaptive {
             let seen = arrivals.get(&key).map(Vec::as_slice).unwrap_or_default();
-            let demand = seen.iter().map(|a| (a.at_s, a.deadline_s.or(pool.deadline_s)));
-            floor = floor.max(adaptive_floor(demand, &servers, adaptive, snapshot.arrivals_since_s, now_s));
+            let demand: Vec<(Seconds, Option<Seconds>)> = seen.iter().map(|a| (a.at_s, a.deadline_s.or(pool.deadline_s))).collect();
+            floor.count = floor.count.max(adaptive_floor(demand.iter().copied(), &servers, adaptive, snapshot.arrivals_since_s, now_s));
+            if let Some(p) = prewarm(&demand, &servers, adaptive, snapshot.arrivals_since_s, now_s)
+                && p.floor > floor.count
+            {
+                floor.count = p.floor;
+                floor.prewarm = Some(p);
+            }
         }
         out.insert(key, floor);
     }
     out
 }
 
-/// The next second after `now_s` at which an arrival leaves the look-back
-/// window of its pool's adaptive floor: the first time the floors can fall
-/// with nothing else changing. None when no adaptive floor counts any.
+/// The next second after `now_s` at which the floors can change with
+/// nothing else changing: an arrival leaves the look-back window of its
+/// pool's adaptive floor, or, a day or more later, enters or leaves the
+/// window the daily profile looks at. None when no adaptive floor counts any.
 pub fn next_change_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
     if snapshot.arrivals.is_empty() {
         return None;
     }
-    // Only the arrivals' servers and their pools matter: no classes.
-    let servers: foldhash::HashMap<&str, &Server> = snapshot.servers.iter().map(|s| (s.name.as_str(), s)).collect();
-    snapshot
-        .arrivals
-        .iter()
-        .filter_map(|a| {
-            let server = servers.get(a.server.as_str())?;
-            let window_s = pool_of(&snapshot.pools, server, None)?.warm.adaptive.as_ref()?.window_s.max(MIN_WINDOW_S);
-            let leaves = a.at_s.saturating_add(window_s).saturating_add(1);
-            (leaves > now_s).then_some(leaves)
-        })
-        .min()
+    let m = Membership::of(snapshot);
+    // The cold path of each class that has arrivals, as `prewarm` takes it.
+    let mut members: BTreeMap<(&str, &str), Vec<&Server>> = BTreeMap::new();
+    for (i, s) in snapshot.servers.iter().enumerate() {
+        if let Some(pool) = m.pool(i) {
+            members.entry((pool.name.as_str(), m.class(i))).or_default().push(s);
+        }
+    }
+    let cold: BTreeMap<(&str, &str), Seconds> = members.iter().filter_map(|(k, v)| Some((*k, cold_path_s(v)?.max(1)))).collect();
+    let mut next: Option<Seconds> = None;
+    let mut consider = |t: Seconds| {
+        if t > now_s && next.is_none_or(|n| t < n) {
+            next = Some(t);
+        }
+    };
+    for a in &snapshot.arrivals {
+        let Some(i) = m.index(&a.server) else { continue };
+        let Some(pool) = m.pool(i) else { continue };
+        let Some(adaptive) = pool.warm.adaptive.as_ref() else { continue };
+        consider(a.at_s.saturating_add(adaptive.window_s.max(MIN_WINDOW_S)).saturating_add(1));
+        let Some(&cold) = cold.get(&(pool.name.as_str(), m.class(i))) else { continue };
+        for k in 1..=Seconds::from(adaptive.history_days) {
+            let day = a.at_s.saturating_add(k * DAY_S);
+            consider(day.saturating_sub(2 * cold).saturating_add(1));
+            consider(day.saturating_add(2 * cold).saturating_add(1));
+        }
+    }
+    next
 }
 
 #[cfg(test)]
@@ -260,10 +370,54 @@ mod tests {
     fn the_floor_never_exceeds_the_class_and_survives_absurd_input() {
         let servers = class(3);
         let members: Vec<&Server> = servers.iter().collect();
-        let policy = AdaptiveFloor { window_s: 0, z: f64::NAN };
+        let policy = AdaptiveFloor { window_s: 0, z: f64::NAN, ..AdaptiveFloor::new(0) };
         let flood = (0..10_000).map(|_| (100, None));
         assert_eq!(adaptive_floor(flood, &members, &policy, 100, 100), 3);
         assert_eq!(adaptive_floor([(1, None)], &[], &policy, 0, 1), 0);
         assert_eq!(floor_for_rate(usize::MAX, Seconds::MAX, 1, 1e300), u32::MAX);
+    }
+
+    #[test]
+    fn demand_that_recurs_at_this_time_of_day_raises_the_floor_one_boot_ahead() {
+        let servers = class(20);
+        let members: Vec<&Server> = servers.iter().collect();
+        let cold = cold_path_s(&members).unwrap();
+        let policy = AdaptiveFloor::new(4 * 3600);
+        let ramp = 8 * 3600;
+        // Six urgent servers at 08:00 on five of the last seven days.
+        let today = 7 * DAY_S;
+        let demand: Vec<(Seconds, Option<Seconds>)> =
+            [1u64, 2, 4, 5, 6].iter().flat_map(|&d| (0..6).map(move |i| (d * DAY_S + ramp + i * 10, Some(120)))).collect();
+        let at = |t: Seconds| prewarm(&demand, &members, &policy, 0, today + t);
+        let p = at(ramp - cold).expect("a ramp seen on 5 of 7 days is pre-warmed for");
+        let mean = 30.0 / 7.0 / 4.0;
+        assert_eq!(p.floor, (mean + f64::sqrt(mean)).ceil() as u32);
+        assert_eq!(p.to_string(), "pre-warmed for the 08:00 ramp, seen 5 of the last 7 days");
+        assert_eq!(at(ramp - 2 * cold - 1), None, "more than two boots ahead is too early");
+        assert!(at(ramp + cold).is_some(), "kept through a ramp that comes late");
+        assert_eq!(at(ramp + 2 * cold + 61), None, "once the ramp is past");
+        // Too few days seen, or observed, or pre-warming off: nothing.
+        let two: Vec<_> = demand.iter().copied().filter(|&(t, _)| t < 3 * DAY_S).collect();
+        assert_eq!(prewarm(&two, &members, &policy, 0, today + ramp - cold), None);
+        assert_eq!(prewarm(&demand, &members, &policy, 5 * DAY_S, today + ramp - cold), None, "two days observed");
+        let off = AdaptiveFloor { history_days: 0, ..policy.clone() };
+        assert_eq!(prewarm(&demand, &members, &off, 0, today + ramp - cold), None);
+        // Patient demand would not miss its deadline waiting for a boot.
+        let patient: Vec<_> = demand.iter().map(|&(t, _)| (t, Some(cold + 1))).collect();
+        assert_eq!(prewarm(&patient, &members, &policy, 0, today + ramp - cold), None);
+    }
+
+    #[test]
+    fn the_floors_wake_the_driver_when_a_past_day_ramp_comes_into_view() {
+        let mut pool = ServerPool::new("general");
+        pool.warm.adaptive = Some(AdaptiveFloor::new(3600));
+        let servers = class(6);
+        let members: Vec<&Server> = servers.iter().collect();
+        let cold = cold_path_s(&members).unwrap();
+        let arrival = Arrival { at_s: 8 * 3600, server: "s0".into(), deadline_s: Some(60) };
+        let snap = Snapshot { pools: vec![pool], servers, arrivals: vec![arrival], ..Default::default() };
+        let into_view = DAY_S + 8 * 3600 - 2 * cold + 1;
+        assert_eq!(next_change_s(&snap, 10 * 3600), Some(into_view));
+        assert_eq!(next_change_s(&snap, into_view), Some(DAY_S + 8 * 3600 + 2 * cold + 1), "and when it leaves");
     }
 }

@@ -246,11 +246,18 @@ pub struct PolicySettings {
     /// How many standard deviations of headroom the ironclaim floor keeps
     /// above the expected demand during one cold boot.
     pub floor_z: f64,
+    /// Past days the ironclaim floor's daily profile looks at; 0: none.
+    #[serde(default = "default_history_days")]
+    pub history_days: u32,
+}
+
+fn default_history_days() -> u32 {
+    7
 }
 
 impl Default for PolicySettings {
     fn default() -> Self {
-        PolicySettings { idle_timeout_s: 600, warm_spares: 2, rate_window_s: 4 * 3600, floor_z: 1.0 }
+        PolicySettings { idle_timeout_s: 600, warm_spares: 2, rate_window_s: 4 * 3600, floor_z: 1.0, history_days: default_history_days() }
     }
 }
 

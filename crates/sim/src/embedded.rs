@@ -133,7 +133,7 @@ pub fn default_day(seed: u64) -> Workload {
     }
     for (id, from) in live {
         let pod = Pod::new("shop", &format!("web-{id}"), pod_requests(2000, 4 * 1024, 0, 0));
-        push(&mut pods, pod, "web", 120, from, None);
+        push(&mut pods, pod, "web", 120, from, Some(DAY_S));
     }
 
     // batch: nightly.
@@ -179,6 +179,31 @@ pub fn default_day(seed: u64) -> Workload {
     Workload { name: "embedded day".into(), servers: rack_servers(), pools: pools(), daemonsets: daemonsets(), pods, end_s: DAY_S }
 }
 
+/// `days` embedded days in a row, the first as [`default_day`] draws it
+/// and each later one from a seed of its own: the same rhythm with other
+/// noise, bursts and batch sizes. The platform pods run throughout; the
+/// rest of a day's pods are named with the day (`web-12-d3`).
+pub fn days(seed: u64, days: u32) -> Workload {
+    let mut w = default_day(seed);
+    if days <= 1 {
+        return w;
+    }
+    for d in 1..u64::from(days) {
+        let day = default_day(seed.wrapping_add(d.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        for mut tp in day.pods.into_iter().filter(|tp| tp.departure_s.is_some()) {
+            tp.pod.name = format!("{}-d{d}", tp.pod.name);
+            tp.arrival_s += d * DAY_S;
+            tp.pod.created_s += d * DAY_S;
+            tp.departure_s = tp.departure_s.map(|t| t + d * DAY_S);
+            w.pods.push(tp);
+        }
+    }
+    w.pods.sort_by(|a, b| a.arrival_s.cmp(&b.arrival_s).then(a.pod.name.cmp(&b.pod.name)));
+    w.name = format!("embedded days ({days})");
+    w.end_s = u64::from(days) * DAY_S;
+    w
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +212,27 @@ mod tests {
     fn the_web_scales_to_zero_at_night_and_peaks_in_the_evening() {
         assert_eq!(web_request_rate(3 * 3600), 0.0);
         assert!(web_request_rate(20 * 3600) > web_request_rate(10 * 3600));
+    }
+
+    #[test]
+    fn days_repeat_the_rhythm_with_names_of_their_own() {
+        let one = default_day(4);
+        let three = days(4, 3);
+        assert_eq!(three.end_s, 3 * DAY_S);
+        let first: Vec<_> = three.pods.iter().filter(|p| p.arrival_s < DAY_S).map(|p| (p.pod.name.clone(), p.arrival_s)).collect();
+        assert_eq!(first, one.pods.iter().map(|p| (p.pod.name.clone(), p.arrival_s)).collect::<Vec<_>>(), "the first day is the day");
+        let mut names: Vec<_> = three.pods.iter().map(|p| (&p.pod.namespace, &p.pod.name)).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), three.pods.len(), "every pod has a name of its own");
+        let platform = three.pods.iter().filter(|p| p.pod.namespace == "platform").count();
+        assert_eq!(platform, 6, "the platform runs throughout, once");
+        // Each day has its morning ramp.
+        for d in 0..3 {
+            let web = three.pods.iter().filter(|p| p.pod.namespace == "shop" && p.arrival_s / DAY_S == d && p.arrival_s % DAY_S < 9 * 3600).count();
+            assert!(web > 0, "day {d} has a morning ramp");
+        }
+        assert!(three.pods.iter().all(|p| p.departure_s.is_none_or(|t| t <= 3 * DAY_S + 3 * 3600)));
     }
 
     #[test]

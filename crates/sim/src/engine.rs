@@ -402,6 +402,10 @@ impl Ord for Queued {
     }
 }
 
+/// How long the arrivals of ended claims are kept: the daily profile's
+/// week and a day.
+pub const ARRIVAL_HISTORY_S: Seconds = 8 * 86_400;
+
 /// Failed claims listed one by one in the report, beyond which they are
 /// only counted.
 const MAX_FAILED_CLAIMS_KEPT: usize = 200;
@@ -442,6 +446,8 @@ pub struct RunStats {
     pub pods_withdrawn: u64,
     pub pods_pending_at_end: u64,
     pub deadline_misses: u64,
+    /// The misses by the pods' workload (the trace's, or `-`).
+    pub deadline_misses_by_workload: BTreeMap<String, u64>,
     pub power_on_cycles: Vec<u32>,
     pub claims_for_pods: u64,
     /// Warm spares powered on by scale-down.
@@ -541,6 +547,9 @@ pub struct Engine<'a> {
     claims: BTreeMap<String, ClaimRecord>,
     /// The first pod of each live claim: the fresh demand adaptive floors count.
     arrivals: BTreeMap<String, Arrival>,
+    /// Those of claims that have ended, kept for the floors' daily profile
+    /// ([`ARRIVAL_HISTORY_S`]), oldest first.
+    arrival_history: std::collections::VecDeque<Arrival>,
     abandoned: BTreeMap<String, Seconds>,
     changed: bool,
     fleet_watts: f64,
@@ -768,6 +777,7 @@ impl<'a> Engine<'a> {
             pending: BTreeSet::new(),
             claims: BTreeMap::new(),
             arrivals: BTreeMap::new(),
+            arrival_history: Default::default(),
             abandoned: BTreeMap::new(),
             changed: true,
             fleet_watts,
@@ -1867,7 +1877,12 @@ impl<'a> Engine<'a> {
             srv.health = Health::Quarantined;
         }
         self.checker.claim_closed(s);
-        self.arrivals.remove(claim);
+        if let Some(a) = self.arrivals.remove(claim) {
+            while self.arrival_history.front().is_some_and(|old| old.at_s.saturating_add(ARRIVAL_HISTORY_S) < self.now) {
+                self.arrival_history.pop_front();
+            }
+            self.arrival_history.push_back(a);
+        }
         self.changed = true;
     }
 
@@ -2258,6 +2273,7 @@ impl<'a> Engine<'a> {
         }
         let mut pending_s = Vec::new();
         let (mut placed, mut withdrawn, mut at_end, mut misses) = (0, 0, 0, 0);
+        let mut misses_by_workload: BTreeMap<String, u64> = BTreeMap::new();
         for (p, run) in self.pods.iter().enumerate() {
             let tp = &self.w.pods[p];
             if tp.arrival_s > end || self.prep.unplaceable[p].is_some() {
@@ -2279,6 +2295,7 @@ impl<'a> Engine<'a> {
             };
             if self.prep.pods[p].deadline_s.is_some_and(|d| waited > d) {
                 misses += 1;
+                *misses_by_workload.entry(self.prep.pods[p].workload.clone().unwrap_or_else(|| "-".into())).or_insert(0) += 1;
             }
             pending_s.push(waited);
         }
@@ -2300,6 +2317,7 @@ impl<'a> Engine<'a> {
             pods_withdrawn: withdrawn,
             pods_pending_at_end: at_end,
             deadline_misses: misses,
+            deadline_misses_by_workload: misses_by_workload,
             power_on_cycles: self.cycles.clone(),
             claims_for_pods: counters.claims_opened,
             claims_spare: counters.spares_powered_on,
@@ -2390,7 +2408,7 @@ impl<'a> Engine<'a> {
                 pods: r.pods.clone(),
             });
         }
-        snap.arrivals = self.arrivals.values().cloned().collect();
+        snap.arrivals = self.arrival_history.iter().chain(self.arrivals.values()).cloned().collect();
         snap.arrivals.sort_by(|a, b| a.at_s.cmp(&b.at_s).then_with(|| a.server.cmp(&b.server)));
         snap
     }

@@ -117,7 +117,12 @@ fn pools_for(kind: PolicyKind, base: &[ServerPool], w: &Workload, prep: &Prepare
             let mut pools = base.to_vec();
             for p in &mut pools {
                 if p.warm.adaptive.is_none() {
-                    p.warm.adaptive = Some(AdaptiveFloor { window_s: s.rate_window_s, z: s.floor_z });
+                    p.warm.adaptive = Some(AdaptiveFloor {
+                        window_s: s.rate_window_s,
+                        z: s.floor_z,
+                        history_days: s.history_days,
+                        ..AdaptiveFloor::new(s.rate_window_s)
+                    });
                 }
             }
             Setup { pools, all_on_at_start: false, scale_down: true, floors: Vec::new() }

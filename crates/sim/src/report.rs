@@ -134,6 +134,8 @@ pub struct PolicyReport {
     pub pods_withdrawn: u64,
     pub pods_pending_at_end: u64,
     pub deadline_misses: u64,
+    /// The misses by the pods' workload.
+    pub deadline_misses_by_workload: std::collections::BTreeMap<String, u64>,
     pub power_on_cycles: u64,
     pub power_on_cycles_per_server: MeanPeak,
     pub claims: Claims,
@@ -215,6 +217,7 @@ impl PolicyReport {
             pods_withdrawn: s.pods_withdrawn,
             pods_pending_at_end: s.pods_pending_at_end,
             deadline_misses: s.deadline_misses,
+            deadline_misses_by_workload: s.deadline_misses_by_workload.clone(),
             power_on_cycles: cycles,
             power_on_cycles_per_server: MeanPeak {
                 mean: cycles as f64 / servers,
@@ -362,6 +365,10 @@ impl Report {
         out.push_str(&self.policy_table(width).to_string());
         out.push('\n');
         for p in &self.policies {
+            if !p.deadline_misses_by_workload.is_empty() {
+                let parts: Vec<String> = p.deadline_misses_by_workload.iter().map(|(w, n)| format!("{w} {n}")).collect();
+                out.push_str(&format!("{} deadline misses by workload: {}\n", p.policy, parts.join(", ")));
+            }
             if !p.claims.failures.is_empty() {
                 let parts: Vec<String> = p.claims.failures.iter().map(|f| format!("{} at {}: {}", f.reason, f.stage, f.count)).collect();
                 out.push_str(&format!("{} claim failures: {}\n", p.policy, parts.join(", ")));
