@@ -920,6 +920,14 @@ impl Sweeper {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let (snapshot, problems) = index.snapshot(now, self.backoff);
             let usage = provision::pool_usage(&snapshot);
+            // The arrivals each pool's warm floors count, kept on its status.
+            let membership = ironclaim_core::warm::Membership::of(&snapshot);
+            let mut arrivals: BTreeMap<&str, Vec<ironclaim_core::Arrival>> = BTreeMap::new();
+            for a in &snapshot.arrivals {
+                if let Some(pool) = membership.index(&a.server).and_then(|i| membership.pool(i)) {
+                    arrivals.entry(pool.name.as_str()).or_default().push(a.clone());
+                }
+            }
             let mut changed: Vec<(String, ironclaim_k8s::api::serverpool::ServerPoolStatus, Option<String>)> = Vec::new();
             for (name, pool) in &index.pools {
                 let invalid = problems.iter().find(|p| p.object == format!("ServerPool {name}")).map(|p| p.error.clone());
@@ -927,6 +935,7 @@ impl Sweeper {
                     Some(u) => pools::status_of(u, pool.status.as_ref(), pool.metadata.generation, now),
                     None => pool.status.clone().unwrap_or_default(),
                 };
+                status.arrivals = pools::merge_arrivals(&status.arrivals, arrivals.get(name.as_str()).map(Vec::as_slice).unwrap_or_default(), now);
                 pools::set_valid(&mut status, invalid.as_deref(), pool.metadata.generation, now);
                 if pool.status.as_ref() != Some(&status) {
                     changed.push((name.clone(), status, invalid));

@@ -297,7 +297,9 @@ impl Index {
     ///   not ready, so pods wait for the claim rather than count as placed.
     /// - Objects that cannot be converted are left out and reported.
     /// - `arrivals` holds the fresh demand of live claims within the
-    ///   longest adaptive warm-floor window, when a pool has one.
+    ///   longest adaptive warm-floor window, when a pool has one (eight
+    ///   days with a daily profile), and the history the ServerPools'
+    ///   statuses keep of claims gone since.
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
         let mut snap = Snapshot {
@@ -393,7 +395,14 @@ impl Index {
                 Err(err) => problems.push(Problem { object: format!("ServerClaim {}", claim.name_any()), error: err.to_string() }),
             }
         }
-        snap.arrivals = self.recent_arrivals(&snap.pools, now_s);
+        let mut arrivals = self.recent_arrivals(&snap.pools, now_s);
+        if !arrivals.is_empty() || snap.pools.iter().any(|p| p.warm.adaptive.as_ref().is_some_and(|a| a.history_days > 0)) {
+            // The history the pools' statuses keep, from claims gone since.
+            arrivals.extend(self.pools.values().flat_map(|p| crate::pools::arrivals_of(p.status.as_ref())).filter(|a| a.at_s <= now_s));
+            arrivals.sort_by(|a, b| a.at_s.cmp(&b.at_s).then(a.server.cmp(&b.server)));
+            arrivals.dedup_by(|a, b| a.at_s == b.at_s && a.server == b.server);
+        }
+        snap.arrivals = arrivals;
         (snap, problems)
     }
 
@@ -404,11 +413,17 @@ impl Index {
     /// and is not counted.
     ///
     /// # Assumptions
-    /// Claims are deleted once their server is released, so demand whose
-    /// servers have gone off again is not seen: the floor errs low, and
-    /// the static floor remains the minimum.
+    /// Claims are deleted once their server is released: demand whose
+    /// servers have gone off again is seen only through the history the
+    /// leader keeps on each ServerPool's status (`status.arrivals`).
     fn recent_arrivals(&self, pools: &[core::ServerPool], now_s: Seconds) -> Vec<core::Arrival> {
-        let Some(window_s) = pools.iter().filter_map(|p| p.warm.adaptive.as_ref()).map(|a| a.window_s).max() else {
+        // A pool with a daily profile looks back days, not just its window.
+        let Some(window_s) = pools
+            .iter()
+            .filter_map(|p| p.warm.adaptive.as_ref())
+            .map(|a| if a.history_days > 0 { a.window_s.max(crate::pools::ARRIVAL_HISTORY_S) } else { a.window_s })
+            .max()
+        else {
             return Vec::new();
         };
         let horizon = now_s.saturating_sub(window_s);
@@ -442,8 +457,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A pool with an adaptive floor over `adaptive`, without a daily profile.
     fn pool(adaptive: Option<&str>) -> ServerPool {
-        let warm = adaptive.map(|w| json!({"adaptive": {"window": w}}));
+        let warm = adaptive.map(|w| json!({"adaptive": {"window": w, "historyDays": 0}}));
         serde_json::from_value(json!({
             "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
             "metadata": {"name": "general"},
@@ -498,6 +514,36 @@ mod tests {
         // Without an adaptive pool, nothing is collected.
         index.apply(pool(None));
         assert!(index.snapshot(NOW_S, backoff).0.arrivals.is_empty());
+    }
+
+    #[test]
+    fn with_a_daily_profile_the_arrivals_reach_back_days_and_take_the_history_the_pool_keeps() {
+        let mut index = Index::default();
+        let mut general: ServerPool = serde_json::from_value(json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
+            "metadata": {"name": "general"},
+            "spec": {"warmSpares": {"adaptive": {"window": "1h"}}},
+            "status": {"arrivals": [
+                {"at": NOW_S - 86_400, "server": "s9", "deadlineSeconds": 120},
+                {"at": NOW_S - 7200, "server": "s2", "deadlineSeconds": 120}
+            ]}
+        }))
+        .expect("serverpool");
+        index.apply(general.clone());
+        index.apply(pod("old", "2026-01-05T10:00:00Z", Some("s2")));
+        index.apply(claim("c2", "s2", &["old"], false));
+        let backoff = FailureBackoff { base_s: 60, max_s: 600 };
+        let (snap, _) = index.snapshot(NOW_S, backoff);
+        let arrival = |at_s, server: &str| core::Arrival { at_s, server: server.into(), deadline_s: Some(120) };
+        assert_eq!(snap.arrivals, vec![arrival(NOW_S - 86_400, "s9"), arrival(NOW_S - 7200, "s2")], "the live claim's and the kept one are one");
+        // With the claim gone (a restarted controller sees none), the pool's
+        // history alone; without a daily profile, none of it.
+        let mut restarted = Index::default();
+        restarted.apply(general.clone());
+        assert_eq!(restarted.snapshot(NOW_S, backoff).0.arrivals, snap.arrivals);
+        general.spec.warm_spares.as_mut().and_then(|w| w.adaptive.as_mut()).expect("adaptive").history_days = Some(0);
+        restarted.apply(general);
+        assert!(restarted.snapshot(NOW_S, backoff).0.arrivals.is_empty());
     }
 
     #[test]

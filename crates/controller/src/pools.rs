@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use ironclaim_core::model::Seconds;
 use ironclaim_core::provision::PoolUsage;
-use ironclaim_k8s::api::serverpool::ServerPoolStatus;
+use ironclaim_k8s::api::serverpool::{ArrivalRecord, ServerPoolStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::timeline;
@@ -38,7 +38,49 @@ pub fn status_of(usage: &PoolUsage, current: Option<&ServerPoolStatus>, generati
         ),
         None => timeline::set_condition(&mut conditions, LIMIT_REACHED_CONDITION, false, "WithinLimits", "every limit has room", now_s, generation),
     }
-    ServerPoolStatus { servers: usage.servers, resources, watts: Some(usage.watts.round() as i64), conditions }
+    let arrivals = current.map(|c| c.arrivals.clone()).unwrap_or_default();
+    ServerPoolStatus { servers: usage.servers, resources, watts: Some(usage.watts.round() as i64), conditions, arrivals }
+}
+
+/// How long a pool keeps the arrivals of its status: the daily profile's
+/// week and a day.
+pub const ARRIVAL_HISTORY_S: Seconds = 8 * 86_400;
+
+/// At most this many arrivals are kept on a pool, the newest.
+pub const MAX_ARRIVALS: usize = 5000;
+
+/// The arrivals a pool's status keeps: those it had and those of its live
+/// claims (`live`), each once, none older than [`ARRIVAL_HISTORY_S`] or
+/// from the future, oldest first, at most [`MAX_ARRIVALS`].
+pub fn merge_arrivals(kept: &[ArrivalRecord], live: &[ironclaim_core::Arrival], now_s: Seconds) -> Vec<ArrivalRecord> {
+    let now = i64::try_from(now_s).unwrap_or(i64::MAX);
+    let oldest = now.saturating_sub(ARRIVAL_HISTORY_S as i64);
+    let mut all: Vec<ArrivalRecord> = kept
+        .iter()
+        .cloned()
+        .chain(live.iter().map(|a| ArrivalRecord {
+            at: i64::try_from(a.at_s).unwrap_or(i64::MAX),
+            server: a.server.clone(),
+            deadline_seconds: a.deadline_s.and_then(|d| i64::try_from(d).ok()),
+        }))
+        .filter(|a| a.at >= oldest && a.at <= now)
+        .collect();
+    all.sort();
+    all.dedup_by(|a, b| a.at == b.at && a.server == b.server);
+    let excess = all.len().saturating_sub(MAX_ARRIVALS);
+    all.drain(..excess);
+    all
+}
+
+/// The arrivals a pool's status keeps, as the core takes them.
+pub fn arrivals_of(status: Option<&ServerPoolStatus>) -> impl Iterator<Item = ironclaim_core::Arrival> + '_ {
+    status.into_iter().flat_map(|s| &s.arrivals).filter_map(|a| {
+        Some(ironclaim_core::Arrival {
+            at_s: Seconds::try_from(a.at).ok()?,
+            server: a.server.clone(),
+            deadline_s: a.deadline_seconds.and_then(|d| Seconds::try_from(d).ok()),
+        })
+    })
 }
 
 /// The condition on a ServerPool that says whether its spec could be read.
@@ -143,5 +185,23 @@ mod tests {
         assert!(c.message.contains("spec.disruption.budgets[0].schedule"), "{}", c.message);
         set_valid(&mut status, None, Some(4), 1_060);
         assert_eq!(status.conditions.iter().find(|c| c.type_ == VALID_CONDITION).map(|c| c.status.as_str()), Some("True"));
+    }
+
+    #[test]
+    fn a_pool_keeps_eight_days_of_arrivals_each_once_oldest_first() {
+        let day: u64 = 86_400;
+        let now = 20 * day;
+        let arrival = |at_s: u64, server: &str| ironclaim_core::Arrival { at_s, server: server.into(), deadline_s: Some(120) };
+        let record = |at: u64, server: &str| ArrivalRecord { at: at as i64, server: server.into(), deadline_seconds: Some(120) };
+        let kept = vec![record(11 * day, "too-old"), record(15 * day, "s1"), record(19 * day, "s2")];
+        let live = vec![arrival(19 * day, "s2"), arrival(now - 10, "s3"), arrival(now + 10, "future")];
+        let merged = merge_arrivals(&kept, &live, now);
+        assert_eq!(merged, vec![record(15 * day, "s1"), record(19 * day, "s2"), record(now - 10, "s3")]);
+        let back: Vec<_> = arrivals_of(Some(&ServerPoolStatus { arrivals: merged, ..Default::default() })).collect();
+        assert_eq!(back[2], arrival(now - 10, "s3"));
+        let many: Vec<_> = (0..MAX_ARRIVALS as u64 + 10).map(|i| arrival(now - 1000 - i, "s")).collect();
+        let capped = merge_arrivals(&[], &many, now);
+        assert_eq!(capped.len(), MAX_ARRIVALS);
+        assert_eq!(capped.last().map(|a| a.at), Some((now - 1000) as i64), "the newest are kept");
     }
 }

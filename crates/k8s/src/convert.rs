@@ -291,7 +291,18 @@ fn warm_policy(w: &WarmSpares) -> Result<core::WarmPolicy> {
                     format!("must be between 1m and 168h, found {window_s}s"),
                 ));
             }
-            Some(core::AdaptiveFloor::new(window_s))
+            let mut floor = core::AdaptiveFloor::new(window_s);
+            if let Some(days) = a.history_days {
+                floor.history_days = u32::try_from(days).ok().filter(|d| *d <= 28).ok_or_else(|| {
+                    ConvertError::invalid("spec.warmSpares.adaptive.historyDays".into(), format!("must be between 0 and 28, found {days}"))
+                })?;
+            }
+            if let Some(days) = a.min_days_seen {
+                floor.min_days_seen = u32::try_from(days).ok().filter(|d| (1..=28).contains(d)).ok_or_else(|| {
+                    ConvertError::invalid("spec.warmSpares.adaptive.minDaysSeen".into(), format!("must be between 1 and 28, found {days}"))
+                })?;
+            }
+            Some(floor)
         }
     };
     Ok(core::WarmPolicy {

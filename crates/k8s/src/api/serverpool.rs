@@ -177,6 +177,15 @@ pub struct AdaptiveWarmSpares {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::duration")]
     pub window: Option<String>,
+    /// Past days whose demand at this time of day powers spares on ahead of
+    /// a recurring ramp; 7 when unset, 0 turns it off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 28))]
+    pub history_days: Option<i64>,
+    /// On how many of those days the demand must have come; 3 when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 28))]
+    pub min_days_seen: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -267,4 +276,24 @@ pub struct ServerPoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
+    /// The fresh demand the pool's servers were claimed for over the last
+    /// eight days, oldest first: the history its warm floors' daily profile
+    /// is learned from, kept here so that it outlives the claims and the
+    /// controller's restarts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5000))]
+    pub arrivals: Vec<ArrivalRecord>,
+}
+
+/// One arrival: a pod that needed a server of its own.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArrivalRecord {
+    /// When the pod was created, in seconds since the Unix epoch.
+    pub at: i64,
+    /// The server claimed for it.
+    pub server: String,
+    /// The pod's deadline in seconds, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_seconds: Option<i64>,
 }
