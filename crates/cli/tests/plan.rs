@@ -326,3 +326,76 @@ fn crds_print_the_same_definitions_as_yaml_or_as_one_json_list() {
     let from_yaml: Vec<Value> = yaml.split("---\n").filter(|d| !d.trim().is_empty()).map(|d| serde_saphyr::from_str(d).expect("yaml")).collect();
     assert_eq!(list["items"].as_array().expect("items"), &from_yaml);
 }
+
+/// Every outcome the core can give a pod, reached from manifests through
+/// `plan -f`: the worked example, plus the documents that make each one.
+#[test]
+fn every_outcome_is_reachable_from_manifests() {
+    let example = std::fs::read_to_string(repo_file("examples/worked-example.yaml")).unwrap();
+    let dir = std::env::temp_dir().join(format!("ironclaim-outcomes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let outcome_of = |manifests: &str, name: &str, args: &[&str]| -> (String, Option<String>) {
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, manifests).unwrap();
+        let (code, out, err) = ironclaim(&[&["plan", "-f", path.to_str().unwrap(), "--output", "json"], args].concat());
+        assert_eq!(code, 0, "{name}: {err}");
+        let json: Value = serde_json::from_str(&out).unwrap();
+        let pods: Vec<Value> = json["workloads"].as_array().unwrap().iter().flat_map(|w| w["pods"].as_array().unwrap().clone()).collect();
+        let p = pods.iter().find(|p| p["name"] == format!("default/{name}")).unwrap_or_else(|| panic!("{name} not planned: {out}"));
+        (p["outcome"].as_str().unwrap().to_string(), p["reason_kind"].as_str().map(String::from))
+    };
+    let requests = |cpu: &str, gpus: u32| {
+        let limits = if gpus > 0 { format!(", limits: {{nvidia.com/gpu: \"{gpus}\"}}") } else { String::new() };
+        format!("  containers:\n  - {{name: c, image: x, resources: {{requests: {{cpu: \"{cpu}\", memory: 1Gi}}{limits}}}}}\n")
+    };
+    let pod_with = |name: &str, spec: &str, res: &str| {
+        format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: {name}}}}}\nspec:\n{spec}{res}")
+    };
+    let gpu_toleration = "  tolerations:\n  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}\n";
+    let cases: Vec<(&str, String, &[&str], (&str, Option<&str>))> = vec![
+        ("fits", pod_with("fits", "", &requests("1", 0)), &[], ("existing", None)),
+        ("needs-a-server", pod_with("needs-a-server", "", &requests("20", 0)), &[], ("new_claim", None)),
+        ("too-big", pod_with("too-big", "", &requests("200", 0)), &[], ("unschedulable", Some("no_matching_hardware"))),
+        (
+            // Only r2-u20 is in zone-a with GPUs, and the GPU inference
+            // pods take two of its four.
+            "whole-gpu-host",
+            pod_with(
+                "whole-gpu-host",
+                &format!("  nodeSelector: {{topology.kubernetes.io/zone: zone-a, accelerator: nvidia-a100}}\n{gpu_toleration}"),
+                &requests("8", 4),
+            ),
+            &[],
+            ("unschedulable", Some("all_matching_busy")),
+        ),
+        (
+            "affine-to-nothing",
+            pod_with(
+                "affine-to-nothing",
+                "  affinity:\n    podAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n      - {labelSelector: {matchLabels: {app: nowhere}}, topologyKey: kubernetes.io/hostname}\n",
+                &requests("1", 0),
+            ),
+            &[],
+            ("unschedulable", Some("topology")),
+        ),
+        ("over-budget", pod_with("over-budget", "", &requests("20", 0)), &["--power-budget-watts", "100"], ("unschedulable", Some("power_budget"))),
+    ];
+    for (name, doc, args, want) in cases {
+        let got = outcome_of(&format!("{example}\n{doc}"), name, args);
+        assert_eq!((got.0.as_str(), got.1.as_deref()), want, "{name}");
+    }
+    // A pool at its server limit.
+    let limited = example.replace(
+        "  - {key: ironclaim.dev/class, operator: In, values: [general-32]}\n  defaultDeadline: 1h",
+        "  - {key: ironclaim.dev/class, operator: In, values: [general-32]}\n  defaultDeadline: 1h\n  limits: {servers: 0}",
+    );
+    assert_ne!(limited, example, "the general pool's spec moved; update the replacement");
+    let got = outcome_of(&format!("{limited}\n{}", pod_with("no-room-in-pool", "", &requests("20", 0))), "no-room-in-pool", &[]);
+    assert_eq!((got.0.as_str(), got.1.as_deref()), ("unschedulable", Some("pool_limit")));
+    // A claim in flight for the pod.
+    let claim = "---\napiVersion: ironclaim.dev/v1alpha1\nkind: ServerClaim\nmetadata: {name: general-r1-u11}\n\
+                 spec: {server: r1-u11, pool: general, pods: [{namespace: default, name: waiting}]}\nstatus: {stage: Booting}\n";
+    let got = outcome_of(&format!("{example}\n{}{claim}", pod_with("waiting", "", &requests("20", 0))), "waiting", &[]);
+    assert_eq!((got.0.as_str(), got.1.as_deref()), ("in_flight", None));
+    std::fs::remove_dir_all(&dir).ok();
+}
