@@ -352,7 +352,9 @@ fn every_outcome_is_reachable_from_manifests() {
         format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: {name}}}}}\nspec:\n{spec}{res}")
     };
     let gpu_toleration = "  tolerations:\n  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}\n";
-    let cases: Vec<(&str, String, &[&str], (&str, Option<&str>))> = vec![
+    // Pod name, its document, extra flags, and the outcome and reason wanted.
+    type Case<'a> = (&'a str, String, &'a [&'a str], (&'a str, Option<&'a str>));
+    let cases: Vec<Case> = vec![
         ("fits", pod_with("fits", "", &requests("1", 0)), &[], ("existing", None)),
         ("needs-a-server", pod_with("needs-a-server", "", &requests("20", 0)), &[], ("new_claim", None)),
         ("too-big", pod_with("too-big", "", &requests("200", 0)), &[], ("unschedulable", Some("no_matching_hardware"))),
