@@ -951,7 +951,7 @@ impl Sweeper {
                 tracing::warn!(pool = %name, %error, "the ServerPool cannot be read; its servers are claimed by no other pool");
                 self.notes.warn(crate::scaledown::notes::Kind::ServerPool, &name, "InvalidSpec", error).await;
             }
-            let patch = serde_json::json!({"status": status});
+            let patch = pools::status_patch(&status);
             if let Err(err) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 tracing::warn!(pool = %name, error = %err, "writing the pool's status failed");
             }

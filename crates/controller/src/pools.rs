@@ -72,6 +72,16 @@ pub fn merge_arrivals(kept: &[ArrivalRecord], live: &[ironclaim_core::Arrival], 
     all
 }
 
+/// The merge patch that writes `status`: an empty arrivals list, left out
+/// of the status, is written as null, or the arrivals it had would stay.
+pub fn status_patch(status: &ServerPoolStatus) -> serde_json::Value {
+    let mut patch = serde_json::json!({"status": status});
+    if status.arrivals.is_empty() {
+        patch["status"]["arrivals"] = serde_json::Value::Null;
+    }
+    patch
+}
+
 /// The arrivals a pool's status keeps, as the core takes them.
 pub fn arrivals_of(status: Option<&ServerPoolStatus>) -> impl Iterator<Item = ironclaim_core::Arrival> + '_ {
     status.into_iter().flat_map(|s| &s.arrivals).filter_map(|a| {
@@ -203,5 +213,14 @@ mod tests {
         let capped = merge_arrivals(&[], &many, now);
         assert_eq!(capped.len(), MAX_ARRIVALS);
         assert_eq!(capped.last().map(|a| a.at), Some((now - 1000) as i64), "the newest are kept");
+    }
+
+    #[test]
+    fn a_pool_whose_arrivals_all_aged_out_has_them_removed_by_its_patch() {
+        let empty = ServerPoolStatus::default();
+        assert_eq!(status_patch(&empty)["status"]["arrivals"], serde_json::Value::Null);
+        assert!(status_patch(&empty)["status"].as_object().is_some_and(|s| s.contains_key("arrivals")), "said, not left out");
+        let one = ServerPoolStatus { arrivals: vec![ArrivalRecord { at: 1, server: "s".into(), deadline_seconds: None }], ..Default::default() };
+        assert_eq!(status_patch(&one)["status"]["arrivals"][0]["server"], "s");
     }
 }
