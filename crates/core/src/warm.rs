@@ -239,14 +239,21 @@ pub fn floors(snapshot: &Snapshot, now_s: Seconds) -> BTreeMap<(String, String),
     floors_of(snapshot, &m, now_s).into_iter().map(|((p, c), f)| ((p.to_string(), c.to_string()), f.count)).collect()
 }
 
+/// The servers of each (ServerPool, class), whatever their state.
+fn members_of<'s, 'm>(snapshot: &'s Snapshot, m: &'m Membership<'_>) -> BTreeMap<(&'m str, &'m str), Vec<&'s Server>> {
+    let mut members: BTreeMap<(&str, &str), Vec<&Server>> = BTreeMap::new();
+    for (i, s) in snapshot.servers.iter().enumerate() {
+        if let Some(pool) = m.pool(i) {
+            members.entry((pool.name.as_str(), m.class(i))).or_default().push(s);
+        }
+    }
+    members
+}
+
 /// [`floors`] by (pool name, class), with the pass's [`Membership`] and the
 /// pre-warming reasons.
 pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -> BTreeMap<(&'m str, &'m str), Floor> {
-    let mut members: BTreeMap<(&str, &str), Vec<&Server>> = BTreeMap::new();
-    for (i, s) in snapshot.servers.iter().enumerate() {
-        let Some(pool) = m.pool(i) else { continue };
-        members.entry((pool.name.as_str(), m.class(i))).or_default().push(s);
-    }
+    let members = members_of(snapshot, m);
     let mut arrivals: BTreeMap<(&str, &str), Vec<&Arrival>> = BTreeMap::new();
     for a in &snapshot.arrivals {
         if let Some(i) = m.index(&a.server)
@@ -285,12 +292,7 @@ pub fn next_change_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
     }
     let m = Membership::of(snapshot);
     // The cold path of each class that has arrivals, as `prewarm` takes it.
-    let mut members: BTreeMap<(&str, &str), Vec<&Server>> = BTreeMap::new();
-    for (i, s) in snapshot.servers.iter().enumerate() {
-        if let Some(pool) = m.pool(i) {
-            members.entry((pool.name.as_str(), m.class(i))).or_default().push(s);
-        }
-    }
+    let members = members_of(snapshot, &m);
     let cold: BTreeMap<(&str, &str), Seconds> = members.iter().filter_map(|(k, v)| Some((*k, cold_path_s(v)?.max(1)))).collect();
     let mut next: Option<Seconds> = None;
     let mut consider = |t: Seconds| {
