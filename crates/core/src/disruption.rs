@@ -42,6 +42,11 @@
 //!   [`REPLACEMENT_MAX_IDLE_SHARE`] of their watts; it stays within the
 //!   fleet's power budget. A server kept on as a replacement is neither
 //!   powered off nor counted as a warm spare.
+//! - Every power-on and power-off it plans (a drain's power-off counted
+//!   when the drain is planned) keeps within the transition rates, and no
+//!   server at its cap of power cycles a day is powered off or drained
+//!   ([`crate::transitions`]); with that cap set, a spare to restore a
+//!   floor is the least worn of the most efficient.
 
 use crate::model::*;
 use crate::outcome::Outcome;
@@ -492,6 +497,8 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         .filter(|s| s.power_state == PowerState::On || s.node.is_some() || s.claim.is_some())
         .map(|s| s.power.peak_watts)
         .sum();
+    let mut gate = crate::transitions::Gate::new(snapshot, now_s);
+    let wear_counts = snapshot.transition_limits.max_cycles_per_day.is_some();
     let underutilized_budget_left = |pool: &ServerPool, drains_by_pool: &BTreeMap<String, u32>| {
         let (nodes, disrupting) = pool_nodes.get(pool.name.as_str()).copied().unwrap_or_default();
         let used = drains_by_pool.get(&pool.name).copied().unwrap_or(0);
@@ -578,7 +585,18 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         if on < floor {
             // Restore the floor from cold spares, most efficient first.
             let mut cold = st.cold.clone();
-            cold.sort_by(|a, b| a.power.idle_watts.total_cmp(&b.power.idle_watts).then(a.failures.cmp(&b.failures)).then(a.name.cmp(&b.name)));
+            cold.sort_by(|a, b| {
+                a.power
+                    .idle_watts
+                    .total_cmp(&b.power.idle_watts)
+                    .then(a.failures.cmp(&b.failures))
+                    .then(if wear_counts {
+                        crate::transitions::wear(a, now_s).cmp(&crate::transitions::wear(b, now_s))
+                    } else {
+                        std::cmp::Ordering::Equal
+                    })
+                    .then(a.name.cmp(&b.name))
+            });
             for s in cold.into_iter().take((floor - on) as usize) {
                 if snapshot.power_budget_watts.is_some_and(|b| fleet_on_peak + s.power.peak_watts > b) {
                     out.held.push(Held {
@@ -587,6 +605,11 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                     });
                     break;
                 }
+                if let Some(refused) = gate.refusal(s, true) {
+                    out.held.push(Held { subject: s.name.clone(), why: format!("warm floor {floor} for {class}{prewarm}, but the {refused}") });
+                    break;
+                }
+                gate.take(s);
                 fleet_on_peak += s.power.peak_watts;
                 out.actions.push(Action::PowerOn { server: s.name.clone(), class: class.to_string(), floor, on });
             }
@@ -612,10 +635,15 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 });
                 continue;
             }
+            if let Some(refused) = gate.refusal(s, false) {
+                out.held.push(Held { subject: s.name.clone(), why: refused.to_string() });
+                continue;
+            }
             if !headroom.take(pool_name, &s.capacity) {
                 out.held.push(Held { subject: s.name.clone(), why: format!("kept for the headroom of ServerPool {pool_name}") });
                 continue;
             }
+            gate.take(s);
             excess -= 1;
             out.actions.push(Action::PowerOff {
                 server: s.name.clone(),
@@ -657,10 +685,15 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 out.held.push(Held { subject: c.node.name.clone(), why: format!("disruption budget of ServerPool {} is used up", c.pool.name) });
                 continue;
             }
+            if let Some(refused) = gate.refusal(s, false) {
+                out.held.push(Held { subject: c.node.name.clone(), why: format!("empty, but its server's {refused}") });
+                continue;
+            }
             if !headroom.take(&c.pool.name, &c.node.allocatable) {
                 out.held.push(Held { subject: c.node.name.clone(), why: format!("kept for the headroom of ServerPool {}", c.pool.name) });
                 continue;
             }
+            gate.take(s);
             excess -= 1;
             *drains_by_pool.entry(c.pool.name.clone()).or_default() += 1;
             drained.push(i);
@@ -689,6 +722,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             out.held.push(Held { subject: c.node.name.clone(), why: format!("disruption budget of ServerPool {} is used up", c.pool.name) });
             continue;
         }
+        if let Some(refused) = c.server.and_then(|s| gate.refusal(s, false)) {
+            out.held.push(Held { subject: c.node.name.clone(), why: format!("underutilized, but its server's {refused}") });
+            continue;
+        }
         // Its pods move onto the others' free capacity: the pool loses the
         // node's whole allocatable.
         if !headroom.take(&c.pool.name, &c.node.allocatable) {
@@ -706,6 +743,9 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         }
         for (k, n) in evictions_by_pdb(snapshot, c).iter().enumerate() {
             pdb_left[k] -= n;
+        }
+        if let Some(s) = c.server {
+            gate.take(s);
         }
         *drains_by_pool.entry(c.pool.name.clone()).or_default() += 1;
         drained_under.push(i);
@@ -754,9 +794,11 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             .filter(|(_, s)| s.is_available() && !s.is_warm() && !s.unlimited && !powering.contains(&s.name))
             .filter(|&(i, _)| m.in_pool(i, pool))
             .filter(|(_, s)| snapshot.power_budget_watts.is_none_or(|b| fleet_on_peak + s.power.peak_watts <= b))
+            .filter(|(_, s)| gate.refusal(s, true).is_none())
             .map(|(_, server)| Target { server, node: None, daemonset_pods: &[] })
             .collect();
         let Some(r) = best_replacement(snapshot, &candidates, &eligible, cold, now_s) else { continue };
+        gate.take(r.target.server);
         fleet_on_peak += r.target.server.power.peak_watts;
         out.actions.push(Action::PowerOnForReplacement {
             server: r.target.server.name.clone(),
@@ -802,6 +844,14 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 });
                 break;
             }
+            if let Some(refused) = gate.refusal(s, true) {
+                out.held.push(Held {
+                    subject: s.name.clone(),
+                    why: format!("ServerPool {} is short of its headroom by {short}, but the {refused}", pool.name),
+                });
+                break;
+            }
+            gate.take(s);
             fleet_on_peak += s.power.peak_watts;
             headroom.give(&pool.name, &s.capacity);
             out.actions.push(Action::PowerOnForHeadroom { server: s.name.clone(), pool: pool.name.clone(), short });

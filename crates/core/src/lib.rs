@@ -21,6 +21,7 @@ pub mod schedule;
 pub mod sensitivity;
 pub mod shapes;
 pub mod topology;
+pub mod transitions;
 pub mod warm;
 
 pub use labels::{LabelSelector, Labels, NodeSelectorTerm, Operator, Requirement, Taint, TaintEffect, Toleration, TolerationOperator};

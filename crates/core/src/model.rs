@@ -401,6 +401,17 @@ pub struct Server {
     /// MachineDeployment, a cloud instance type in benchmarks).
     #[serde(default)]
     pub unlimited: bool,
+    /// Its power changes of the last day, oldest first, as the driver
+    /// recorded them: for transition rates and the cap on power cycles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub power_changes: Vec<PowerChange>,
+}
+
+/// A power-on (`on`) or power-off a driver carried out, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PowerChange {
+    pub at_s: Seconds,
+    pub on: bool,
 }
 
 impl Server {
@@ -419,6 +430,7 @@ impl Server {
             idle_since_s: None,
             powering_on: false,
             unlimited: false,
+            power_changes: Vec::new(),
         }
     }
 
@@ -707,6 +719,10 @@ pub struct Snapshot {
     /// Peak watts the whole fleet may draw, if capped.
     #[serde(default)]
     pub power_budget_watts: Option<f64>,
+    /// How often servers may change power: per minute per group, and power
+    /// cycles per server per day ([`crate::transitions`]).
+    #[serde(default)]
+    pub transition_limits: crate::transitions::TransitionLimits,
     /// Recent fresh demand, for adaptive warm floors, and the days before
     /// for their daily profile. Drivers may pass more than any window needs;
     /// older arrivals are ignored.

@@ -51,6 +51,10 @@ pub enum Unschedulable {
     /// A free matching server exists, but powering it on would cross the
     /// fleet's power budget.
     PowerBudget { budget_watts: f64, needed_watts: f64 },
+    /// A free matching server exists, but its group has started as many
+    /// power changes this minute as its transition rate allows: the pod is
+    /// decided again once one leaves the minute.
+    TransitionRate { refusal: crate::transitions::Refusal },
     /// A free matching server exists, but an inter-pod constraint rules
     /// every one of them out.
     Topology { constraint: String },
@@ -64,6 +68,7 @@ impl Unschedulable {
             Unschedulable::AllMatchingBusy { .. } => "all_matching_busy",
             Unschedulable::PoolLimit { .. } => "pool_limit",
             Unschedulable::PowerBudget { .. } => "power_budget",
+            Unschedulable::TransitionRate { .. } => "transition_rate",
             Unschedulable::Topology { .. } => "topology",
         }
     }
@@ -116,6 +121,7 @@ impl fmt::Display for Unschedulable {
             Unschedulable::PowerBudget { budget_watts, needed_watts } => {
                 write!(f, "power budget reached: powering on needs {needed_watts:.0} W more than the {budget_watts:.0} W budget allows")
             }
+            Unschedulable::TransitionRate { refusal } => write!(f, "{refusal}"),
             Unschedulable::Topology { constraint } => {
                 write!(f, "free servers match, but {constraint} rules them all out")
             }

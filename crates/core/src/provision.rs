@@ -20,7 +20,9 @@
 //!   quarantined or in maintenance is claimed.
 //! - Every placement passes the filters of kube-scheduler that the model
 //!   covers (see [`crate::predicates`] and [`crate::topology`]).
-//! - ServerPool limits and the fleet power budget hold after right-sizing.
+//! - ServerPool limits, the fleet power budget and the transition rates
+//!   ([`crate::transitions`]) hold after right-sizing; with a cap on power
+//!   cycles set, the least worn of identical free servers is taken first.
 //! - Same snapshot, same plan: no randomness, no hash-order dependence.
 
 use crate::labels::TaintEffect;
@@ -265,6 +267,8 @@ struct Scheduler<'s> {
     static_cache: HashMap<StaticKey<'s>, Rc<Vec<bool>>>,
     lives: Vec<Live>,
     shared_lives: HashMap<StaticKey<'s>, usize>,
+    /// Power changes of the last minute and those this plan opens.
+    gate: crate::transitions::Gate<'s>,
 }
 
 /// What decides whether a pod fits an empty server: requests, node
@@ -406,6 +410,7 @@ impl<'s> Scheduler<'s> {
             static_cache: HashMap::new(),
             lives: Vec::new(),
             shared_lives: HashMap::new(),
+            gate: crate::transitions::Gate::new(snap, now_s),
         };
         s.build_inventory();
         s.build_slots();
@@ -442,8 +447,14 @@ impl<'s> Scheduler<'s> {
                 self.fleet_peak_watts += server.power.peak_watts;
             }
         }
+        // The next one to take last: by name, or, with a cap on power
+        // cycles set, the least worn first (see crate::transitions).
         for class in &mut self.classes {
             class.free.reverse();
+            if snap.transition_limits.max_cycles_per_day.is_some() {
+                let now_s = self.now_s;
+                class.free.sort_by_key(|&i| std::cmp::Reverse(crate::transitions::wear(&snap.servers[i], now_s)));
+            }
         }
         // Pool usage: servers that are nodes or held by claims, attributed to
         // the pool their claim names, else the first pool that admits them.
@@ -1016,6 +1027,16 @@ impl<'s> Scheduler<'s> {
         Some(Unschedulable::PowerBudget { budget_watts: budget, needed_watts: self.fleet_peak_watts + off.peak_watts - budget })
     }
 
+    /// Why powering on a server of the offering must wait for the
+    /// transition rate of its group; a warm one needs no power change.
+    fn rate_breach(&self, off: &Offering) -> Option<Unschedulable> {
+        if off.warm || !self.gate.limits() {
+            return None;
+        }
+        let refusal = self.gate.refusal(&self.snap.servers[self.classes[off.class].sample], true)?;
+        Some(Unschedulable::TransitionRate { refusal })
+    }
+
     fn open_claim(&mut self, pod_index: usize, group: &mut Group, spread_min: &[u32]) -> Option<usize> {
         let pod = &self.snap.pods[pod_index];
         let mut blocked: Option<Unschedulable> = None;
@@ -1035,7 +1056,7 @@ impl<'s> Scheduler<'s> {
                     blocked.get_or_insert(Unschedulable::PoolLimit { pool: self.pools[pool].name.clone(), limit });
                     continue;
                 }
-                if let Some(reason) = self.power_breach(off) {
+                if let Some(reason) = self.power_breach(off).or_else(|| self.rate_breach(off)) {
                     blocked.get_or_insert(reason);
                     continue;
                 }
@@ -1063,6 +1084,7 @@ impl<'s> Scheduler<'s> {
                         && same_domains(off)
                         && self.limit_breach(pool, off).is_none()
                         && self.power_breach(off).is_none()
+                        && self.rate_breach(off).is_none()
                 })
                 .collect();
             let (server, name) = self.take(anchor);
@@ -1092,6 +1114,7 @@ impl<'s> Scheduler<'s> {
         self.charge(pool, &capacity, peak, 1.0);
         if !warm {
             self.fleet_peak_watts += peak;
+            self.gate.take(&self.snap.servers[server]);
         }
         (server, name)
     }
@@ -1109,6 +1132,7 @@ impl<'s> Scheduler<'s> {
         self.charge(pool, &capacity, peak, -1.0);
         if !warm {
             self.fleet_peak_watts -= peak;
+            self.gate.give(&self.snap.servers[server]);
         }
     }
 
@@ -1217,7 +1241,12 @@ impl<'s> Scheduler<'s> {
             for &c in &candidates {
                 let off = &self.offerings[c];
                 let class = &self.classes[off.class];
-                if !class.has_free() || !pod_requests.fits(&off.alloc) || self.limit_breach(pool, off).is_some() || self.power_breach(off).is_some() {
+                if !class.has_free()
+                    || !pod_requests.fits(&off.alloc)
+                    || self.limit_breach(pool, off).is_some()
+                    || self.power_breach(off).is_some()
+                    || self.rate_breach(off).is_some()
+                {
                     continue;
                 }
                 let sc = score(self, c);
