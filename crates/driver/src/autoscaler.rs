@@ -41,8 +41,9 @@ pub const UNCORDON_READ_AGAIN_S: u64 = 30;
 pub const UNCORDON_IN_FLIGHT_S: u64 = 60;
 
 use ironclaim_core::disruption::{Action, disrupt};
-use ironclaim_core::model::{ClaimInFlight, Pod, PowerState, Seconds, Snapshot};
+use ironclaim_core::model::{ClaimInFlight, Pod, PowerChange, PowerState, Seconds, Snapshot};
 use ironclaim_core::provision;
+use ironclaim_core::transitions::RATE_WINDOW_S;
 
 use crate::backoff::FailureBackoff;
 use crate::batch::{Batcher, Windows};
@@ -261,6 +262,9 @@ pub struct Autoscaler {
     pub counters: Counters,
     /// Pending pods by what the latest decision found for them.
     pending_by_decision: BTreeMap<&'static str, usize>,
+    /// Power actions sent in the last minute, by server: they count toward
+    /// the transition rates until the world's record shows them.
+    sent: BTreeMap<String, Vec<PowerChange>>,
 }
 
 /// What a pending pod is told of the decision about it.
@@ -328,6 +332,7 @@ impl Autoscaler {
             backoff_ends: None,
             counters: Counters::default(),
             pending_by_decision: BTreeMap::new(),
+            sent: BTreeMap::new(),
         }
     }
 
@@ -429,6 +434,12 @@ impl Autoscaler {
 
     /// Takes the answer to an effect.
     pub fn report(&mut self, report: Report, now: Duration) -> Vec<Effect> {
+        let out = self.report_inner(report, now);
+        self.note_sent(&out, now.as_secs());
+        out
+    }
+
+    fn report_inner(&mut self, report: Report, now: Duration) -> Vec<Effect> {
         let mut out = Vec::new();
         self.unchanged = false;
         if matches!(
@@ -608,6 +619,9 @@ impl Autoscaler {
                 });
             }
         }
+        if !snap.transition_limits.is_empty() {
+            self.count_changes(snap);
+        }
         let draining: BTreeSet<&str> = self.drains.values().filter_map(|d| d.server.as_deref()).collect();
         for n in snap.nodes.iter_mut() {
             if self.drains.contains_key(&n.name) || n.server.as_deref().is_some_and(|s| draining.contains(s)) {
@@ -617,8 +631,65 @@ impl Autoscaler {
         backoff_ends
     }
 
+    /// Adds to each server's recorded power changes those the world does
+    /// not show yet: actions sent here in the last minute, and changes
+    /// decided and not sent (a cold server being taken, a drain that will
+    /// power its server off), at the time they were decided.
+    fn count_changes(&self, snap: &mut Snapshot) {
+        let mut planned: BTreeMap<&str, PowerChange> = BTreeMap::new();
+        for r in self.taking.values() {
+            planned.insert(r.server.as_str(), PowerChange { at_s: r.created_s, on: true });
+        }
+        for d in self.drains.values().filter(|d| d.power_off && !d.powering_off()) {
+            if let Some(server) = d.server.as_deref() {
+                planned.insert(server, PowerChange { at_s: d.started.as_secs(), on: false });
+            }
+        }
+        for s in snap.servers.iter_mut() {
+            let shown = |c: &PowerChange, record: &[PowerChange]| record.iter().any(|w| w.on == c.on && w.at_s + 5 >= c.at_s);
+            let mut add: Vec<PowerChange> = Vec::new();
+            for c in self.sent.get(&s.name).into_iter().flatten() {
+                if !shown(c, &s.power_changes) {
+                    add.push(*c);
+                }
+            }
+            if let Some(c) = planned.get(s.name.as_str()) {
+                let is_on = s.power_state == PowerState::On && !s.powering_on;
+                if c.on != is_on && !add.iter().any(|a| a.on == c.on) && !shown(c, &s.power_changes) {
+                    add.push(*c);
+                }
+            }
+            if !add.is_empty() {
+                s.power_changes.extend(add);
+                s.power_changes.sort_by_key(|c| c.at_s);
+            }
+        }
+    }
+
+    /// Notes the power actions among `effects`, sent at `now_s`.
+    fn note_sent(&mut self, effects: &[Effect], now_s: Seconds) {
+        self.sent.retain(|_, v| {
+            v.retain(|c| now_s.saturating_sub(c.at_s) < RATE_WINDOW_S);
+            !v.is_empty()
+        });
+        for e in effects {
+            let (server, on) = match e {
+                Effect::PowerOn { server, .. } => (server, true),
+                Effect::PowerOff { server, .. } => (server, false),
+                _ => continue,
+            };
+            self.sent.entry(server.clone()).or_default().push(PowerChange { at_s: now_s, on });
+        }
+    }
+
     /// One step at `now`. See the module docs.
     pub fn step(&mut self, world: &dyn World, now: Duration) -> Vec<Effect> {
+        let out = self.step_inner(world, now);
+        self.note_sent(&out, now.as_secs());
+        out
+    }
+
+    fn step_inner(&mut self, world: &dyn World, now: Duration) -> Vec<Effect> {
         let now_s = now.as_secs();
         let mut out = Vec::new();
 
@@ -711,7 +782,11 @@ impl Autoscaler {
         let periodic = self.redecide_at().is_some_and(|at| now >= at);
         if self.batcher.due(now) || periodic {
             let mut snap = world.snapshot(Some(pending.len()));
-            self.backoff_ends = self.prepare(&mut snap, world, now_s);
+            let backoff_ends = self.prepare(&mut snap, world, now_s);
+            // A pod waiting for a transition rate is decided again when a
+            // change leaves its minute, as when a backoff ends.
+            let rate_ends = ironclaim_core::transitions::next_change_s(&snap, now_s);
+            self.backoff_ends = backoff_ends.into_iter().chain(rate_ends).min();
             self.unchanged = true;
             let plan = provision(&snap, now_s);
             self.counters.decisions += 1;
@@ -846,6 +921,7 @@ impl Autoscaler {
             let next_s = ironclaim_core::disruption::next_candidate_s(&snap, now_s)
                 .into_iter()
                 .chain(ironclaim_core::warm::next_change_s(&snap, now_s))
+                .chain(ironclaim_core::transitions::next_change_s(&snap, now_s))
                 .chain(cool_ends)
                 .chain(proposals)
                 .min();
@@ -1033,6 +1109,32 @@ mod tests {
         let Some(Effect::TakeServer { claim }) = effects.into_iter().find(|e| matches!(e, Effect::TakeServer { .. })) else { panic!("no take") };
         let answer = b.report(Report::Held { claim: claim.name.clone(), holder: "other".into() }, s(2_001));
         assert!(matches!(&answer[..], [Effect::FailClaim { reason: crate::FailureReason::ClaimConflict, .. }]), "{answer:?}");
+    }
+
+    #[test]
+    fn a_transition_rate_counts_the_power_on_sent_before_the_world_records_it() {
+        let mut world = toy();
+        world.snap.transition_limits.rates.push(ironclaim_core::transitions::parse_rate("fleet=1").unwrap());
+        for name in ["a", "b"] {
+            world.snap.pods.push(Pod::new("ns", name, Resources::new(16_000, 1 << 30)));
+        }
+        let mut a = Autoscaler::new(Settings { scale_down: None, ..Settings::default() });
+        let takes = |effects: &[Effect]| -> Vec<ClaimRecord> {
+            effects.iter().filter_map(|e| if let Effect::TakeServer { claim } = e { Some(claim.clone()) } else { None }).collect()
+        };
+        a.step(&world, s(2_000));
+        let first = takes(&a.step(&world, s(2_001)));
+        assert_eq!(first.len(), 1, "one power change a minute: one cold server");
+        assert_eq!(a.pending_by_decision().get("transition_rate"), Some(&1));
+        let on = a.report(Report::Taken { claim: first[0].name.clone(), newly: true }, s(2_001));
+        assert!(on.iter().any(|e| matches!(e, Effect::PowerOn { .. })));
+        // The world shows the server taken and on, but has recorded no
+        // power change yet: the one sent here still counts.
+        world.snap.servers[0].claim = Some(first[0].name.clone());
+        world.snap.servers[0].power_state = PowerState::On;
+        assert!(takes(&a.step(&world, s(2_031))).is_empty(), "the minute of the first power-on is not over");
+        let second = takes(&a.step(&world, s(2_062)));
+        assert_eq!(second.iter().map(|c| c.server.as_str()).collect::<Vec<_>>(), ["s2"]);
     }
 
     #[test]
