@@ -108,6 +108,19 @@ pub struct Args {
     /// (0: none, only the recent rate).
     #[arg(long, value_name = "DAYS", default_value_t = 7)]
     history_days: u32,
+    /// At most N power changes per minute in each group: `fleet=N`,
+    /// `pool=N`, or `LABEL=N` per value of a server label (a rack, a PDU).
+    /// Repeat for several; every policy keeps them.
+    #[arg(long, value_name = "SCOPE=N", value_parser = transition_rate)]
+    transition_rate: Vec<ironclaim_core::transitions::TransitionRate>,
+    /// A server powered off this many times in the last 24 hours stays on.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_cycles_per_day: Option<u32>,
+}
+
+/// `--transition-rate`, parsed as the core reads it.
+pub fn transition_rate(text: &str) -> Result<ironclaim_core::transitions::TransitionRate, String> {
+    ironclaim_core::transitions::parse_rate(text)
 }
 
 /// `--quiet-max`'s default: the simulator's (a test keeps the two equal).
@@ -157,6 +170,8 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
     cfg.policy.idle_timeout_s = whole_seconds(args.idle_timeout);
     cfg.policy.warm_spares = args.warm_spares;
     cfg.policy.history_days = args.history_days;
+    cfg.transition_limits.rates = args.transition_rate.clone();
+    cfg.transition_limits.max_cycles_per_day = args.max_cycles_per_day;
     Ok(cfg)
 }
 

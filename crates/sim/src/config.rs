@@ -4,6 +4,7 @@
 //! replay a run exactly.
 
 use ironclaim_core::Seconds;
+use ironclaim_core::transitions::TransitionLimits;
 use ironclaim_driver::backoff::FailureBackoff;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -321,6 +322,10 @@ pub struct SimConfig {
     pub replicas: u32,
     #[serde(default = "default_lease_s")]
     pub lease_s: Seconds,
+    /// How often servers may change power, for every policy: the limits
+    /// of the building, not of a policy.
+    #[serde(default, skip_serializing_if = "TransitionLimits::is_empty")]
+    pub transition_limits: TransitionLimits,
 }
 
 fn one() -> u32 {
@@ -357,6 +362,7 @@ impl Default for SimConfig {
             policy: PolicySettings::default(),
             timeline_points: 480,
             broken: None,
+            transition_limits: TransitionLimits::default(),
             replicas: 1,
             lease_s: default_lease_s(),
         }

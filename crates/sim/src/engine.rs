@@ -36,9 +36,10 @@ use crate::workload::{HardwareClass, Workload, gpu_milli_of};
 use foldhash::{HashMap, HashMapExt};
 use ironclaim_core::identity::{self, Links, NodeSays};
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint};
-use ironclaim_core::model::Arrival;
+use ironclaim_core::model::{Arrival, PowerChange};
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
 use ironclaim_core::provision::{SERVER_LABEL, SERVERPOOL_LABEL};
+use ironclaim_core::transitions::CYCLE_WINDOW_S;
 use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot};
 use ironclaim_driver::autoscaler::World;
 use ironclaim_driver::lease::{LeaseTimes, Observer, Record, Round, Tenure};
@@ -220,6 +221,9 @@ struct Srv {
     foreign: Option<Foreign>,
     /// A NotReady Node an earlier install left, naming this server.
     stale_twin: Option<String>,
+    /// Its power actions of the last day, as the controller records them
+    /// on the Server's status.
+    power_changes: Vec<PowerChange>,
 }
 
 /// An existing worker on a machine of the inventory: its Node carries no
@@ -449,6 +453,8 @@ pub struct RunStats {
     /// The misses by the pods' workload (the trace's, or `-`).
     pub deadline_misses_by_workload: BTreeMap<String, u64>,
     pub power_on_cycles: Vec<u32>,
+    /// The most times one server was powered off within 24 hours.
+    pub peak_power_offs_per_day: u32,
     pub claims_for_pods: u64,
     /// Warm spares powered on by scale-down.
     pub claims_spare: u64,
@@ -537,6 +543,8 @@ pub struct Engine<'a> {
     wakes: BTreeSet<Seconds>,
     srv: Vec<Srv>,
     cycles: Vec<u32>,
+    /// The most power-offs of one server within 24 hours so far.
+    peak_offs_per_day: u32,
     /// Servers not off.
     powered: BTreeSet<usize>,
     /// Schedulable nodes: Ready, gates passed, not cordoned.
@@ -696,6 +704,7 @@ impl<'a> Engine<'a> {
                 powered_by_ironclaim: false,
                 foreign: None,
                 stale_twin: None,
+                power_changes: Vec::new(),
             })
             .collect();
         if cfg.faults.identity_unread_probability > 0.0 {
@@ -769,6 +778,7 @@ impl<'a> Engine<'a> {
             wakes: BTreeSet::new(),
             srv,
             cycles: vec![0; n],
+            peak_offs_per_day: 0,
             powered: BTreeSet::new(),
             ready: BTreeSet::new(),
             pods: (0..prep.pods.len())
@@ -1400,6 +1410,7 @@ impl<'a> Engine<'a> {
         match self.srv[s].power {
             Power::Off => {
                 self.checker.power_action(self.now, self.actor.replica, "power-on", server);
+                self.record_power_change(s, true);
                 let a = self.draw_attempt(s);
                 let srv = &mut self.srv[s];
                 srv.attempt = Some(a);
@@ -1767,6 +1778,7 @@ impl<'a> Engine<'a> {
             }
             Power::PoweringOn | Power::On => {
                 self.checker.power_action(self.now, self.actor.replica, "power-off", server);
+                self.record_power_change(s, false);
                 let failed = |reason, message: &str| Report::PoweredOff {
                     server: server.to_string(),
                     result: Err(PowerFailure { reason, message: message.to_string() }),
@@ -1786,6 +1798,21 @@ impl<'a> Engine<'a> {
                 }
                 None
             }
+        }
+    }
+
+    /// Records a power action sent to the server, as the controller does
+    /// on the Server's status: the last day's, at most
+    /// [`ironclaim_core::transitions::RECORDED_CHANGES`].
+    fn record_power_change(&mut self, s: usize, on: bool) {
+        let changes = &mut self.srv[s].power_changes;
+        changes.push(PowerChange { at_s: self.now, on });
+        if changes.len() > 2 * ironclaim_core::transitions::RECORDED_CHANGES {
+            ironclaim_core::transitions::prune(changes, self.now, ironclaim_core::transitions::RECORDED_CHANGES);
+        }
+        if !on {
+            let offs = changes.iter().filter(|c| !c.on && self.now - c.at_s < CYCLE_WINDOW_S).count() as u32;
+            self.peak_offs_per_day = self.peak_offs_per_day.max(offs);
         }
     }
 
@@ -2175,6 +2202,7 @@ impl<'a> Engine<'a> {
             Power::Off | Power::Stopping => PowerState::Off,
         };
         server.idle_since_s = srv.recorded_idle;
+        server.power_changes = srv.power_changes.iter().filter(|c| self.now.saturating_sub(c.at_s) < CYCLE_WINDOW_S).copied().collect();
         // As the Server's recorded power says while the BMC boots it.
         server.powering_on = srv.power == Power::PoweringOn && srv.holder.is_none();
         server
@@ -2319,6 +2347,7 @@ impl<'a> Engine<'a> {
             deadline_misses: misses,
             deadline_misses_by_workload: misses_by_workload,
             power_on_cycles: self.cycles.clone(),
+            peak_power_offs_per_day: self.peak_offs_per_day,
             claims_for_pods: counters.claims_opened,
             claims_spare: counters.spares_powered_on,
             claims_ready: self.claims_ready,
@@ -2348,7 +2377,12 @@ impl<'a> Engine<'a> {
     /// [`COLD_PER_GROUP_FOR_SCALE_DOWN`], which bounds how many spares of a
     /// group one pass powers on (the next pass powers on more).
     fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {
-        let mut snap = Snapshot { pools: self.setup.pools.clone(), daemonsets: self.w.daemonsets.clone(), ..Default::default() };
+        let mut snap = Snapshot {
+            pools: self.setup.pools.clone(),
+            daemonsets: self.w.daemonsets.clone(),
+            transition_limits: self.cfg.transition_limits.clone(),
+            ..Default::default()
+        };
         let links = self.links();
         for s in 0..self.srv.len() {
             if let Some(node) = self.node_of(s, &links) {

@@ -138,6 +138,9 @@ pub struct PolicyReport {
     pub deadline_misses_by_workload: std::collections::BTreeMap<String, u64>,
     pub power_on_cycles: u64,
     pub power_on_cycles_per_server: MeanPeak,
+    /// The most times one server was powered off within 24 hours.
+    #[serde(default)]
+    pub peak_power_offs_per_day: u32,
     pub claims: Claims,
     /// Power-offs the rack's fresh checks refused.
     pub power_offs_refused: u64,
@@ -223,6 +226,7 @@ impl PolicyReport {
                 mean: cycles as f64 / servers,
                 peak: f64::from(s.power_on_cycles.iter().copied().max().unwrap_or(0)),
             },
+            peak_power_offs_per_day: s.peak_power_offs_per_day,
             claims: Claims {
                 for_pods: s.claims_for_pods,
                 spares: s.claims_spare,
@@ -311,7 +315,7 @@ impl Report {
                     human_s(p.pending_s.p99),
                     human_s(p.pending_s.max),
                     p.deadline_misses.to_string(),
-                    format!("{} ({:.1}/server)", p.power_on_cycles, p.power_on_cycles_per_server.mean),
+                    format!("{} ({:.1}/server, ≤{} off/day)", p.power_on_cycles, p.power_on_cycles_per_server.mean, p.peak_power_offs_per_day),
                     format!("{}/{}", p.claims.ready, p.claims.failed),
                 ]
             })
