@@ -69,6 +69,17 @@ pub struct Args {
     /// Unset, the fleet is uncapped.
     #[arg(long, value_name = "WATTS", allow_negative_numbers = true, value_parser = crate::watts::budget)]
     power_budget_watts: Option<f64>,
+    /// At most N power changes (power-ons and power-offs) per minute in each
+    /// group: `fleet=N`, `pool=N`, or `LABEL=N` per value of a server label
+    /// (`topology.kubernetes.io/rack=4`, a PDU label). Repeat for several.
+    /// A pod waiting for one is told `transition rate reached`.
+    #[arg(long, value_name = "SCOPE=N", value_parser = crate::simulate::transition_rate)]
+    transition_rate: Vec<ironclaim_core::transitions::TransitionRate>,
+    /// A server powered off this many times in the last 24 hours is kept on
+    /// (neither powered off as a spare nor drained) until the oldest of
+    /// those leaves the day. Unset: no cap.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_cycles_per_day: Option<u32>,
 }
 
 /// The leader Lease's name, unless `--lease-name` says otherwise.
@@ -95,6 +106,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
             instance: identity.clone(),
             dry_run: args.dry_run,
             power_budget_watts: args.power_budget_watts,
+            transition_limits: ironclaim_core::transitions::TransitionLimits {
+                rates: args.transition_rate.clone(),
+                max_cycles_per_day: args.max_cycles_per_day,
+            },
             ..Settings::default()
         };
         settings.claims.deadlines.margin_percent = args.stuck_margin_percent;

@@ -34,6 +34,13 @@ pub struct Args {
     /// reached`.
     #[arg(long, value_name = "WATTS", allow_negative_numbers = true, value_parser = crate::watts::budget)]
     power_budget_watts: Option<f64>,
+    /// Transition rates, as the controller's flag of the same name; the
+    /// power changes they count are those the Servers' status records.
+    #[arg(long, value_name = "SCOPE=N", value_parser = crate::simulate::transition_rate)]
+    transition_rate: Vec<ironclaim_core::transitions::TransitionRate>,
+    /// The cap on power cycles a day, as the controller's flag.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_cycles_per_day: Option<u32>,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
@@ -41,6 +48,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if let Some(watts) = args.power_budget_watts {
         snapshot.power_budget_watts = Some(watts);
     }
+    snapshot.transition_limits.rates = args.transition_rate;
+    snapshot.transition_limits.max_cycles_per_day = args.max_cycles_per_day;
     let now = args.now.unwrap_or_else(|| snapshot.pods.iter().map(|p| p.created_s).max().unwrap_or(0));
     if args.vary.is_empty() {
         let plan = provision(&snapshot, now);

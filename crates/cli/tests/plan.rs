@@ -394,6 +394,18 @@ fn every_outcome_is_reachable_from_manifests() {
     assert_ne!(limited, example, "the general pool's spec moved; update the replacement");
     let got = outcome_of(&format!("{limited}\n{}", pod_with("no-room-in-pool", "", &requests("20", 0))), "no-room-in-pool", &[]);
     assert_eq!((got.0.as_str(), got.1.as_deref()), ("unschedulable", Some("pool_limit")));
+    // A class allowed two power changes a minute: its warm spare was
+    // powered off ten seconds ago (as its status records), and the batch
+    // job's claim takes the second.
+    let cooling = example
+        .replace("  # Powered on and idle: a warm spare.\n  powerState: \"On\"", "  powerState: \"Off\"\n  powerChanges: [{at: 1000, on: false}]");
+    assert_ne!(cooling, example, "the warm spare's status moved; update the replacement");
+    let rate = ["--transition-rate", "ironclaim.dev/class=2", "--now", "1010"];
+    let got = outcome_of(&format!("{cooling}\n{}", pod_with("rate-limited", "", &requests("20", 0))), "rate-limited", &rate);
+    assert_eq!((got.0.as_str(), got.1.as_deref()), ("unschedulable", Some("transition_rate")));
+    let later = ["--transition-rate", "ironclaim.dev/class=2", "--now", "1060"];
+    let got = outcome_of(&format!("{cooling}\n{}", pod_with("rate-limited", "", &requests("20", 0))), "rate-limited", &later);
+    assert_eq!((got.0.as_str(), got.1.as_deref()), ("new_claim", None), "a minute on, the rate allows one more");
     // A claim in flight for the pod.
     let claim = "---\napiVersion: ironclaim.dev/v1alpha1\nkind: ServerClaim\nmetadata: {name: general-r1-u11}\n\
                  spec: {server: r1-u11, pool: general, pods: [{namespace: default, name: waiting}]}\nstatus: {stage: Booting}\n";

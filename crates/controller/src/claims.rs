@@ -277,7 +277,10 @@ impl Claims {
         match self.power.power_state(&server).await {
             Ok(PowerState::On | PowerState::PoweringOn) => {}
             Ok(_) => {
-                let patch = serde_json::json!({"status": {"powerState": PowerState::PoweringOn, "poweredOnByIronclaim": true}});
+                let changes = server.status.as_ref().map_or(&[][..], |s| s.power_changes.as_slice());
+                let changes = ironclaim_k8s::api::server::with_power_change(changes, now_s(), true);
+                let patch =
+                    serde_json::json!({"status": {"powerState": PowerState::PoweringOn, "poweredOnByIronclaim": true, "powerChanges": changes}});
                 if let Err(source) = self.servers_api().patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                     let err = Error::ServerStatusFailed { server: name.clone(), source };
                     self.metrics.error(err.metric_label());
@@ -374,6 +377,12 @@ impl Claims {
             }
         }
         self.power.power_off(current).await?;
+        // Recorded once sent: the cap on power cycles a day counts it.
+        let changes = current.status.as_ref().map_or(&[][..], |s| s.power_changes.as_slice());
+        let patch = serde_json::json!({"status": {"powerChanges": ironclaim_k8s::api::server::with_power_change(changes, now_s(), false)}});
+        if let Err(err) = self.servers_api().patch_status(server, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            tracing::warn!(%server, error = %err, "recording the power-off failed; its cap on power cycles a day may count one less");
+        }
         Ok(None)
     }
 

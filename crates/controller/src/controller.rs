@@ -80,6 +80,8 @@ pub struct Settings {
     /// `None` leaves the fleet uncapped (ServerPool `limits.watts` still
     /// hold).
     pub power_budget_watts: Option<f64>,
+    /// How often servers may change power (`Snapshot::transition_limits`).
+    pub transition_limits: ironclaim_core::transitions::TransitionLimits,
 }
 
 impl Default for Settings {
@@ -99,6 +101,7 @@ impl Default for Settings {
             scaledown: crate::scaledown::ScaleDownSettings::default(),
             dry_run: false,
             power_budget_watts: None,
+            transition_limits: Default::default(),
         }
     }
 }
@@ -469,6 +472,7 @@ impl Controller {
                     now_s: now.as_secs(),
                     backoff: self.settings.failure_backoff,
                     power_budget_watts: self.settings.power_budget_watts,
+                    transition_limits: &self.settings.transition_limits,
                 };
                 for d in maintenance {
                     effects.extend(autoscaler.drain_for_maintenance(&world, &d.node, &d.server, d.timeout, now));

@@ -27,6 +27,8 @@ pub struct IndexWorld<'a> {
     /// The fleet's power budget, from the controller's settings: the core
     /// counts it on every decision, scale-up and scale-down alike.
     pub power_budget_watts: Option<f64>,
+    /// How often servers may change power, from the controller's settings.
+    pub transition_limits: &'a ironclaim_core::transitions::TransitionLimits,
 }
 
 /// A ServerClaim as the driver records a claim. A claim with no stage yet
@@ -105,6 +107,7 @@ impl World for IndexWorld<'_> {
     fn snapshot(&self, _scale_up: Option<usize>) -> Snapshot {
         let mut snapshot = self.index.snapshot(self.now_s, self.backoff).0;
         snapshot.power_budget_watts = self.power_budget_watts;
+        snapshot.transition_limits = self.transition_limits.clone();
         snapshot
     }
 
@@ -208,7 +211,7 @@ mod tests {
                 {"stage": "Booting", "startTime": "2026-01-05T11:51:00Z", "outcome": "Succeeded"},
                 {"stage": "Joined", "startTime": "2026-01-05T11:55:00Z", "outcome": "InProgress"}]}),
         ));
-        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None };
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None, transition_limits: &Default::default() };
         let views = world.claims();
         assert_eq!(views.len(), 1);
         let v = &views[0];
@@ -236,7 +239,7 @@ mod tests {
             json!({"stage": "Booting", "failureReason": "RegistrationTimedOut", "stages": [
                 {"stage": "Booting", "startTime": "2026-01-05T11:51:00Z", "outcome": "TimedOut"}]}),
         ));
-        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None };
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None, transition_limits: &Default::default() };
         let views = world.claims();
         assert_eq!((views[0].record.stage, views[0].record.stage_started_s), (Stage::Selected, NOW_S - 600));
         assert!(views[0].server.is_none(), "the server is not in the inventory");
@@ -248,7 +251,7 @@ mod tests {
         let mut index = Index::default();
         index.apply(node("n1", "s1", None, json!({DRAIN_ABANDONED_ANNOTATION: "2026-01-05T11:00:00Z"})));
         index.apply(node("n2", "s2", None, json!({DRAIN_ABANDONED_ANNOTATION: "yesterday"})));
-        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None };
+        let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: None, transition_limits: &Default::default() };
         assert_eq!(world.abandoned_drains(), [("n1".to_string(), NOW_S - 3600)]);
     }
 
@@ -274,7 +277,8 @@ mod tests {
         index.apply(busy);
         index.apply(pod("db", None));
         let decide = |budget: Option<f64>| {
-            let world = IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: budget };
+            let world =
+                IndexWorld { index: &index, now_s: NOW_S, backoff: BACKOFF, power_budget_watts: budget, transition_limits: &Default::default() };
             let plan = ironclaim_core::provision(&world.snapshot(None), NOW_S);
             plan.decision("app/db").expect("a decision").outcome.clone()
         };

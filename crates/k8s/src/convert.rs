@@ -113,6 +113,7 @@ pub fn server_to_core(server: &Server) -> Result<core::Server> {
         idle_since_s: None,
         powering_on: matches!(status.power_state, Some(PowerState::PoweringOn)),
         unlimited: false,
+        power_changes: status.power_changes.iter().map(|c| c.to_core()).collect(),
     })
 }
 

@@ -452,6 +452,7 @@ pub fn settings(instance: &str) -> Settings {
         scaledown: Default::default(),
         dry_run: false,
         power_budget_watts: None,
+        transition_limits: Default::default(),
     }
 }
 

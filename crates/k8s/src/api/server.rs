@@ -326,9 +326,41 @@ pub struct ServerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub watts: Option<i64>,
+    /// The power actions ironclaim sent this server in the last day, oldest
+    /// first, at most 64: what its transition rates and its cap on power
+    /// cycles a day count, kept here so they outlive a restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub power_changes: Vec<PowerChangeRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
+}
+
+/// One power action sent to a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerChangeRecord {
+    /// When it was sent, in seconds since the Unix epoch.
+    pub at: i64,
+    /// A power-on (true) or a power-off (false).
+    pub on: bool,
+}
+
+impl PowerChangeRecord {
+    pub fn to_core(self) -> ironclaim_core::PowerChange {
+        ironclaim_core::PowerChange { at_s: self.at.max(0) as u64, on: self.on }
+    }
+}
+
+/// `changes` with one more sent at `at_s`, pruned to the last day and the
+/// newest [`ironclaim_core::transitions::RECORDED_CHANGES`]: the status
+/// value to write.
+pub fn with_power_change(changes: &[PowerChangeRecord], at_s: u64, on: bool) -> Vec<PowerChangeRecord> {
+    let mut core: Vec<ironclaim_core::PowerChange> = changes.iter().map(|c| c.to_core()).collect();
+    core.push(ironclaim_core::PowerChange { at_s, on });
+    ironclaim_core::transitions::prune(&mut core, at_s, ironclaim_core::transitions::RECORDED_CHANGES);
+    core.into_iter().map(|c| PowerChangeRecord { at: c.at_s as i64, on: c.on }).collect()
 }
 
 /// A machine's hardware identity, recorded once. A node is linked to the
