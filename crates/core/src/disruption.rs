@@ -78,8 +78,16 @@ pub enum Action {
         daemonset_pods: Vec<String>,
         saves_watts: f64,
     },
-    /// Power a spare on to restore the warm floor of its class.
-    PowerOn { server: String, class: String, floor: u32, on: u32 },
+    /// Power a spare on to restore the warm floor of its class; `prewarm`
+    /// names the recurring ramp when the daily profile raised the floor.
+    PowerOn {
+        server: String,
+        class: String,
+        floor: u32,
+        on: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prewarm: Option<String>,
+    },
     /// Power a spare on because the pool's free capacity is short of its
     /// headroom (`short` says by what).
     PowerOnForHeadroom { server: String, pool: String, short: String },
@@ -611,7 +619,8 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 }
                 gate.take(s);
                 fleet_on_peak += s.power.peak_watts;
-                out.actions.push(Action::PowerOn { server: s.name.clone(), class: class.to_string(), floor, on });
+                let prewarm = floors.get(&(*pool_name, class.as_ref())).and_then(|f| f.prewarm.as_ref()).map(|p| p.to_string());
+                out.actions.push(Action::PowerOn { server: s.name.clone(), class: class.to_string(), floor, on, prewarm });
             }
             continue;
         }

@@ -991,11 +991,27 @@ impl Autoscaler {
                 self.spares.insert(server.clone(), SpareOp::Off);
                 out.push(Effect::PowerOff { server, claim: None, node: None });
             }
-            Action::PowerOn { server, .. } | Action::PowerOnForHeadroom { server, .. } | Action::PowerOnForReplacement { server, .. } => {
+            Action::PowerOn { .. } | Action::PowerOnForHeadroom { .. } | Action::PowerOnForReplacement { .. } => {
+                let (server, why) = match action {
+                    Action::PowerOn { server, class, floor, on, prewarm } => {
+                        let prewarm = prewarm.map(|p| format!(", {p}")).unwrap_or_default();
+                        (server, format!("powered on as a warm spare: floor {floor} for {class}{prewarm}, {on} on"))
+                    }
+                    Action::PowerOnForHeadroom { server, pool, short } => {
+                        (server, format!("powered on for the headroom of ServerPool {pool}, short by {short}"))
+                    }
+                    Action::PowerOnForReplacement { server, replaces, watts_saved, .. } => {
+                        (server, format!("powered on to take over {} (saves {watts_saved:.0} W)", replaces.join(", ")))
+                    }
+                    Action::PowerOff { .. } | Action::Drain { .. } => return,
+                };
                 if self.busy(&server) || claimed(&server) {
                     return;
                 }
                 self.spares.insert(server.clone(), SpareOp::On);
+                if self.settings.held_notes {
+                    out.push(Effect::Note { subject: server.clone(), reason: "SparePoweredOn", message: why, warning: false });
+                }
                 out.push(Effect::PowerOn { server, claim: None });
             }
             Action::Drain { node, server, pool, reason, evict, .. } => {
@@ -1135,6 +1151,23 @@ mod tests {
         assert!(takes(&a.step(&world, s(2_031))).is_empty(), "the minute of the first power-on is not over");
         let second = takes(&a.step(&world, s(2_062)));
         assert_eq!(second.iter().map(|c| c.server.as_str()).collect::<Vec<_>>(), ["s2"]);
+    }
+
+    #[test]
+    fn a_spare_powered_on_for_its_floor_says_why_on_the_server() {
+        let mut world = toy();
+        let class = ironclaim_core::warm::class_of(&world.snap.servers[0], Some(&world.snap.pools[0]));
+        world.snap.pools[0].warm.floor.insert(class.clone(), 1);
+        let mut a = Autoscaler::new(Settings::default());
+        let effects = a.step(&world, s(10_000));
+        let notes: Vec<(&str, &str, &str)> = effects
+            .iter()
+            .filter_map(|e| {
+                if let Effect::Note { subject, reason, message, .. } = e { Some((subject.as_str(), *reason, message.as_str())) } else { None }
+            })
+            .collect();
+        assert!(effects.contains(&Effect::PowerOn { server: "s1".into(), claim: None }), "{effects:?}");
+        assert_eq!(notes, [("s1", "SparePoweredOn", format!("powered on as a warm spare: floor 1 for {class}, 0 on").as_str())]);
     }
 
     #[test]
