@@ -58,8 +58,13 @@ async fn killed_between_power_on_and_status_write_then_restarted_powers_on_once_
     apply(&env, &serverpool("default", json!([]), json!({})));
     // r1-u02 is on and held by a claim that no longer exists: an orphan
     // left by an earlier run, which recorded its power-on as every run does.
+    // It was claimed just now, so the first run (whose opening grace is an
+    // hour) takes it for a claim still being opened and leaves it alone:
+    // were the orphan released before the kill, the first run could claim
+    // it for the pod, and this test would be about something else.
     let servers: Api<Server> = Api::all(client.clone());
-    let orphan = json!({"status": {"claim": "vanished-claim", "powerState": "On", "poweredOnByIronclaim": true}});
+    let now = jiff::Timestamp::now().to_string();
+    let orphan = json!({"status": {"claim": "vanished-claim", "claimedAt": now, "powerState": "On", "poweredOnByIronclaim": true}});
     servers.patch_status("r1-u02", &PatchParams::default(), &Patch::Merge(&orphan)).await.unwrap();
     // Only the first server can play its part; the orphan must not boot into a node.
     let _harness = Machines::start(client.clone(), &sushy, vec![machines[0].clone()]);
@@ -69,7 +74,7 @@ async fn killed_between_power_on_and_status_write_then_restarted_powers_on_once_
     let mut first = settings("first");
     first.power_sweep_every = Duration::from_secs(3600);
     first.redecide_every = Duration::from_secs(3600);
-    // The first run must not find the orphan before it dies.
+    first.claims.opening_grace = Duration::from_secs(3600);
     let first_run = run(Controller::new(client.clone(), dying, first));
 
     apply(&env, &pod("app", "8", "8Gi", &[], 0));
@@ -84,7 +89,9 @@ async fn killed_between_power_on_and_status_write_then_restarted_powers_on_once_
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].status.as_ref().unwrap().stage, Some(Stage::PoweringOn), "the confirmation was never written");
 
-    let second = run(Controller::new(client.clone(), redfish(&client), settings("second")));
+    let mut second = settings("second");
+    second.claims.opening_grace = Duration::from_secs(2);
+    let second = run(Controller::new(client.clone(), redfish(&client), second));
     await_bound(&client, "app", Duration::from_secs(40)).await;
     assert_eq!(pod_node(&client, "app").await.as_deref(), Some("r1-u01"));
     assert_eq!(claims(&client).await.len(), 1, "no second claim");

@@ -250,9 +250,22 @@ impl std::ops::Deref for Cluster {
 /// Waits for the cluster's turn, then the control plane of this test
 /// binary as a fresh one would be (see [`reset`]), with the CRDs, the
 /// namespace and the BMC Secret. Keep the [`Cluster`] until the test ends.
+/// The controllers' logs on stderr when `IRONCLAIM_TEST_LOG` holds a
+/// filter (`info`, `ironclaim_controller=debug`): run with `--nocapture`.
+fn log_when_asked() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(spec) = std::env::var("IRONCLAIM_TEST_LOG") {
+            let filter = tracing_subscriber::EnvFilter::try_new(&spec).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+            let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+        }
+    });
+}
+
 pub async fn setup() -> (Cluster, Client) {
     let turn = CLUSTER_TURN.lock().await;
     ironclaim_redfish::install_crypto_provider();
+    log_when_asked();
     let env = TestEnv::for_process().expect("test environment");
     let client = env.client().await.expect("client");
     let crds = ironclaim_k8s::api::crds_yaml().expect("crds");
