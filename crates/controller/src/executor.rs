@@ -148,6 +148,10 @@ impl Executor {
                     out.push(effect);
                     continue;
                 }
+                Effect::TakeServer { claim } if claim.pods.is_empty() => {
+                    let message = format!("dry run: would claim server {} as a warm spare and power it on to be a Ready node", claim.server);
+                    ("claim", vec![note(&claim.server, message)], Some(Report::Held { claim: claim.name, holder: "dry-run".into() }))
+                }
                 Effect::TakeServer { claim } => {
                     let message = format!(
                         "dry run: would claim server {} and power it on for {} pod(s): {}",
@@ -463,6 +467,7 @@ impl Executor {
                 drain::uncordon_noting(&client, node, abandoned.then(jiff::Timestamp::now)).await
             }
             Effect::KeepCordoned { node } => drain::leave_cordoned(&client, node).await,
+            Effect::MarkSpare { node, spare } => drain::mark_spare(&client, node, *spare).await,
             Effect::DeleteNode { node } => match kube::Api::<Node>::all(client).delete(node, &kube::api::DeleteParams::default()).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),

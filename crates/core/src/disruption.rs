@@ -80,13 +80,19 @@ pub enum Action {
     },
     /// Power a spare on to restore the warm floor of its class; `prewarm`
     /// names the recurring ramp when the daily profile raised the floor.
+    /// With `join`, the floor is kept as Ready nodes ([`crate::warm::Floor::nodes`]):
+    /// the spare is opened a claim of no pods, so it joins and passes its
+    /// gates now, not when a pod comes (a server already on only joins).
     PowerOn {
         server: String,
+        pool: String,
         class: String,
         floor: u32,
         on: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prewarm: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        join: bool,
     },
     /// Power a spare on because the pool's free capacity is short of its
     /// headroom (`short` says by what).
@@ -566,10 +572,28 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         }
     }
 
+    // Claims of no pods in flight: spares on their way to being Ready
+    // nodes, counted toward their class's floor.
+    let mut spare_claims: BTreeMap<(&str, std::borrow::Cow<'_, str>), u32> = BTreeMap::new();
+    for c in snapshot.claims.iter().filter(|c| c.pods.is_empty()) {
+        if let (Some(s), Some(pool)) = (servers.get(c.server.as_str()), pools.iter().find(|p| p.name == c.pool)) {
+            *spare_claims.entry((pool.name.as_str(), class_name(s, Some(pool)))).or_default() += 1;
+        }
+    }
+    for (key, n) in &spare_claims {
+        if *n > 0 {
+            classes.entry(key.clone()).or_default();
+        }
+    }
+
     for ((pool_name, class), st) in &classes {
         let (floor, prewarm) = floors
             .get(&(*pool_name, class.as_ref()))
             .map_or((0, String::new()), |f| (f.count, f.prewarm.as_ref().map(|p| format!(", {p}")).unwrap_or_default()));
+        // Spares kept as Ready nodes: a server that is only on counts for
+        // nothing, and is the first to join when the floor is short.
+        let nodes = floors.get(&(*pool_name, class.as_ref())).is_some_and(|f| f.nodes);
+        let joining = spare_claims.get(&(*pool_name, class.clone())).copied().unwrap_or(0);
         let mut spares: Vec<&Server> = Vec::new();
         for s in &st.spares {
             match kept_for_replacement.get(s.name.as_str()) {
@@ -585,12 +609,33 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             }
         }
         // A NotReady node can host nothing: it is no warm capacity.
-        let on = (spares.len() + empties.iter().filter(|&&i| candidates[i].node.ready).count()) as u32;
-        // A spare still powering on counts toward the floor, so that no
-        // second one is powered on for it, but no confirmed one is given
-        // up for it: its power-on may yet fail.
-        let coming = spares.iter().filter(|s| s.powering_on).count() as u32;
-        if on < floor {
+        let ready_empties = empties.iter().filter(|&&i| candidates[i].node.ready).count() as u32;
+        let bare = if nodes { 0 } else { spares.len() as u32 };
+        let on = bare + ready_empties + joining;
+        // A spare still powering on or joining counts toward the floor, so
+        // that no second one is powered on for it, but no confirmed one is
+        // given up for it: its power-on may yet fail.
+        let coming = joining + if nodes { 0 } else { spares.iter().filter(|s| s.powering_on).count() as u32 };
+        let mut joined = 0u32;
+        if on < floor && nodes {
+            // Servers already on join first: no power change, no boot.
+            let mut bare_on: Vec<&&Server> = spares.iter().filter(|s| !s.powering_on).collect();
+            bare_on.sort_by(|a, b| a.power.idle_watts.total_cmp(&b.power.idle_watts).then(a.name.cmp(&b.name)));
+            for s in bare_on.into_iter().take((floor - on) as usize) {
+                joined += 1;
+                let prewarm = floors.get(&(*pool_name, class.as_ref())).and_then(|f| f.prewarm.as_ref()).map(|p| p.to_string());
+                out.actions.push(Action::PowerOn {
+                    server: s.name.clone(),
+                    pool: pool_name.to_string(),
+                    class: class.to_string(),
+                    floor,
+                    on,
+                    prewarm,
+                    join: true,
+                });
+            }
+        }
+        if on + joined < floor {
             // Restore the floor from cold spares, most efficient first.
             let mut cold = st.cold.clone();
             cold.sort_by(|a, b| {
@@ -605,7 +650,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                     })
                     .then(a.name.cmp(&b.name))
             });
-            for s in cold.into_iter().take((floor - on) as usize) {
+            for s in cold.into_iter().take((floor - on - joined) as usize) {
                 if snapshot.power_budget_watts.is_some_and(|b| fleet_on_peak + s.power.peak_watts > b) {
                     out.held.push(Held {
                         subject: s.name.clone(),
@@ -620,11 +665,25 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 gate.take(s);
                 fleet_on_peak += s.power.peak_watts;
                 let prewarm = floors.get(&(*pool_name, class.as_ref())).and_then(|f| f.prewarm.as_ref()).map(|p| p.to_string());
-                out.actions.push(Action::PowerOn { server: s.name.clone(), class: class.to_string(), floor, on, prewarm });
+                out.actions.push(Action::PowerOn {
+                    server: s.name.clone(),
+                    pool: pool_name.to_string(),
+                    class: class.to_string(),
+                    floor,
+                    on,
+                    prewarm,
+                    join: nodes,
+                });
             }
             continue;
         }
+        if joined > 0 {
+            // The floor is met with the servers that were only on.
+            continue;
+        }
         let mut excess = (on - coming).saturating_sub(floor);
+        // Spares that are only on are all beyond a floor kept as nodes.
+        let mut bare_excess = if nodes { u32::MAX } else { excess };
         // Warm spares go first (no drain needed), longest idle first.
         spares.sort_by(|a, b| idle_for(b).cmp(&idle_for(a)).then(a.name.cmp(&b.name)));
         for s in spares {
@@ -632,7 +691,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 out.held.push(Held { subject: s.name.clone(), why: "still powering on".into() });
                 continue;
             }
-            if excess == 0 {
+            if bare_excess == 0 {
                 out.held.push(Held { subject: s.name.clone(), why: format!("kept as a warm spare: floor {floor} for {class}{prewarm}") });
                 continue;
             }
@@ -653,7 +712,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 continue;
             }
             gate.take(s);
-            excess -= 1;
+            bare_excess -= 1;
             out.actions.push(Action::PowerOff {
                 server: s.name.clone(),
                 class: class.to_string(),
@@ -661,6 +720,9 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 break_even_s: threshold,
                 saves_watts: s.power.idle_watts - s.power.off_watts,
             });
+        }
+        if !nodes {
+            excess = bare_excess;
         }
         empties.sort_by(|&a, &b| {
             let (x, y) = (candidates[a].server.map_or(0, idle_for), candidates[b].server.map_or(0, idle_for));

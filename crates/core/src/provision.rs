@@ -40,6 +40,11 @@ use std::rc::Rc;
 pub const SERVERPOOL_LABEL: &str = "ironclaim.dev/serverpool";
 /// The label naming the inventory server behind a node.
 pub const SERVER_LABEL: &str = "ironclaim.dev/server";
+/// The soft taint (`PreferNoSchedule`) on a node kept as a warm spare:
+/// kube-scheduler puts pods there only when no other node has room, so a
+/// spare stays whole for the burst it is kept for. Taken off once the node
+/// runs work.
+pub const SPARE_TAINT: &str = "ironclaim.dev/spare";
 
 /// Decides where every pending pod goes. Pure: same inputs, same output.
 pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {

@@ -228,6 +228,28 @@ fn static_floor(pool: &ServerPool, class: &str, now_s: Seconds) -> u32 {
 pub struct Floor {
     pub count: u32,
     pub prewarm: Option<Prewarm>,
+    /// The floor is kept as Ready nodes, not servers that are only on: the
+    /// class's demand has a deadline a warm server's join could miss (see
+    /// [`needs_nodes`]).
+    pub nodes: bool,
+}
+
+/// The slow end (p90) of a class's warm path, join to Ready, of its
+/// median server; None for an empty class.
+pub fn warm_tail_s(members: &[&Server]) -> Option<Seconds> {
+    let mut tails: Vec<Seconds> = members.iter().map(|s| s.durations.warm_s() * Seconds::from(s.durations.tail_percent.max(100)) / 100).collect();
+    tails.sort_unstable();
+    tails.get(tails.len() / 2).copied()
+}
+
+/// Whether a class's spares must be Ready nodes: a server that is only on
+/// still has to join and pass its gates, and some of the arrivals kept for
+/// the class (the window's and the daily profile's) have a deadline
+/// shorter than the slow end of that path, or none. Such a pod would miss
+/// its deadline on a spare that is merely on.
+pub fn needs_nodes(arrivals: &[(Seconds, Option<Seconds>)], members: &[&Server]) -> bool {
+    let Some(tail) = warm_tail_s(members) else { return false };
+    arrivals.iter().any(|&(_, deadline)| deadline.is_none_or(|d| d < tail))
 }
 
 /// The warm floor of every (ServerPool, class) that has servers: the larger
@@ -265,10 +287,10 @@ pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds)
     let mut out = BTreeMap::new();
     for (key, servers) in members {
         let Some(pool) = snapshot.pools.iter().find(|p| p.name == key.0) else { continue };
-        let mut floor = Floor { count: static_floor(pool, key.1, now_s), prewarm: None };
+        let seen = arrivals.get(&key).map(Vec::as_slice).unwrap_or_default();
+        let demand: Vec<(Seconds, Option<Seconds>)> = seen.iter().map(|a| (a.at_s, a.deadline_s.or(pool.deadline_s))).collect();
+        let mut floor = Floor { count: static_floor(pool, key.1, now_s), prewarm: None, nodes: needs_nodes(&demand, &servers) };
         if let Some(adaptive) = &pool.warm.adaptive {
-            let seen = arrivals.get(&key).map(Vec::as_slice).unwrap_or_default();
-            let demand: Vec<(Seconds, Option<Seconds>)> = seen.iter().map(|a| (a.at_s, a.deadline_s.or(pool.deadline_s))).collect();
             floor.count = floor.count.max(adaptive_floor(demand.iter().copied(), &servers, adaptive, snapshot.arrivals_since_s, now_s));
             if let Some(p) = prewarm(&demand, &servers, adaptive, snapshot.arrivals_since_s, now_s)
                 && p.floor > floor.count

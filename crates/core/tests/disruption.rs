@@ -79,6 +79,52 @@ fn the_warm_floor_keeps_spares_on_and_restores_itself() {
 }
 
 #[test]
+fn a_floor_for_pods_that_cannot_wait_for_a_join_is_kept_as_ready_nodes() {
+    // Floor 1. The class's warm path is join 60 s + ready 60 s, p90 180 s:
+    // a pod with a 2-minute deadline would miss it on a spare that is only
+    // on, so the spare that is on joins, and nothing is powered on for it.
+    let mut p = pool();
+    p.warm.floor.insert("general-32".into(), 1);
+    let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    spare(&mut snap, "s1", 0);
+    snap.servers.push(server("s2"));
+    snap.arrivals.push(Arrival { at_s: 10 * HOUR - 600, server: "s2".into(), deadline_s: Some(120) });
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(matches!(&d.actions[..], [Action::PowerOn { server, join: true, on: 0, .. }] if server == "s1"), "{d:?}");
+    assert!(warm::floors_of(&snap, &warm::Membership::of(&snap), 10 * HOUR).values().all(|f| f.nodes));
+
+    // Patient pods: the spare that is on is the floor, as it was.
+    let mut patient = snap.clone();
+    patient.arrivals[0].deadline_s = Some(600);
+    let d = disrupt(&patient, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOn { .. })), "{d:?}");
+
+    // With no server on, a cold one is powered on to join.
+    let mut cold = snap.clone();
+    cold.servers[0].power_state = PowerState::Off;
+    let d = disrupt(&cold, 10 * HOUR);
+    assert!(matches!(&d.actions[..], [Action::PowerOn { join: true, .. }]), "{d:?}");
+
+    // A claim of no pods in flight is the floor on its way: nothing more,
+    // and the spare that is on, beyond a floor of nodes, goes once past
+    // its break-even.
+    let mut joining = snap.clone();
+    joining.servers[1].claim = Some("spare-claim".into());
+    joining.servers[1].power_state = PowerState::On;
+    joining.claims.push(ClaimInFlight {
+        name: "spare-claim".into(),
+        server: "s2".into(),
+        pool: "general".into(),
+        stage: Stage::Booting,
+        stage_started_s: 10 * HOUR - 30,
+        pods: vec![],
+    });
+    let d = disrupt(&joining, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOn { .. })), "{d:?}");
+    assert!(matches!(&d.actions[..], [Action::PowerOff { server, .. }] if server == "s1"), "{d:?}");
+}
+
+#[test]
 fn a_node_whose_claim_waits_for_its_pods_is_not_warm_capacity() {
     // Floor 2, two idle spares, and a node that registered for a claim in
     // flight: its room belongs to the claim's pods, so both spares stay.
@@ -564,6 +610,15 @@ fn check_plan(seed: u64) -> Result<usize, TestCaseError> {
             Action::PowerOff { server, .. } => {
                 let s = server_named(server);
                 prop_assert!(s.node.is_none() && s.claim.is_none(), "seed {seed}: powered off a busy server");
+            }
+            Action::PowerOn { server, join: true, .. } => {
+                // A spare to be a node: a free server, which may be on already
+                // (it only joins).
+                let s = server_named(server);
+                prop_assert!(s.is_available(), "seed {seed}: joined {server}, which is not free");
+                if !s.is_warm() {
+                    powered_on_peak += s.power.peak_watts;
+                }
             }
             Action::PowerOn { server, .. } | Action::PowerOnForHeadroom { server, .. } => {
                 let s = server_named(server);

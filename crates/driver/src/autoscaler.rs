@@ -43,6 +43,7 @@ pub const UNCORDON_IN_FLIGHT_S: u64 = 60;
 use ironclaim_core::disruption::{Action, disrupt};
 use ironclaim_core::model::{ClaimInFlight, Pod, PowerChange, PowerState, Seconds, Snapshot};
 use ironclaim_core::provision;
+use ironclaim_core::provision::SPARE_TAINT;
 use ironclaim_core::transitions::RATE_WINDOW_S;
 
 use crate::backoff::FailureBackoff;
@@ -176,6 +177,8 @@ pub struct Counters {
     pub drains_started: u64,
     pub drains_done: u64,
     pub drains_abandoned: u64,
+    /// Spares powered on, and those opened a claim of no pods to be Ready
+    /// nodes (counted when the claim is opened).
     pub spares_powered_on: u64,
     pub spares_powered_off: u64,
 }
@@ -804,23 +807,7 @@ impl Autoscaler {
                     continue;
                 }
                 opened.insert(c.server.clone());
-                let name = self.claim_name(&c.pool, &c.server, now);
-                let record = ClaimRecord {
-                    name: name.clone(),
-                    server: c.server.clone(),
-                    pool: c.pool.clone(),
-                    pods: c.pods.clone(),
-                    stage: Stage::Selected,
-                    stage_started_s: now_s,
-                    failure: None,
-                    node: None,
-                    created_s: now_s,
-                    history: vec![(Stage::Selected, now_s)],
-                };
-                self.taking.insert(name.clone(), record.clone());
-                self.server_claims.insert(c.server.clone(), name);
-                self.counters.claims_opened += 1;
-                out.push(Effect::TakeServer { claim: record });
+                self.open_claim(&c.pool, &c.server, c.pods.clone(), now, &mut out);
             }
             let on_its_way = |o: &ironclaim_core::Outcome| match o {
                 ironclaim_core::Outcome::InFlight { .. } => true,
@@ -845,6 +832,19 @@ impl Autoscaler {
         }
         let mut snap = world.snapshot(None);
         self.prepare(&mut snap, world, now_s);
+        // A spare that runs work now is a node like any other: its soft
+        // taint comes off, so it is not the last to get pods.
+        let spares: Vec<&str> = snap.nodes.iter().filter(|n| n.taints.iter().any(|t| t.key == SPARE_TAINT)).map(|n| n.name.as_str()).collect();
+        if !spares.is_empty() {
+            let working: BTreeSet<&str> = snap
+                .pods
+                .iter()
+                .filter(|p| p.occupies_node() && !p.is_daemonset_pod())
+                .filter_map(|p| p.node_name.as_deref())
+                .filter(|n| spares.contains(n))
+                .collect();
+            out.extend(working.into_iter().map(|n| Effect::MarkSpare { node: n.to_string(), spare: false }));
+        }
         for s in &snap.servers {
             if let Some(c) = &s.claim {
                 holders.entry(s.name.clone()).or_insert_with(|| c.clone());
@@ -969,6 +969,29 @@ impl Autoscaler {
         }
     }
 
+    /// Opens a claim on `server` for `pods` (none: a spare that is to be a
+    /// Ready node): it is taken first, against every other claimer.
+    fn open_claim(&mut self, pool: &str, server: &str, pods: Vec<String>, now: Duration, out: &mut Vec<Effect>) {
+        let now_s = now.as_secs();
+        let name = self.claim_name(pool, server, now);
+        let record = ClaimRecord {
+            name: name.clone(),
+            server: server.to_string(),
+            pool: pool.to_string(),
+            pods,
+            stage: Stage::Selected,
+            stage_started_s: now_s,
+            failure: None,
+            node: None,
+            created_s: now_s,
+            history: vec![(Stage::Selected, now_s)],
+        };
+        self.taking.insert(name.clone(), record.clone());
+        self.server_claims.insert(server.to_string(), name);
+        self.counters.claims_opened += 1;
+        out.push(Effect::TakeServer { claim: record });
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn act(
         &mut self,
@@ -992,10 +1015,13 @@ impl Autoscaler {
                 out.push(Effect::PowerOff { server, claim: None, node: None });
             }
             Action::PowerOn { .. } | Action::PowerOnForHeadroom { .. } | Action::PowerOnForReplacement { .. } => {
+                let mut join = None;
                 let (server, why) = match action {
-                    Action::PowerOn { server, class, floor, on, prewarm } => {
+                    Action::PowerOn { server, pool, class, floor, on, prewarm, join: as_node } => {
+                        join = as_node.then_some(pool);
                         let prewarm = prewarm.map(|p| format!(", {p}")).unwrap_or_default();
-                        (server, format!("powered on as a warm spare: floor {floor} for {class}{prewarm}, {on} on"))
+                        let what = if as_node { "a warm spare, to be a Ready node" } else { "a warm spare" };
+                        (server, format!("powered on as {what}: floor {floor} for {class}{prewarm}, {on} on"))
                     }
                     Action::PowerOnForHeadroom { server, pool, short } => {
                         (server, format!("powered on for the headroom of ServerPool {pool}, short by {short}"))
@@ -1008,10 +1034,17 @@ impl Autoscaler {
                 if self.busy(&server) || claimed(&server) {
                     return;
                 }
-                self.spares.insert(server.clone(), SpareOp::On);
                 if self.settings.held_notes {
                     out.push(Effect::Note { subject: server.clone(), reason: "SparePoweredOn", message: why, warning: false });
                 }
+                if let Some(pool) = join {
+                    // A claim of no pods: the claim's path powers it on (if
+                    // it is not yet), and it joins and passes its gates.
+                    self.open_claim(&pool, &server, Vec::new(), now, out);
+                    self.counters.spares_powered_on += 1;
+                    return;
+                }
+                self.spares.insert(server.clone(), SpareOp::On);
                 out.push(Effect::PowerOn { server, claim: None });
             }
             Action::Drain { node, server, pool, reason, evict, .. } => {
@@ -1168,6 +1201,36 @@ mod tests {
             .collect();
         assert!(effects.contains(&Effect::PowerOn { server: "s1".into(), claim: None }), "{effects:?}");
         assert_eq!(notes, [("s1", "SparePoweredOn", format!("powered on as a warm spare: floor 1 for {class}, 0 on").as_str())]);
+    }
+
+    #[test]
+    fn a_spare_for_pods_that_cannot_wait_for_a_join_is_claimed_to_be_a_node_and_unmarked_once_it_runs_work() {
+        let mut world = toy();
+        let class = ironclaim_core::warm::class_of(&world.snap.servers[0], Some(&world.snap.pools[0]));
+        world.snap.pools[0].warm.floor.insert(class, 1);
+        world.snap.arrivals.push(ironclaim_core::Arrival { at_s: 9_000, server: "s2".into(), deadline_s: Some(60) });
+        let mut a = Autoscaler::new(Settings::default());
+        let effects = a.step(&world, s(10_000));
+        let takes: Vec<&ClaimRecord> = effects.iter().filter_map(|e| if let Effect::TakeServer { claim } = e { Some(claim) } else { None }).collect();
+        assert_eq!(takes.len(), 1, "{effects:?}");
+        assert!(takes[0].pods.is_empty(), "a claim of no pods: {:?}", takes[0]);
+        assert!(!effects.iter().any(|e| matches!(e, Effect::PowerOn { claim: None, .. })), "not a bare power-on: {effects:?}");
+        assert_eq!(a.counters.spares_powered_on, 1);
+
+        // A node marked as a spare that runs a workload pod is unmarked.
+        let mut busy = toy();
+        let mut node = ironclaim_core::Node::new("s1", Resources::new(16_000, 64 << 30));
+        node.server = Some("s1".into());
+        node.taints.push(ironclaim_core::labels::Taint::new(SPARE_TAINT, "", ironclaim_core::labels::TaintEffect::PreferNoSchedule));
+        busy.snap.nodes.push(node);
+        busy.snap.servers[0].node = Some("s1".into());
+        busy.snap.servers[0].power_state = PowerState::On;
+        let mut b = Autoscaler::new(Settings::default());
+        let unmark = Effect::MarkSpare { node: "s1".into(), spare: false };
+        assert!(!b.step(&busy, s(10_000)).contains(&unmark), "an empty spare keeps its mark");
+        busy.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)).bound_to("s1"));
+        let mut c = Autoscaler::new(Settings::default());
+        assert!(c.step(&busy, s(10_000)).contains(&unmark));
     }
 
     #[test]

@@ -226,10 +226,13 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
         Stage::PoweringOn => power_on(view, io, settings, server, age, now),
         Stage::Booting => {
             if let Some(node) = &view.node {
-                return vec![
-                    Effect::LinkNode { claim: name.into(), server: r.server.clone(), node: node.name.clone(), pool: r.pool.clone() },
-                    enter(name, Stage::Joined, format!("node {} registered", node.name)),
-                ];
+                let mut out = vec![Effect::LinkNode { claim: name.into(), server: r.server.clone(), node: node.name.clone(), pool: r.pool.clone() }];
+                if r.pods.is_empty() {
+                    // A claim of no pods keeps a warm spare as a node.
+                    out.push(Effect::MarkSpare { node: node.name.clone(), spare: true });
+                }
+                out.push(enter(name, Stage::Joined, format!("node {} registered", node.name)));
+                return out;
             }
             match budget {
                 Some(b) if age > b.stuck_after_s => vec![fail(

@@ -247,6 +247,9 @@ pub enum Effect {
     KeepCordoned { node: String },
     /// Delete the Node of a server confirmed off.
     DeleteNode { node: String },
+    /// Put on (`spare`) or take off the soft taint of a node kept as a warm
+    /// spare ([`ironclaim_core::provision::SPARE_TAINT`]).
+    MarkSpare { node: String, spare: bool },
     /// Record since when the server idles (None clears it).
     RecordIdle { server: String, since: Option<Seconds> },
     /// Tell people: an Event on the subject (a pod `namespace/name`, a

@@ -35,10 +35,10 @@ use crate::rng::{SimRng, chance, lognormal_s, stream};
 use crate::workload::{HardwareClass, Workload, gpu_milli_of};
 use foldhash::{HashMap, HashMapExt};
 use ironclaim_core::identity::{self, Links, NodeSays};
-use ironclaim_core::labels::{HOSTNAME, Labels, Taint};
+use ironclaim_core::labels::{HOSTNAME, Labels, Taint, TaintEffect};
 use ironclaim_core::model::{Arrival, PowerChange};
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
-use ironclaim_core::provision::{SERVER_LABEL, SERVERPOOL_LABEL};
+use ironclaim_core::provision::{SERVER_LABEL, SERVERPOOL_LABEL, SPARE_TAINT};
 use ironclaim_core::transitions::CYCLE_WINDOW_S;
 use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot};
 use ironclaim_driver::autoscaler::World;
@@ -1197,6 +1197,7 @@ impl<'a> Engine<'a> {
                 | Effect::Uncordon { .. }
                 | Effect::KeepCordoned { .. }
                 | Effect::DeleteNode { .. }
+                | Effect::MarkSpare { .. }
                 | Effect::Note { .. } => {
                     // Logged and counted by the executor; the driver sees
                     // the world as it is at its next step.
@@ -1308,6 +1309,20 @@ impl<'a> Engine<'a> {
                     n.disrupting = false;
                 }
                 self.changed = true;
+                None
+            }
+            Effect::MarkSpare { node, spare } => {
+                if let Some(s) = self.index(&node)
+                    && self.srv[s].node.is_some()
+                {
+                    let taints = &mut self.srv[s].taints;
+                    taints.retain(|t| t.key != SPARE_TAINT);
+                    if spare {
+                        taints.push(Taint::new(SPARE_TAINT, "", TaintEffect::PreferNoSchedule));
+                    }
+                    self.nodes_epoch += 1;
+                    self.changed = true;
+                }
                 None
             }
             Effect::DeleteNode { node } => {
@@ -2052,7 +2067,9 @@ impl<'a> Engine<'a> {
     }
 
     /// kube-scheduler: filter schedulable nodes, score by the strategy,
-    /// ties to the lowest server index.
+    /// ties to the lowest server index. A `PreferNoSchedule` taint the pod
+    /// does not tolerate outweighs any resource score, as TaintToleration's
+    /// weight (3) against NodeResourcesFit's (1) makes it.
     fn best_node(&self, p: usize) -> Option<usize> {
         let pod = &self.prep.pods[p];
         let mut best: Option<(f64, usize)> = None;
@@ -2065,7 +2082,9 @@ impl<'a> Engine<'a> {
             {
                 continue;
             }
-            let score = node_score(self.cfg.scoring, &pod.requests, &srv.allocated, cap);
+            let soft =
+                srv.taints.iter().filter(|t| t.effect == TaintEffect::PreferNoSchedule && !pod.tolerations.iter().any(|o| o.tolerates(t))).count();
+            let score = node_score(self.cfg.scoring, &pod.requests, &srv.allocated, cap) - 10.0 * soft as f64;
             if best.is_none_or(|(b, _)| score > b) {
                 best = Some((score, s));
             }
@@ -2375,7 +2394,10 @@ impl<'a> Engine<'a> {
     /// as the core can open no more claims than that, so its decision is
     /// the same as with the whole inventory; for scale-down, at most
     /// [`COLD_PER_GROUP_FOR_SCALE_DOWN`], which bounds how many spares of a
-    /// group one pass powers on (the next pass powers on more).
+    /// group one pass powers on (the next pass powers on more). A server an
+    /// arrival names is always passed: the warm floors count the arrivals
+    /// by the class of their server, as the controller, which passes every
+    /// server, does.
     fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {
         let mut snap = Snapshot {
             pools: self.setup.pools.clone(),
@@ -2399,10 +2421,12 @@ impl<'a> Engine<'a> {
         // cycled free servers: kept as a small sorted list per group while
         // the class is scanned, so the many free servers cost one look each.
         let mut groups: Vec<(u32, Vec<(u32, usize)>)> = Vec::new();
+        let mut passed = vec![false; self.srv.len()];
         for class in &self.prep.classes {
             groups.clear();
             for &s in &class.members {
                 if !self.free_off(s) {
+                    passed[s] = true;
                     snap.servers.push(self.server_for_core(s, &links));
                     continue;
                 }
@@ -2425,7 +2449,17 @@ impl<'a> Engine<'a> {
             }
             groups.sort_unstable_by_key(|g| g.0);
             for (_, best) in &groups {
-                snap.servers.extend(best.iter().map(|&(_, s)| self.server_for_core(s, &links)));
+                for &(_, s) in best {
+                    passed[s] = true;
+                    snap.servers.push(self.server_for_core(s, &links));
+                }
+            }
+        }
+        for a in self.arrival_history.iter().chain(self.arrivals.values()) {
+            if let Some(s) = self.index(&a.server)
+                && !std::mem::replace(&mut passed[s], true)
+            {
+                snap.servers.push(self.server_for_core(s, &links));
             }
         }
         for r in self.claims.values() {

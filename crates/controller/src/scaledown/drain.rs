@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ironclaim_core::DISRUPTING_TAINT;
+use ironclaim_core::provision::SPARE_TAINT;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_k8s::api::{Server, ServerClaim};
 use k8s_openapi::api::core::v1::Node;
@@ -95,6 +96,12 @@ pub enum DrainError {
         #[source]
         source: kube::Error,
     },
+    #[error("marking node {node} as a warm spare (or no longer one) failed")]
+    MarkSpareFailed {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("releasing server {server} failed")]
     ReleaseFailed {
         server: String,
@@ -116,6 +123,7 @@ impl DrainError {
             DrainError::PowerOffRefused { .. } => "power_off_refused",
             DrainError::DeleteNodeFailed { .. } => "delete_node_failed",
             DrainError::ReleaseFailed { .. } => "release_failed",
+            DrainError::MarkSpareFailed { .. } => "mark_spare_failed",
         }
     }
 }
@@ -262,6 +270,45 @@ pub async fn uncordon_noting(client: &Client, node: &str, abandoned_at: Option<j
         }
     }
     Err(fail(kube::Error::Service("the node kept changing under the uncordon".into())))
+}
+
+/// Puts on (`spare`) or takes off the soft taint of a node kept as a warm
+/// spare ([`SPARE_TAINT`]), leaving every other taint as it is. A node
+/// already gone, or already so, is fine.
+pub async fn mark_spare(client: &Client, node: &str, spare: bool) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let fail = |source| DrainError::MarkSpareFailed { node: node.to_string(), source };
+    for _ in 0..5 {
+        let current = match nodes.get(node).await {
+            Ok(n) => n,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(source) => return Err(fail(source)),
+        };
+        let mut taints = current.spec.clone().unwrap_or_default().taints.unwrap_or_default();
+        if taints.iter().any(|t| t.key == SPARE_TAINT) == spare {
+            return Ok(());
+        }
+        taints.retain(|t| t.key != SPARE_TAINT);
+        if spare {
+            taints.push(k8s_openapi::api::core::v1::Taint {
+                key: SPARE_TAINT.to_string(),
+                value: None,
+                effect: "PreferNoSchedule".into(),
+                time_added: None,
+            });
+        }
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": current.resource_version()},
+            "spec": {"taints": taints},
+        });
+        match nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(source) => return Err(fail(source)),
+        }
+    }
+    Err(fail(kube::Error::Service("the node kept changing under the write".into())))
 }
 
 /// Drops the disrupting taint but keeps the node unschedulable: the

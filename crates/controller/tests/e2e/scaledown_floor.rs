@@ -91,3 +91,28 @@ async fn empty_servers_power_off_after_break_even_and_the_warm_floor_stays_on() 
     running.stop().await;
     clean(&env, &client, &machines, pool).await;
 }
+
+/// The soft taint of a warm spare goes on and comes off a real Node, and
+/// leaves the node's other taints as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spare_node_is_marked_with_a_soft_taint_and_unmarked_leaving_other_taints() {
+    let (env, client) = setup().await;
+    apply(&env, &existing_node("spare-mark", 8, 16, &[], 0, &["keep-me"]));
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let taints = |n: k8s_openapi::api::core::v1::Node| -> Vec<(String, String)> {
+        n.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().map(|t| (t.key, t.effect)).collect()
+    };
+    use ironclaim_controller::scaledown::drain::mark_spare;
+    mark_spare(&client, "spare-mark", true).await.expect("mark");
+    mark_spare(&client, "spare-mark", true).await.expect("mark again");
+    let spare = ("ironclaim.dev/spare".to_string(), "PreferNoSchedule".to_string());
+    let keep = ("keep-me".to_string(), "NoSchedule".to_string());
+    // The node lifecycle controller may add taints of its own meanwhile.
+    let marked = taints(nodes.get("spare-mark").await.unwrap());
+    assert!(marked.contains(&keep) && marked.iter().filter(|t| **t == spare).count() == 1, "{marked:?}");
+    mark_spare(&client, "spare-mark", false).await.expect("unmark");
+    let unmarked = taints(nodes.get("spare-mark").await.unwrap());
+    assert!(unmarked.contains(&keep) && !unmarked.contains(&spare), "{unmarked:?}");
+    mark_spare(&client, "no-such-node", true).await.expect("a node already gone is fine");
+    nodes.delete("spare-mark", &DeleteParams::default()).await.unwrap();
+}
