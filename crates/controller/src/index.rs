@@ -409,8 +409,9 @@ impl Index {
     /// Fresh demand for adaptive warm floors: per live claim, the earliest
     /// pod it was opened for that was created within the longest adaptive
     /// window (pending or bound alike), as an arrival on the claim's
-    /// server. A pod that landed on capacity already there opened nothing
-    /// and is not counted.
+    /// server; for a spare's claim (one of no pods), the earliest workload
+    /// pod on its node, the demand it was kept for. A pod that landed on
+    /// other capacity already there opened nothing and is not counted.
     ///
     /// # Assumptions
     /// Claims are deleted once their server is released: demand whose
@@ -443,6 +444,14 @@ impl Index {
                 })
                 .filter(|e| e.pod.created_s >= horizon && e.pod.created_s <= now_s)
                 .min_by_key(|e| (e.pod.created_s, e.pod.key()));
+            let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref()).filter(|_| claim.spec.pods.is_empty());
+            let first = first.or_else(|| {
+                self.pods
+                    .values()
+                    .filter(|e| node.is_some() && e.pod.node_name.as_deref() == node && !e.pod.is_daemonset_pod())
+                    .filter(|e| e.pod.created_s >= horizon && e.pod.created_s <= now_s)
+                    .min_by_key(|e| (e.pod.created_s, e.pod.key()))
+            });
             if let Some(e) = first {
                 arrivals.push(core::Arrival { at_s: e.pod.created_s, server: claim.spec.server.clone(), deadline_s: e.pod.deadline_s });
             }
@@ -514,6 +523,22 @@ mod tests {
         // Without an adaptive pool, nothing is collected.
         index.apply(pool(None));
         assert!(index.snapshot(NOW_S, backoff).0.arrivals.is_empty());
+    }
+
+    #[test]
+    fn a_spare_claim_arrives_with_the_first_workload_pod_on_its_node() {
+        let mut index = Index::default();
+        index.apply(pool(Some("1h")));
+        let mut spare = claim("spare", "s4", &[], false);
+        spare.status.as_mut().unwrap().node_name = Some("s4".into());
+        index.apply(spare);
+        let backoff = FailureBackoff { base_s: 60, max_s: 600 };
+        assert!(index.snapshot(NOW_S, backoff).0.arrivals.is_empty(), "an empty spare is no demand");
+        index.apply(pod("second", "2026-01-05T11:50:00Z", Some("s4")));
+        index.apply(pod("first", "2026-01-05T11:45:00Z", Some("s4")));
+        index.apply(pod("elsewhere", "2026-01-05T11:30:00Z", Some("s1")));
+        let (snap, _) = index.snapshot(NOW_S, backoff);
+        assert_eq!(snap.arrivals, vec![core::Arrival { at_s: NOW_S - 900, server: "s4".into(), deadline_s: Some(120) }]);
     }
 
     #[test]

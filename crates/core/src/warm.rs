@@ -229,6 +229,7 @@ pub struct Floor {
     pub count: u32,
     pub prewarm: Option<Prewarm>,
     /// The floor is kept as Ready nodes, not servers that are only on: the
+    /// pool has an adaptive floor (which counts the arrivals) and the
     /// class's demand has a deadline a warm server's join could miss (see
     /// [`needs_nodes`]).
     pub nodes: bool,
@@ -289,7 +290,8 @@ pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds)
         let Some(pool) = snapshot.pools.iter().find(|p| p.name == key.0) else { continue };
         let seen = arrivals.get(&key).map(Vec::as_slice).unwrap_or_default();
         let demand: Vec<(Seconds, Option<Seconds>)> = seen.iter().map(|a| (a.at_s, a.deadline_s.or(pool.deadline_s))).collect();
-        let mut floor = Floor { count: static_floor(pool, key.1, now_s), prewarm: None, nodes: needs_nodes(&demand, &servers) };
+        let nodes = pool.warm.adaptive.is_some() && needs_nodes(&demand, &servers);
+        let mut floor = Floor { count: static_floor(pool, key.1, now_s), prewarm: None, nodes };
         if let Some(adaptive) = &pool.warm.adaptive {
             floor.count = floor.count.max(adaptive_floor(demand.iter().copied(), &servers, adaptive, snapshot.arrivals_since_s, now_s));
             if let Some(p) = prewarm(&demand, &servers, adaptive, snapshot.arrivals_since_s, now_s)

@@ -83,8 +83,10 @@ fn a_floor_for_pods_that_cannot_wait_for_a_join_is_kept_as_ready_nodes() {
     // Floor 1. The class's warm path is join 60 s + ready 60 s, p90 180 s:
     // a pod with a 2-minute deadline would miss it on a spare that is only
     // on, so the spare that is on joins, and nothing is powered on for it.
+    // (The pool's adaptive floor is what counts the arrivals.)
     let mut p = pool();
     p.warm.floor.insert("general-32".into(), 1);
+    p.warm.adaptive = Some(AdaptiveFloor { history_days: 0, ..AdaptiveFloor::new(HOUR) });
     let mut snap = Snapshot { pools: vec![p], ..Default::default() };
     spare(&mut snap, "s1", 0);
     snap.servers.push(server("s2"));
@@ -97,6 +99,11 @@ fn a_floor_for_pods_that_cannot_wait_for_a_join_is_kept_as_ready_nodes() {
     let mut patient = snap.clone();
     patient.arrivals[0].deadline_s = Some(600);
     let d = disrupt(&patient, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOn { .. })), "{d:?}");
+    // So is it under a static floor alone, whose pool counts no arrivals.
+    let mut fixed = snap.clone();
+    fixed.pools[0].warm.adaptive = None;
+    let d = disrupt(&fixed, 10 * HOUR);
     assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOn { .. })), "{d:?}");
 
     // With no server on, a cold one is powered on to join.

@@ -1208,6 +1208,7 @@ mod tests {
         let mut world = toy();
         let class = ironclaim_core::warm::class_of(&world.snap.servers[0], Some(&world.snap.pools[0]));
         world.snap.pools[0].warm.floor.insert(class, 1);
+        world.snap.pools[0].warm.adaptive = Some(ironclaim_core::AdaptiveFloor { history_days: 0, ..ironclaim_core::AdaptiveFloor::new(3_600) });
         world.snap.arrivals.push(ironclaim_core::Arrival { at_s: 9_000, server: "s2".into(), deadline_s: Some(60) });
         let mut a = Autoscaler::new(Settings::default());
         let effects = a.step(&world, s(10_000));

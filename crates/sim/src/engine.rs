@@ -2095,6 +2095,16 @@ impl<'a> Engine<'a> {
     fn bind(&mut self, p: usize, s: usize) {
         let key = self.pending_key(p);
         self.pending.remove(&key);
+        // The first pod on a spare's node (a claim of no pods) is the fresh
+        // demand it was kept for, as the controller reads it.
+        if let Some(holder) = self.srv[s].holder.as_ref()
+            && self.claims.get(holder).is_some_and(|r| r.pods.is_empty())
+            && !self.arrivals.contains_key(holder)
+        {
+            let pod = &self.prep.pods[p];
+            let arrival = Arrival { at_s: pod.created_s, server: self.w.servers[s].server.name.clone(), deadline_s: pod.deadline_s };
+            self.arrivals.insert(holder.clone(), arrival);
+        }
         let pod = &self.prep.pods[p];
         let srv = &mut self.srv[s];
         srv.allocated.add(&pod.requests);
