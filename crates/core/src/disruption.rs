@@ -616,6 +616,15 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
         // that no second one is powered on for it, but no confirmed one is
         // given up for it: its power-on may yet fail.
         let coming = joining + if nodes { 0 } else { spares.iter().filter(|s| s.powering_on).count() as u32 };
+        let restore = |server: &Server, join: bool| Action::PowerOn {
+            server: server.name.clone(),
+            pool: pool_name.to_string(),
+            class: class.to_string(),
+            floor,
+            on,
+            prewarm: floors.get(&(*pool_name, class.as_ref())).and_then(|f| f.prewarm.as_ref()).map(|p| p.to_string()),
+            join,
+        };
         let mut joined = 0u32;
         if on < floor && nodes {
             // Servers already on join first: no power change, no boot.
@@ -623,16 +632,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             bare_on.sort_by(|a, b| a.power.idle_watts.total_cmp(&b.power.idle_watts).then(a.name.cmp(&b.name)));
             for s in bare_on.into_iter().take((floor - on) as usize) {
                 joined += 1;
-                let prewarm = floors.get(&(*pool_name, class.as_ref())).and_then(|f| f.prewarm.as_ref()).map(|p| p.to_string());
-                out.actions.push(Action::PowerOn {
-                    server: s.name.clone(),
-                    pool: pool_name.to_string(),
-                    class: class.to_string(),
-                    floor,
-                    on,
-                    prewarm,
-                    join: true,
-                });
+                out.actions.push(restore(s, true));
             }
         }
         if on + joined < floor {
@@ -664,16 +664,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 }
                 gate.take(s);
                 fleet_on_peak += s.power.peak_watts;
-                let prewarm = floors.get(&(*pool_name, class.as_ref())).and_then(|f| f.prewarm.as_ref()).map(|p| p.to_string());
-                out.actions.push(Action::PowerOn {
-                    server: s.name.clone(),
-                    pool: pool_name.to_string(),
-                    class: class.to_string(),
-                    floor,
-                    on,
-                    prewarm,
-                    join: nodes,
-                });
+                out.actions.push(restore(s, nodes));
             }
             continue;
         }
