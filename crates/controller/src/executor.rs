@@ -296,8 +296,13 @@ impl Executor {
                         // Never closed: a permit is always granted in turn.
                         let _permit = this.takes.acquire().await;
                         let report = this.claims.take(&claim, &uids, server.map(|s| *s)).await;
-                        if !matches!(report, Report::Taken { newly: true, .. }) {
+                        let taken = matches!(report, Report::Taken { newly: true, .. });
+                        if !taken {
                             this.opening.lock().unwrap_or_else(PoisonError::into_inner).remove(&claim.name);
+                        }
+                        if claim.pods.is_empty() {
+                            // A spare brought up as a node: its claim's path powers it on.
+                            this.claims.metrics().scaledown.action("power_on", "spare", if taken { "done" } else { "claimed" });
                         }
                         this.answer(report);
                     });
