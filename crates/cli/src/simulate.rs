@@ -8,11 +8,12 @@ use crate::output::{self, OutputArg};
 use crate::render;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
-use ironclaim_sim::compare::compare;
+use ironclaim_sim::compare::compare_sweep;
 use ironclaim_sim::packing::compare_packing;
+use ironclaim_sim::pareto::{Axis, Knob};
 use ironclaim_sim::sample::{AutoSample, auto_sample, stratified_sample};
 use ironclaim_sim::trace::{is_yaml, read_pod_list, read_servers, workload_from_rows};
-use ironclaim_sim::{Faults, PolicyKind, Scoring, SimConfig, Workload, embedded};
+use ironclaim_sim::{Faults, PolicyKind, PolicySettings, Scoring, SimConfig, Workload, embedded};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -108,6 +109,20 @@ pub struct Args {
     /// (0: none, only the recent rate).
     #[arg(long, value_name = "DAYS", default_value_t = 7)]
     history_days: u32,
+    /// The ironclaim policy's adaptive floor, where its pools set none:
+    /// standard deviations of margin above the demand expected during one
+    /// cold boot (a ServerPool's `warmSpares.adaptive.z`).
+    #[arg(long, value_name = "Z", default_value_t = PolicySettings::default().floor_z)]
+    floor_z: f64,
+    /// ...and how far back its arrivals count (`warmSpares.adaptive.window`):
+    /// a duration or a number of seconds.
+    #[arg(long, value_name = "DURATION", default_value = RATE_WINDOW, value_parser = crate::duration::go_or_seconds)]
+    rate_window: Duration,
+    /// Run the ironclaim policy once more for each value of a knob and
+    /// print its frontier of energy against deadline misses and p99
+    /// pending: `z=0,0.5,1,2` or `window=1h,4h,8h`. Twice for a grid of both.
+    #[arg(long, value_name = "KNOB=V,...", value_parser = sweep_axis)]
+    sweep: Vec<Axis>,
     /// At most N power changes per minute in each group: `fleet=N`,
     /// `pool=N`, or `LABEL=N` per value of a server label (a rack, a PDU).
     /// Repeat for several; every policy keeps them.
@@ -122,6 +137,41 @@ pub struct Args {
 pub fn transition_rate(text: &str) -> Result<ironclaim_core::transitions::TransitionRate, String> {
     ironclaim_core::transitions::parse_rate(text)
 }
+
+/// `--sweep`: a knob and its values.
+pub fn sweep_axis(text: &str) -> Result<Axis, String> {
+    let (knob, values) = text.split_once('=').ok_or_else(|| format!("`{text}` is not KNOB=V,...: try z=0,1,2 or window=1h,4h"))?;
+    let knob = match knob.trim() {
+        "z" => Knob::Z,
+        "window" => Knob::Window,
+        other => return Err(format!("unknown knob `{other}` (choose from z, window)")),
+    };
+    let mut out = Vec::new();
+    for v in values.split(',').map(str::trim) {
+        let value = match knob {
+            Knob::Z => {
+                v.parse::<f64>().ok().filter(|z| z.is_finite() && *z >= 0.0).ok_or_else(|| format!("z takes numbers of 0 or more, got `{v}`"))?
+            }
+            Knob::Window => {
+                let d = crate::duration::go_or_seconds(v)?;
+                if d < Duration::from_secs(60) {
+                    return Err(format!("a window is at least 1m, got `{v}`"));
+                }
+                whole_seconds(d) as f64
+            }
+        };
+        if !out.contains(&value) {
+            out.push(value);
+        }
+    }
+    Ok(Axis { knob, values: out })
+}
+
+/// The most runs a sweep may ask for.
+const MAX_SWEEP_RUNS: usize = 64;
+
+/// `--rate-window`'s default: a ServerPool's (a test keeps the two equal).
+const RATE_WINDOW: &str = "12h";
 
 /// `--quiet-max`'s default: the simulator's (a test keeps the two equal).
 const QUIET_MAX: &str = "1h";
@@ -170,9 +220,31 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
     cfg.policy.idle_timeout_s = whole_seconds(args.idle_timeout);
     cfg.policy.warm_spares = args.warm_spares;
     cfg.policy.history_days = args.history_days;
+    if !args.floor_z.is_finite() || args.floor_z < 0.0 {
+        return Err(anyhow!("--floor-z must be a number of 0 or more, got {}", args.floor_z));
+    }
+    cfg.policy.floor_z = args.floor_z;
+    if args.rate_window < Duration::from_secs(60) {
+        return Err(anyhow!("--rate-window must be at least 1m"));
+    }
+    cfg.policy.rate_window_s = whole_seconds(args.rate_window);
     cfg.transition_limits.rates = args.transition_rate.clone();
     cfg.transition_limits.max_cycles_per_day = args.max_cycles_per_day;
     Ok(cfg)
+}
+
+/// The sweep's axes, each knob once, within [`MAX_SWEEP_RUNS`].
+fn sweep(args: &Args) -> anyhow::Result<Vec<Axis>> {
+    for (i, a) in args.sweep.iter().enumerate() {
+        if args.sweep[..i].iter().any(|b| b.knob == a.knob) {
+            return Err(anyhow!("--sweep names {} twice: give its values once, comma-separated", a.knob.name()));
+        }
+    }
+    let runs: usize = args.sweep.iter().map(|a| a.values.len()).product();
+    if !args.sweep.is_empty() && runs > MAX_SWEEP_RUNS {
+        return Err(anyhow!("--sweep asks for {runs} runs; at most {MAX_SWEEP_RUNS}"));
+    }
+    Ok(args.sweep.clone())
 }
 
 fn policies(args: &Args) -> anyhow::Result<Vec<PolicyKind>> {
@@ -295,7 +367,11 @@ fn describe_auto_sample(s: &AutoSample) -> String {
 pub fn run(args: Args) -> Result<(), Failure> {
     let cfg = config(&args).map_err(Failure::bad_input)?;
     let kinds = policies(&args).map_err(Failure::bad_input)?;
+    let axes = sweep(&args).map_err(Failure::bad_input)?;
     let Loaded { workload: w, timed } = workload(&args).map_err(Failure::bad_input)?;
+    if !timed && !axes.is_empty() {
+        return Err(Failure::bad_input(anyhow!("--sweep belongs to the timed replay; {} is a static trace, packed in arrival order", w.name)));
+    }
     if !timed {
         return run_static(&args, &cfg, &kinds, &w);
     }
@@ -317,7 +393,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
         .progress_chars("=> ");
     let shown: std::sync::Mutex<std::collections::BTreeMap<String, indicatif::ProgressBar>> = Default::default();
-    let report = compare(&w, &cfg, &kinds, &|label, fraction| {
+    let report = compare_sweep(&w, &cfg, &kinds, &axes, &|label, fraction| {
         let Some(bars) = &bars else { return };
         let mut shown = shown.lock().unwrap_or_else(|e| e.into_inner());
         let bar = shown.entry(label.to_string()).or_insert_with(|| {
@@ -478,5 +554,43 @@ mod tests {
     #[test]
     fn the_quiet_max_default_is_the_simulators() {
         assert_eq!(config(&args(&[])).unwrap().quiet_max_s, SimConfig::default().quiet_max_s);
+        assert_eq!(config(&args(&[])).unwrap().policy, PolicySettings::default(), "and so are the floor's knobs");
+        assert_eq!(PolicySettings::default().rate_window_s, ironclaim_core::AdaptiveFloor::DEFAULT_WINDOW_S, "a ServerPool's window");
+    }
+
+    #[test]
+    fn a_sweep_names_its_knobs_and_values_or_is_bad_input() {
+        assert_eq!(sweep_axis("z=0, 1,1,2.5"), Ok(Axis { knob: Knob::Z, values: vec![0.0, 1.0, 2.5] }));
+        assert_eq!(sweep_axis("window=1h,90m,7200"), Ok(Axis { knob: Knob::Window, values: vec![3600.0, 5400.0, 7200.0] }));
+        for (bad, says) in
+            [("z", "KNOB=V"), ("speed=1", "unknown knob `speed`"), ("z=-1", "got `-1`"), ("z=NaN", "got `NaN`"), ("window=30s", "at least 1m")]
+        {
+            let e = sweep_axis(bad).expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let twice = args(&["--sweep", "z=0,1", "--sweep", "z=2"]);
+        assert!(format!("{:#}", sweep(&twice).unwrap_err()).contains("names z twice"));
+        let many = args(&["--sweep", "z=0,1,2,3,4,5,6,7,8", "--sweep", "window=1h,2h,3h,4h,5h,6h,7h,8h"]);
+        assert!(format!("{:#}", sweep(&many).unwrap_err()).contains("72 runs; at most 64"));
+        for bad in [&["--floor-z=-0.5"][..], &["--rate-window", "10s"]] {
+            assert!(config(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_sweep_runs_ironclaim_once_per_point_and_marks_its_frontier() {
+        let a = args(&["--duration", "2h", "--policies", "reactive", "--sweep", "z=0,3", "--sweep", "window=1h,12h"]);
+        let cfg = config(&a).unwrap();
+        let w = embedded::default_day(1);
+        let report = compare_sweep(&w, &cfg, &[PolicyKind::Reactive], &sweep(&a).unwrap(), &|_, _| {});
+        let sweep = report.sweep.as_ref().expect("a sweep was asked for");
+        let labels: Vec<String> = sweep.points.iter().map(|p| p.label()).collect();
+        assert_eq!(labels, ["z=0 window=1h", "z=0 window=12h", "z=3 window=1h", "z=3 window=12h"]);
+        assert!(sweep.points.iter().any(|p| p.frontier));
+        let text = report.to_table(Some(100));
+        assert!(text.contains("frontier of energy, deadline misses and p99 pending: reactive"), "{text}");
+        assert!(text.contains("z=3 window=12h"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(json["sweep"]["points"].as_array().map(Vec::len), Some(4));
     }
 }

@@ -316,7 +316,7 @@ fn warm_policy(w: &WarmSpares) -> Result<core::WarmPolicy> {
 }
 
 /// The adaptive floor's look-back window when the ServerPool names none.
-pub const DEFAULT_ADAPTIVE_WINDOW_S: Seconds = 4 * 3600;
+pub const DEFAULT_ADAPTIVE_WINDOW_S: Seconds = ironclaim_core::AdaptiveFloor::DEFAULT_WINDOW_S;
 /// Shorter windows measure noise; longer ones remember a load long gone.
 pub const MIN_ADAPTIVE_WINDOW_S: Seconds = 60;
 pub const MAX_ADAPTIVE_WINDOW_S: Seconds = 168 * 3600;

@@ -709,7 +709,7 @@ spec:
         assert!(got.starts_with(&want), "got:  {got}\nwant: {want}");
     }
     let by_default = load(&pool("  warmSpares: {adaptive: {}}\n"));
-    assert_eq!(by_default.pools[0].warm.adaptive.as_ref().map(|a| a.window_s), Some(4 * 3600));
+    assert_eq!(by_default.pools[0].warm.adaptive.as_ref().map(|a| a.window_s), Some(12 * 3600));
 }
 
 #[test]

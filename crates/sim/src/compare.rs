@@ -3,6 +3,7 @@
 use crate::config::SimConfig;
 use crate::engine::{Prepared, RunStats, run_policy, sample_times};
 use crate::oracle::oracle_bound;
+use crate::pareto::{Axis, Costs, Sweep, dominated_by, grid};
 use crate::policy::PolicyKind;
 use crate::report::*;
 use crate::sample::peak_demand;
@@ -53,6 +54,13 @@ fn run_all(w: &Workload, prep: &Prepared, jobs: &[(PolicyKind, SimConfig, String
 /// `progress` receives a run's label and its completed fraction, from the
 /// thread that runs it.
 pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress: &(dyn Fn(&str, f64) + Sync)) -> Report {
+    compare_sweep(w, cfg, policies, &[], progress)
+}
+
+/// [`compare`], and the ironclaim policy once more for every combination
+/// of the sweep's axes (none: no sweep), its frontier in
+/// [`Report::sweep`]. The sweep's runs go on the same threads.
+pub fn compare_sweep(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], axes: &[Axis], progress: &(dyn Fn(&str, f64) + Sync)) -> Report {
     let prep = Prepared::new(w, cfg.duration_s);
     let mut jobs: Vec<(PolicyKind, SimConfig, String)> = policies.iter().map(|&k| (k, cfg.clone(), k.name().to_string())).collect();
     let scored = policies.contains(&PolicyKind::Ironclaim);
@@ -62,6 +70,15 @@ pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress:
         let label = format!("ironclaim ({})", other.scoring);
         jobs.push((PolicyKind::Ironclaim, other, label));
     }
+    let settings = if axes.is_empty() { Vec::new() } else { grid(axes) };
+    for point in &settings {
+        let mut c = cfg.clone();
+        for &(knob, value) in point {
+            knob.set(&mut c.policy, value);
+        }
+        let label = point.iter().map(|(k, v)| format!("{}={}", k.name(), k.show(*v))).collect::<Vec<_>>().join(" ");
+        jobs.push((PolicyKind::Ironclaim, c, format!("ironclaim {label}")));
+    }
     // The oracle needs only the sample times: it runs beside the policies.
     let at_s = sample_times(&prep, cfg);
     let (mut runs, oracle) = std::thread::scope(|scope| {
@@ -70,6 +87,14 @@ pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress:
         (runs, oracle.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
     });
     debug_assert!(runs.iter().all(|r| r.timeline.at_s == at_s));
+    let swept = runs.split_off(runs.len() - settings.len());
+    let sweep = (!axes.is_empty()).then(|| {
+        let costs = swept.iter().map(|r| {
+            let p = crate::report::percentiles(&r.pending_s);
+            Costs { energy_kwh: r.energy_kwh, deadline_misses: r.deadline_misses, pending_p99_s: p.p99 }
+        });
+        Sweep::new(axes.to_vec(), settings.iter().cloned().zip(costs).collect())
+    });
     let alt = if scored { runs.pop() } else { None };
     let scoring = alt.map(|alt| {
         let base = runs.iter().find(|r| r.policy == PolicyKind::Ironclaim);
@@ -98,6 +123,10 @@ pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress:
         for p in &mut reports {
             p.saved_vs_always_on = Some(if base > 0.0 { 1.0 - p.energy_kwh / base } else { 0.0 });
         }
+    }
+    let costs: Vec<Costs> = reports.iter().map(PolicyReport::costs).collect();
+    for (p, d) in reports.iter_mut().zip(dominated_by(&costs)) {
+        p.dominated_by = d.map(|i| runs[i].policy.name());
     }
     let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, u) in prep.unplaceable.iter().enumerate() {
@@ -146,5 +175,6 @@ pub fn compare(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], progress:
         scoring,
         unplaceable,
         timeline,
+        sweep,
     }
 }

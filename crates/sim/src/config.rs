@@ -258,7 +258,13 @@ fn default_history_days() -> u32 {
 
 impl Default for PolicySettings {
     fn default() -> Self {
-        PolicySettings { idle_timeout_s: 600, warm_spares: 2, rate_window_s: 4 * 3600, floor_z: 1.0, history_days: default_history_days() }
+        PolicySettings {
+            idle_timeout_s: 600,
+            warm_spares: 2,
+            rate_window_s: ironclaim_core::AdaptiveFloor::DEFAULT_WINDOW_S,
+            floor_z: 1.0,
+            history_days: default_history_days(),
+        }
     }
 }
 

@@ -1,13 +1,16 @@
 //! The HTML report: one self-contained page (inline SVG and CSS, no
-//! scripts, no network) with the comparison table and four plots: demand
-//! against powered servers, fleet watts, pending pods over time, and the
+//! scripts, no network) with the comparison table and six plots: demand
+//! against powered servers, fleet watts, pending pods over time, the
 //! pending-time distribution per policy, on a log time axis (seconds to a
-//! day: on a linear one everything but the slowest pods sits in a corner).
+//! day: on a linear one everything but the slowest pods sits in a corner),
+//! and energy against deadline misses and against p99 pending, the Pareto
+//! picture, with the ironclaim policy's sweep when there is one.
 //!
 //! Axis labels never overlap: a tick whose label would touch the one
 //! before is left out, and the y-axis title sits above the axis, clear of
 //! the tick labels however wide they are.
 
+use crate::pareto::Costs;
 use crate::report::{CDF_BOUNDS_S, Report, count, human_s};
 use ironclaim_core::Seconds;
 use std::fmt::Write;
@@ -209,6 +212,108 @@ fn cdf_chart(out: &mut String, report: &Report) {
     legend(out, items.into_iter());
 }
 
+/// A cost of a run on the Pareto charts' y axis.
+#[derive(Clone, Copy)]
+enum Waiting {
+    Misses,
+    P99,
+}
+
+impl Waiting {
+    fn of(self, c: &Costs) -> f64 {
+        match self {
+            Waiting::Misses => c.deadline_misses as f64,
+            Waiting::P99 => c.pending_p99_s as f64 / 60.0,
+        }
+    }
+}
+
+/// Energy (x) against one kind of waiting (y), a labelled dot per policy
+/// and, with a sweep, a small ring per setting of the ironclaim policy and
+/// a line through the sweep's frontier.
+fn pareto_chart(out: &mut String, report: &Report, title: &str, y_label: &str, waiting: Waiting) {
+    let policies: Vec<(&str, Costs)> = report.policies.iter().map(|p| (p.policy, p.costs())).collect();
+    let swept: Vec<&crate::pareto::SweepPoint> = report.sweep.iter().flat_map(|s| &s.points).collect();
+    let all: Vec<Costs> = policies.iter().map(|(_, c)| *c).chain(swept.iter().map(|p| p.costs)).collect();
+    // A run far above the rest (always-on, as a rule) would squeeze them
+    // into a corner: it is drawn at the right edge, its energy in its label.
+    let rest = |i: usize| all.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, c)| c.energy_kwh).fold(0.0, f64::max);
+    let off_scale: Vec<bool> = all.iter().enumerate().map(|(i, c)| all.len() > 2 && c.energy_kwh > 1.5 * rest(i)).collect();
+    let shown = || all.iter().zip(&off_scale).filter(|(_, off)| !**off).map(|(c, _)| c.energy_kwh);
+    let lo = shown().fold(f64::INFINITY, f64::min);
+    let hi = shown().fold(0.0, f64::max);
+    let (lo, hi) = if lo.is_finite() && hi > lo { (lo, hi) } else { (0.0, hi.max(1.0)) };
+    let pad = (hi - lo) * 0.06;
+    let (x0, x1) = ((lo - pad).max(0.0), hi + pad);
+    let ymax = nice_max(all.iter().map(|c| waiting.of(c)).fold(0.0, f64::max));
+    let pw = W - LEFT - RIGHT - 90.0;
+    let ph = H - TOP - BOTTOM;
+    let x = |e: f64| LEFT + pw * (e.min(x1) - x0) / (x1 - x0);
+    let y = |v: f64| TOP + ph * (1.0 - v / ymax);
+    let _ = write!(out, "<h2>{}</h2><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\">", esc(title));
+    for k in 0..=5 {
+        let v = ymax * k as f64 / 5.0;
+        let _ = write!(
+            out,
+            "<line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{yv:.1}\" y2=\"{yv:.1}\" class=\"grid\"/><text x=\"{}\" y=\"{:.1}\" class=\"yl\">{}</text>",
+            LEFT + pw,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            if ymax >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") },
+            yv = y(v)
+        );
+    }
+    x_labels(out, (0..=5).map(|k| x0 + (x1 - x0) * k as f64 / 5.0).map(|e| (x(e), format!("{e:.1} kWh"))).collect());
+    y_title(out, y_label);
+    let mut frontier: Vec<&crate::pareto::SweepPoint> = swept.iter().copied().filter(|p| p.frontier).collect();
+    frontier.sort_by(|a, b| a.costs.energy_kwh.total_cmp(&b.costs.energy_kwh));
+    if frontier.len() > 1 {
+        let d: Vec<String> = frontier
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}{:.1},{:.1}", if i == 0 { "M" } else { "L" }, x(p.costs.energy_kwh), y(waiting.of(&p.costs))))
+            .collect();
+        let _ = write!(out, "<path d=\"{}\" fill=\"none\" stroke=\"{SWEEP}\" stroke-width=\"1.2\" stroke-dasharray=\"4 3\"/>", d.join(""));
+    }
+    for p in &swept {
+        let _ = write!(
+            out,
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"none\" stroke=\"{SWEEP}\"><title>ironclaim {}: {:.1} kWh, {} misses, p99 {}</title></circle>",
+            x(p.costs.energy_kwh),
+            y(waiting.of(&p.costs)),
+            esc(&p.label()),
+            p.costs.energy_kwh,
+            p.costs.deadline_misses,
+            human_s(p.costs.pending_p99_s)
+        );
+    }
+    for (k, (name, c)) in policies.iter().enumerate() {
+        let colour = COLOURS[k % COLOURS.len()];
+        let (cx, cy) = (x(c.energy_kwh), y(waiting.of(c)));
+        let label = if off_scale[k] { format!("{name} ({:.1} kWh, off the scale)", c.energy_kwh) } else { name.to_string() };
+        let (lx, anchor) = if off_scale[k] { (cx - 8.0, " style=\"text-anchor:end\"") } else { (cx + 8.0, "") };
+        let _ = write!(
+            out,
+            "<circle cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"5\" fill=\"{colour}\"><title>{}: {:.1} kWh, {} misses, p99 {}</title></circle><text x=\"{lx:.1}\" y=\"{:.1}\" class=\"pl\"{anchor}>{}</text>",
+            esc(name),
+            c.energy_kwh,
+            c.deadline_misses,
+            human_s(c.pending_p99_s),
+            cy - 6.0,
+            esc(&label)
+        );
+    }
+    out.push_str("</svg>");
+    let mut items: Vec<(&str, &str, bool)> = policies.iter().enumerate().map(|(k, (name, _))| (*name, COLOURS[k % COLOURS.len()], false)).collect();
+    if !swept.is_empty() {
+        items.push(("ironclaim over --sweep (frontier dashed)", SWEEP, true));
+    }
+    legend(out, items.into_iter());
+}
+
+/// The colour of the sweep's points.
+const SWEEP: &str = "#8c564b";
+
 /// Renders the report as one HTML page.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
@@ -219,7 +324,7 @@ pub fn render(report: &Report) -> String {
          th{background:#f3f3f3}td:first-child{text-align:left}\
          .grid{stroke:#e4e4e4}.yl{font-size:11px;text-anchor:end;fill:#555}.xl{font-size:11px;text-anchor:middle;fill:#555}\
          .yt{font-size:11px;text-anchor:start;fill:#555}.legend span{margin-right:16px;font-size:13px}\
-         .legend i{display:inline-block;width:22px;margin-right:5px;vertical-align:middle}\
+         .pl{font-size:12px;fill:#333}.legend i{display:inline-block;width:22px;margin-right:5px;vertical-align:middle}\
          code{background:#f3f3f3;padding:1px 4px}h2{font-size:16px;margin-top:28px}",
     );
     out.push_str("</style></head><body>");
@@ -310,6 +415,23 @@ pub fn render(report: &Report) -> String {
         .collect();
     line_chart(&mut out, "Pending pods", "pods", &t.at_s, &pending, true);
     cdf_chart(&mut out, report);
+    pareto_chart(&mut out, report, "Energy against deadline misses", "deadline misses", Waiting::Misses);
+    pareto_chart(&mut out, report, "Energy against p99 pending", "p99 pending, minutes", Waiting::P99);
+    if let Some(sweep) = &report.sweep {
+        out.push_str("<h2>The ironclaim policy over its knobs</h2><table><tr><th>setting</th><th>energy kWh</th><th>deadline misses</th><th>pending p99</th><th>frontier</th></tr>");
+        for p in &sweep.points {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&p.label()),
+                p.costs.energy_kwh,
+                p.costs.deadline_misses,
+                human_s(p.costs.pending_p99_s),
+                if p.frontier { "yes" } else { "" }
+            );
+        }
+        out.push_str("</table>");
+    }
     let failures: Vec<String> = report
         .policies
         .iter()
@@ -370,13 +492,33 @@ mod tests {
     #[test]
     fn no_two_axis_labels_of_a_chart_overlap() {
         let charts = x_label_spans(&rendered());
-        assert_eq!(charts.len(), 4);
+        assert_eq!(charts.len(), 6, "four over time, two of energy against waiting");
         for labels in charts {
             assert!(labels.len() >= 3, "{labels:?}");
             for pair in labels.windows(2) {
                 assert!(pair[1].0 >= pair[0].1 + 4.0, "{:?} and {:?} touch", pair[0], pair[1]);
             }
         }
+    }
+
+    #[test]
+    fn the_pareto_charts_show_each_policy_and_the_sweep_with_its_frontier() {
+        let w = crate::embedded::default_day(1);
+        let cfg = crate::SimConfig { duration_s: Some(3 * 3600), ..Default::default() };
+        let axes = [crate::pareto::Axis { knob: crate::pareto::Knob::Z, values: vec![0.0, 2.0] }];
+        let report = crate::compare::compare_sweep(&w, &cfg, &[crate::PolicyKind::Reactive, crate::PolicyKind::Ironclaim], &axes, &|_, _| {});
+        let html = render(&report);
+        for needle in [
+            "Energy against deadline misses",
+            "Energy against p99 pending",
+            "<title>reactive: ",
+            "<title>ironclaim z=2: ",
+            "The ironclaim policy over its knobs",
+        ] {
+            assert!(html.contains(needle), "{needle}");
+        }
+        let plain = render(&crate::compare::compare(&w, &cfg, &[crate::PolicyKind::Reactive], &|_, _| {}));
+        assert!(plain.contains("<title>reactive: ") && !plain.contains("over --sweep"), "no sweep, no rings");
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod fit;
 pub mod html;
 pub mod oracle;
 pub mod packing;
+pub mod pareto;
 pub mod policy;
 pub mod report;
 pub mod rng;

@@ -20,6 +20,9 @@ pub struct Report {
     pub scoring: Option<ScoringComparison>,
     pub unplaceable: Vec<UnplaceableGroup>,
     pub timeline: TimelineReport,
+    /// The ironclaim policy over `--sweep`'s settings, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<crate::pareto::Sweep>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -150,6 +153,9 @@ pub struct PolicyReport {
     pub quarantined_servers: u64,
     pub waiting_at_end: Vec<Waiting>,
     pub violations: Vec<crate::check::Violation>,
+    /// The first policy of the run that is no worse on energy, deadline
+    /// misses and p99 pending and better on one; None: on the frontier.
+    pub dominated_by: Option<&'static str>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -244,7 +250,13 @@ impl PolicyReport {
             quarantined_servers: s.quarantined,
             waiting_at_end: s.waiting_reasons.iter().map(|(r, n)| Waiting { reason: r.clone(), pods: *n }).collect(),
             violations: s.violations.clone(),
+            dominated_by: None,
         }
+    }
+
+    /// What the run cost, as the Pareto picture weighs it.
+    pub fn costs(&self) -> crate::pareto::Costs {
+        crate::pareto::Costs { energy_kwh: self.energy_kwh, deadline_misses: self.deadline_misses, pending_p99_s: self.pending_s.p99 }
     }
 }
 
@@ -384,6 +396,11 @@ impl Report {
                 }
             }
         }
+        out.push_str(&self.frontier_line());
+        if let Some(sweep) = &self.sweep {
+            out.push_str(&sweep_table(sweep, width));
+            out.push('\n');
+        }
         if let Some(s) = &self.scoring {
             out.push_str(&format!(
                 "scheduler scoring ({}): least-allocated {:.1} kWh ({:.1} servers on), most-allocated {:.1} kWh ({:.1} on): packing saves {:.1} % ({:.1} % of the energy beyond utilisation)\n",
@@ -404,6 +421,49 @@ impl Report {
         }
         out
     }
+}
+
+impl Report {
+    /// Which policies are on the frontier of energy against deadline misses
+    /// and p99 pending, and what dominates the others.
+    pub fn frontier_line(&self) -> String {
+        let on: Vec<&str> = self.policies.iter().filter(|p| p.dominated_by.is_none()).map(|p| p.policy).collect();
+        let mut line = format!("frontier of energy, deadline misses and p99 pending: {}", on.join(", "));
+        for p in &self.policies {
+            if let Some(by) = p.dominated_by {
+                line.push_str(&format!("; {} is dominated by {by}", p.policy));
+            }
+        }
+        line.push('\n');
+        line
+    }
+}
+
+/// The sweep's runs, fewest kWh first, its frontier marked.
+fn sweep_table(sweep: &crate::pareto::Sweep, width: Option<u16>) -> String {
+    use comfy_table::{CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(["ironclaim", "energy kWh", "deadline misses", "pending p99", "frontier"]);
+    let mut points: Vec<&crate::pareto::SweepPoint> = sweep.points.iter().collect();
+    points.sort_by(|a, b| a.costs.energy_kwh.total_cmp(&b.costs.energy_kwh).then(a.costs.deadline_misses.cmp(&b.costs.deadline_misses)));
+    for p in points {
+        t.add_row([
+            p.label(),
+            format!("{:.1}", p.costs.energy_kwh),
+            p.costs.deadline_misses.to_string(),
+            human_s(p.costs.pending_p99_s),
+            if p.frontier { "yes".into() } else { String::new() },
+        ]);
+    }
+    for i in 1..t.column_count() {
+        if let Some(col) = t.column_mut(i) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    if let Some(width) = width {
+        t.set_content_arrangement(ContentArrangement::Dynamic).set_width(width);
+    }
+    t.to_string()
 }
 
 #[cfg(test)]
