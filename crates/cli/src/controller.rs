@@ -122,6 +122,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 identity,
                 duration: args.lease_duration,
                 power_budget_watts: args.power_budget_watts,
+                transition_limits: settings.transition_limits.clone(),
             });
         }
         let power = Arc::new(ProviderRouter {

@@ -6,6 +6,7 @@ use anyhow::anyhow;
 use ironclaim_controller::index::{FailureBackoff, Index};
 use ironclaim_controller::timeline;
 use ironclaim_core::outcome::Outcome;
+use ironclaim_core::transitions::TransitionLimits;
 use ironclaim_k8s::api::ServerClaim;
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -148,13 +149,24 @@ struct ControllerView {
     /// the decision here is made with it too.
     #[serde(skip_serializing_if = "Option::is_none")]
     power_budget_watts: Option<f64>,
+    /// The transition rates and cap on power cycles the leader decides
+    /// with, as its Lease says; the decision here keeps them too.
+    #[serde(skip_serializing_if = "TransitionLimits::is_empty")]
+    transition_limits: TransitionLimits,
 }
 
 impl ControllerView {
     /// Reads what a Lease (or its absence, or the error reading it) says at `now`.
     fn of(lease_name: String, read: Result<Option<Lease>, String>, now: u64) -> Self {
-        let mut view =
-            ControllerView { state: "no_lease", lease: lease_name, holder: None, renewed_ago_s: None, error: None, power_budget_watts: None };
+        let mut view = ControllerView {
+            state: "no_lease",
+            lease: lease_name,
+            holder: None,
+            renewed_ago_s: None,
+            error: None,
+            power_budget_watts: None,
+            transition_limits: TransitionLimits::default(),
+        };
         match read {
             Err(error) => {
                 view.state = "unknown";
@@ -163,6 +175,7 @@ impl ControllerView {
             Ok(None) => {}
             Ok(Some(lease)) => {
                 view.power_budget_watts = ironclaim_controller::leader::power_budget_of(&lease);
+                view.transition_limits = ironclaim_controller::leader::transition_limits_of(&lease);
                 let spec = lease.spec.unwrap_or_default();
                 view.holder = spec.holder_identity.filter(|h| !h.is_empty());
                 let renewed = spec.renew_time.map(|t| t.0.as_second().max(0) as u64);
@@ -303,6 +316,7 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: Con
     // What the core decides for it now, as the controller would.
     let (mut snapshot, _) = index.snapshot(now, FailureBackoff { base_s: 60, max_s: 3600 });
     snapshot.power_budget_watts = explanation.controller.power_budget_watts;
+    snapshot.transition_limits = explanation.controller.transition_limits.clone();
     let plan = ironclaim_core::provision(&snapshot, now);
     let empty = DecisionView {
         outcome: "none",
@@ -569,6 +583,47 @@ mod tests {
         assert_eq!(outcome(Some("500")), "unschedulable");
         assert_eq!(led(Some("500")).power_budget_watts, Some(500.0));
         assert_eq!(led(Some("none")).power_budget_watts, None, "what is not a number of watts is no budget");
+    }
+
+    /// The leader's transition limits, read from its Lease, hold the
+    /// decision here too: a cold server powered off a moment ago under a
+    /// fleet rate of one change a minute is not powered on again yet.
+    #[test]
+    fn the_decision_keeps_the_transition_limits_the_lease_says() {
+        let mut index = index_with_pod(60, None);
+        let server: ironclaim_k8s::api::Server = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": "cold-1"},
+            "spec": {
+                "bmc": {"address": "https://10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": "ironclaim-system"}},
+                "hardware": {"cpu": "8", "memory": "32Gi"}, "power": {"idleWatts": 200, "peakWatts": 600}
+            },
+            "status": {"powerState": "Off", "powerChanges": [{"at": NOW - 10, "on": false}]}
+        }))
+        .expect("a server");
+        server.apply(&mut index);
+        let pool: ironclaim_k8s::api::ServerPool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool", "metadata": {"name": "default"}, "spec": {}
+        }))
+        .expect("a pool");
+        pool.apply(&mut index);
+        let led = |limits: Option<&str>| {
+            let mut lease = lease("ironclaim-7f9", 5);
+            if let Some(text) = limits {
+                lease.metadata.annotations =
+                    Some([(ironclaim_controller::leader::TRANSITION_LIMITS_ANNOTATION.to_string(), text.to_string())].into());
+            }
+            ControllerView::of("ironclaim-system/ironclaim-controller".into(), Ok(Some(lease)), NOW)
+        };
+        let decide = |limits| explain(&index, "shop", "web", NOW, led(limits)).unwrap_or_else(|_| panic!("explained"));
+        let one_a_minute = r#"{"rates":[{"scope":"fleet","per_minute":1}]}"#;
+        assert_eq!(decide(None).decision.expect("a decision").outcome, "new_claim");
+        let held = decide(Some(one_a_minute));
+        let decision = held.decision.as_ref().expect("a decision");
+        assert_eq!(decision.outcome, "unschedulable");
+        let reason = decision.reason.as_deref().unwrap_or_default();
+        assert!(reason.starts_with("transition rate of the fleet reached") && reason.ends_with("the next may start in 50s"), "{reason}");
+        assert_eq!(held.controller.transition_limits.rates.len(), 1);
+        assert!(led(Some("fleet=1")).transition_limits.is_empty(), "what a leader does not write is no limit");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use ironclaim_core::transitions::TransitionLimits;
 use ironclaim_driver::lease::{LeaseTimes, Observer, Record, Round, Tenure};
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::server::PowerState;
@@ -49,11 +50,26 @@ pub struct LeaseSettings {
     /// Lease ([`POWER_BUDGET_ANNOTATION`]) so that `ironclaim explain`
     /// decides with the leader's.
     pub power_budget_watts: Option<f64>,
+    /// The transition rates and the cap on power cycles this replica
+    /// decides with, written on the Lease ([`TRANSITION_LIMITS_ANNOTATION`])
+    /// for the same reason.
+    pub transition_limits: TransitionLimits,
 }
 
 /// The Lease annotation that says the leader's fleet power budget, in
 /// watts; absent when it has none.
 pub const POWER_BUDGET_ANNOTATION: &str = "ironclaim.dev/power-budget-watts";
+
+/// The Lease annotation that says the leader's transition limits, as JSON
+/// (`{"rates":[{"scope":"fleet","per_minute":2}],"max_cycles_per_day":3}`);
+/// absent when it has none.
+pub const TRANSITION_LIMITS_ANNOTATION: &str = "ironclaim.dev/transition-limits";
+
+/// The leader's transition limits, as its Lease says; none when the
+/// annotation is absent or not what a leader writes.
+pub fn transition_limits_of(lease: &Lease) -> TransitionLimits {
+    lease.annotations().get(TRANSITION_LIMITS_ANNOTATION).and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default()
+}
 
 /// The leader's fleet power budget, as its Lease says.
 pub fn power_budget_of(lease: &Lease) -> Option<f64> {
@@ -66,6 +82,10 @@ fn annotate(metadata: &mut ObjectMeta, settings: &LeaseSettings) {
     match settings.power_budget_watts {
         Some(watts) => annotations.insert(POWER_BUDGET_ANNOTATION.to_owned(), watts.to_string()),
         None => annotations.remove(POWER_BUDGET_ANNOTATION),
+    };
+    match serde_json::to_string(&settings.transition_limits) {
+        Ok(text) if !settings.transition_limits.is_empty() => annotations.insert(TRANSITION_LIMITS_ANNOTATION.to_owned(), text),
+        _ => annotations.remove(TRANSITION_LIMITS_ANNOTATION),
     };
     if annotations.is_empty() {
         metadata.annotations = None;

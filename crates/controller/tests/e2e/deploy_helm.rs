@@ -347,6 +347,7 @@ async fn the_installed_chart_runs_the_controller_under_its_own_service_account()
         identity: "helm-replica".into(),
         duration: Duration::from_secs(10),
         power_budget_watts: None,
+        transition_limits: Default::default(),
     });
     let controller = Controller::new(client.clone(), redfish(&client), settings);
     let metrics = controller.metrics();

@@ -60,6 +60,7 @@ async fn the_controller_runs_with_exactly_the_rules_of_deploy_rbac() {
         identity: "rbac".into(),
         duration: Duration::from_secs(10),
         power_budget_watts: None,
+        transition_limits: Default::default(),
     });
     let controller = Controller::new(client.clone(), redfish(&client), settings);
     let metrics = controller.metrics();

@@ -1,6 +1,7 @@
 //! Two controllers against one API server: with leader election only one
 //! acts; without it, the claim on a server is still written once.
 
+use ironclaim_core::transitions::{TransitionLimits, parse_rate};
 use std::time::Duration;
 
 use crate::support::*;
@@ -22,20 +23,23 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
     apply(&env, &serverpool("default", json!([]), json!({})));
     let _harness = Machines::start(client.clone(), &sushy, machines.clone());
 
-    let lease = |identity: &str, power_budget_watts: Option<f64>| LeaseSettings {
+    let lease = |identity: &str, power_budget_watts: Option<f64>, transition_limits: TransitionLimits| LeaseSettings {
         namespace: NAMESPACE.into(),
         name: "ironclaim-controller".into(),
         identity: identity.into(),
         duration: Duration::from_secs(6),
         power_budget_watts,
+        transition_limits,
     };
-    // a decides under a fleet budget (far above what the test powers), b
-    // under none: the Lease says the holder's, for `ironclaim explain`.
+    // a decides under a fleet budget and transition rate (far above what
+    // the test powers), b under neither: the Lease says the holder's, for
+    // `ironclaim explain`.
     let mut a = settings("replica-a");
     a.power_budget_watts = Some(100_000.0);
-    a.lease = Some(lease("replica-a", a.power_budget_watts));
+    a.transition_limits = TransitionLimits { rates: vec![parse_rate("fleet=100").expect("a rate")], max_cycles_per_day: Some(50) };
+    a.lease = Some(lease("replica-a", a.power_budget_watts, a.transition_limits.clone()));
     let mut b = settings("replica-b");
-    b.lease = Some(lease("replica-b", None));
+    b.lease = Some(lease("replica-b", None, TransitionLimits::default()));
     let replica_a = Controller::new(client.clone(), redfish(&client), a);
     let metrics_a = replica_a.metrics();
     let running_a = run(replica_a);
@@ -52,6 +56,8 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
     .await;
     let held = leases.get("ironclaim-controller").await.expect("the lease");
     assert_eq!(ironclaim_controller::leader::power_budget_of(&held), Some(100_000.0), "{:?}", held.metadata.annotations);
+    let limits = ironclaim_controller::leader::transition_limits_of(&held);
+    assert_eq!((limits.rates.len(), limits.max_cycles_per_day), (1, Some(50)), "{:?}", held.metadata.annotations);
     let replica_b = Controller::new(client.clone(), redfish(&client), b);
     let metrics_b = replica_b.metrics();
     let running_b = run(replica_b);
@@ -87,5 +93,6 @@ async fn two_replicas_with_leader_election_one_acts_and_the_other_takes_over_whe
     assert_eq!(claims(&client).await.len(), 2);
     let held = leases.get("ironclaim-controller").await.expect("the lease");
     assert_eq!(ironclaim_controller::leader::power_budget_of(&held), None, "b decides with no budget: {:?}", held.metadata.annotations);
+    assert!(ironclaim_controller::leader::transition_limits_of(&held).is_empty(), "nor limits: {:?}", held.metadata.annotations);
     running_b.stop().await;
 }
