@@ -109,6 +109,10 @@ pub struct Args {
     /// (0: none, only the recent rate).
     #[arg(long, value_name = "DAYS", default_value_t = 7)]
     history_days: u32,
+    /// The ironclaim policy's daily profile tells weekdays from weekend
+    /// days (a ServerPool's `warmSpares.adaptive.weekly`).
+    #[arg(long)]
+    weekly_profile: bool,
     /// The ironclaim policy's adaptive floor, where its pools set none:
     /// standard deviations of margin above the demand expected during one
     /// cold boot (a ServerPool's `warmSpares.adaptive.z`).
@@ -220,6 +224,7 @@ fn config(args: &Args) -> anyhow::Result<SimConfig> {
     cfg.policy.idle_timeout_s = whole_seconds(args.idle_timeout);
     cfg.policy.warm_spares = args.warm_spares;
     cfg.policy.history_days = args.history_days;
+    cfg.policy.weekly = args.weekly_profile;
     if !args.floor_z.is_finite() || args.floor_z < 0.0 {
         return Err(anyhow!("--floor-z must be a number of 0 or more, got {}", args.floor_z));
     }

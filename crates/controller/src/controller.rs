@@ -939,7 +939,9 @@ impl Sweeper {
                     Some(u) => pools::status_of(u, pool.status.as_ref(), pool.metadata.generation, now),
                     None => pool.status.clone().unwrap_or_default(),
                 };
-                status.arrivals = pools::merge_arrivals(&status.arrivals, arrivals.get(name.as_str()).map(Vec::as_slice).unwrap_or_default(), now);
+                let keep_s = pools::arrival_history_s(snapshot.pools.iter().find(|p| p.name == *name));
+                status.arrivals =
+                    pools::merge_arrivals(&status.arrivals, arrivals.get(name.as_str()).map(Vec::as_slice).unwrap_or_default(), now, keep_s);
                 pools::set_valid(&mut status, invalid.as_deref(), pool.metadata.generation, now);
                 if pool.status.as_ref() != Some(&status) {
                     changed.push((name.clone(), status, invalid));

@@ -419,12 +419,7 @@ impl Index {
     /// leader keeps on each ServerPool's status (`status.arrivals`).
     fn recent_arrivals(&self, pools: &[core::ServerPool], now_s: Seconds) -> Vec<core::Arrival> {
         // A pool with a daily profile looks back days, not just its window.
-        let Some(window_s) = pools
-            .iter()
-            .filter_map(|p| p.warm.adaptive.as_ref())
-            .map(|a| if a.history_days > 0 { a.window_s.max(crate::pools::ARRIVAL_HISTORY_S) } else { a.window_s })
-            .max()
-        else {
+        let Some(window_s) = pools.iter().filter_map(|p| p.warm.adaptive.as_ref()).map(core::AdaptiveFloor::history_s).max() else {
             return Vec::new();
         };
         let horizon = now_s.saturating_sub(window_s);

@@ -42,19 +42,26 @@ pub fn status_of(usage: &PoolUsage, current: Option<&ServerPoolStatus>, generati
     ServerPoolStatus { servers: usage.servers, resources, watts: Some(usage.watts.round() as i64), conditions, arrivals }
 }
 
-/// How long a pool keeps the arrivals of its status: the daily profile's
-/// week and a day.
+/// How long a pool keeps the arrivals of its status when its floor says
+/// nothing longer ([`ironclaim_core::AdaptiveFloor::history_s`]): the
+/// default daily profile's week and a day.
 pub const ARRIVAL_HISTORY_S: Seconds = 8 * 86_400;
+
+/// How long the pool `pool` keeps its arrivals.
+pub fn arrival_history_s(pool: Option<&ironclaim_core::ServerPool>) -> Seconds {
+    pool.and_then(|p| p.warm.adaptive.as_ref()).map_or(ARRIVAL_HISTORY_S, |a| a.history_s().max(ARRIVAL_HISTORY_S))
+}
 
 /// At most this many arrivals are kept on a pool, the newest.
 pub const MAX_ARRIVALS: usize = 5000;
 
 /// The arrivals a pool's status keeps: those it had and those of its live
-/// claims (`live`), each once, none older than [`ARRIVAL_HISTORY_S`] or
-/// from the future, oldest first, at most [`MAX_ARRIVALS`].
-pub fn merge_arrivals(kept: &[ArrivalRecord], live: &[ironclaim_core::Arrival], now_s: Seconds) -> Vec<ArrivalRecord> {
+/// claims (`live`), each once, none older than `keep_s` (see
+/// [`arrival_history_s`]) or from the future, oldest first, at most
+/// [`MAX_ARRIVALS`].
+pub fn merge_arrivals(kept: &[ArrivalRecord], live: &[ironclaim_core::Arrival], now_s: Seconds, keep_s: Seconds) -> Vec<ArrivalRecord> {
     let now = i64::try_from(now_s).unwrap_or(i64::MAX);
-    let oldest = now.saturating_sub(ARRIVAL_HISTORY_S as i64);
+    let oldest = now.saturating_sub(i64::try_from(keep_s).unwrap_or(i64::MAX));
     let mut all: Vec<ArrivalRecord> = kept
         .iter()
         .cloned()
@@ -205,14 +212,29 @@ mod tests {
         let record = |at: u64, server: &str| ArrivalRecord { at: at as i64, server: server.into(), deadline_seconds: Some(120) };
         let kept = vec![record(11 * day, "too-old"), record(15 * day, "s1"), record(19 * day, "s2")];
         let live = vec![arrival(19 * day, "s2"), arrival(now - 10, "s3"), arrival(now + 10, "future")];
-        let merged = merge_arrivals(&kept, &live, now);
+        let merged = merge_arrivals(&kept, &live, now, ARRIVAL_HISTORY_S);
         assert_eq!(merged, vec![record(15 * day, "s1"), record(19 * day, "s2"), record(now - 10, "s3")]);
         let back: Vec<_> = arrivals_of(Some(&ServerPoolStatus { arrivals: merged, ..Default::default() })).collect();
         assert_eq!(back[2], arrival(now - 10, "s3"));
         let many: Vec<_> = (0..MAX_ARRIVALS as u64 + 10).map(|i| arrival(now - 1000 - i, "s")).collect();
-        let capped = merge_arrivals(&[], &many, now);
+        let capped = merge_arrivals(&[], &many, now, ARRIVAL_HISTORY_S);
         assert_eq!(capped.len(), MAX_ARRIVALS);
         assert_eq!(capped.last().map(|a| a.at), Some((now - 1000) as i64), "the newest are kept");
+    }
+
+    #[test]
+    fn a_pool_whose_profile_looks_back_longer_keeps_its_arrivals_longer() {
+        let mut pool = ironclaim_core::ServerPool::new("p");
+        assert_eq!(arrival_history_s(Some(&pool)), ARRIVAL_HISTORY_S, "no adaptive floor: the default");
+        pool.warm.adaptive = Some(ironclaim_core::AdaptiveFloor { history_days: 14, ..ironclaim_core::AdaptiveFloor::new(3600) });
+        assert_eq!(arrival_history_s(Some(&pool)), 15 * 86_400, "a fortnight's weekends and a day");
+        pool.warm.adaptive = Some(ironclaim_core::AdaptiveFloor { history_days: 2, ..ironclaim_core::AdaptiveFloor::new(3600) });
+        assert_eq!(arrival_history_s(Some(&pool)), ARRIVAL_HISTORY_S, "never less than a week and a day");
+        let day: u64 = 86_400;
+        let record = |at: u64| ArrivalRecord { at: at as i64, server: "s".into(), deadline_seconds: Some(120) };
+        let kept = vec![record(day), record(5 * day)];
+        assert_eq!(merge_arrivals(&kept, &[], 16 * day, 15 * day), kept);
+        assert_eq!(merge_arrivals(&kept, &[], 16 * day, 8 * day), vec![record(5 * day)]);
     }
 
     #[test]

@@ -533,6 +533,10 @@ pub struct AdaptiveFloor {
     /// day for servers to be powered on ahead of it.
     #[serde(default = "three")]
     pub min_days_seen: u32,
+    /// The daily profile tells weekdays from weekend days: it looks at the
+    /// past days of today's kind when at least `min_days_seen` are.
+    #[serde(default)]
+    pub weekly: bool,
 }
 
 fn one() -> f64 {
@@ -554,7 +558,14 @@ impl AdaptiveFloor {
     pub const DEFAULT_WINDOW_S: Seconds = 12 * 3600;
 
     pub fn new(window_s: Seconds) -> Self {
-        AdaptiveFloor { window_s, z: 1.0, history_days: 7, min_days_seen: 3 }
+        AdaptiveFloor { window_s, z: 1.0, history_days: 7, min_days_seen: 3, weekly: false }
+    }
+
+    /// How far back the floor looks at arrivals: its window, and with a
+    /// daily profile its days and one more (a past day's window reaches
+    /// two cold paths before its time of day).
+    pub fn history_s(&self) -> Seconds {
+        if self.history_days == 0 { self.window_s } else { self.window_s.max((Seconds::from(self.history_days) + 1) * 86_400) }
     }
 }
 

@@ -12,13 +12,18 @@
 //!
 //! # Pre-warming ahead of recurring demand
 //! The same arrivals on past days, at this time of day, say what is coming:
-//! for each of the last `history_days` days that were observed, count the
-//! urgent arrivals within two cold paths of this second of that day, before
-//! or after. When that demand came on at least `min_days_seen` of those
-//! days, the floor is raised to the mean count per cold path, with the same
-//! margin: spares are powered on up to two boots ahead of a ramp, and kept
-//! through it while it comes a little later than it did. A day counts as
-//! observed when the arrivals are complete since its window began.
+//! for each of the last `history_days` days that were observed (with
+//! `weekly`, those of today's kind: weekdays for a weekday, Saturday and
+//! Sunday for a weekend day, in UTC; every day when fewer than
+//! `min_days_seen` are of today's kind), count the urgent arrivals within two cold paths of this second
+//! of that day, before or after. When that demand came on at least
+//! `min_days_seen` of those days, the floor is raised to the mean count per
+//! cold path, with the same margin: spares are powered on up to two boots
+//! ahead of a ramp, and kept through it while it comes a little later than
+//! it did. A day counts as observed when the arrivals are complete since
+//! its window began. With `weekly`, a weekday's count is not thinned by a
+//! quiet weekend before it, and with enough weekend days in view a weekday
+//! ramp is not pre-warmed for on a weekend.
 //!
 //! # Guarantees
 //! - The floor of a class is at least its static floor while that applies,
@@ -96,13 +101,42 @@ pub struct Prewarm {
     pub ramp_at_s: Seconds,
     pub days_seen: u32,
     pub days_observed: u32,
+    /// Which of the past days were looked at.
+    pub kind: DayKind,
+}
+
+/// The past days a daily profile looks at: with `weekly`, those of today's
+/// kind when there are at least `minDaysSeen` of them; else every day.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DayKind {
+    Any,
+    Weekday,
+    Weekend,
 }
 
 impl std::fmt::Display for Prewarm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tod = self.ramp_at_s % DAY_S;
-        write!(f, "pre-warmed for the {:02}:{:02} ramp, seen {} of the last {} days", tod / 3600, tod % 3600 / 60, self.days_seen, self.days_observed)
+        let days = match self.kind {
+            DayKind::Any => "days",
+            DayKind::Weekday => "weekdays",
+            DayKind::Weekend => "weekend days",
+        };
+        write!(
+            f,
+            "pre-warmed for the {:02}:{:02} ramp, seen {} of the last {} {days}",
+            tod / 3600,
+            tod % 3600 / 60,
+            self.days_seen,
+            self.days_observed
+        )
     }
+}
+
+/// Whether the day of `t` (Unix seconds, UTC) is a Saturday or a Sunday.
+/// The Unix epoch was a Thursday.
+pub fn is_weekend(t: Seconds) -> bool {
+    matches!((t / DAY_S + 4) % 7, 0 | 6)
 }
 
 /// The daily profile's floor for one class (see the module's docs); None
@@ -120,33 +154,49 @@ pub fn prewarm(
     }
     let cold = cold_path_s(members)?.max(1);
     let lead = 2 * cold;
-    let (mut observed, mut seen, mut total) = (0u32, 0u32, 0usize);
-    let mut ramp_at_s = None;
+    // Each observed day, latest first: whether it was a weekend day, and
+    // its urgent arrivals around this time of day.
+    let mut days: Vec<(bool, Vec<Seconds>)> = Vec::new();
     for k in 1..=Seconds::from(policy.history_days) {
         let Some(from) = now_s.checked_sub(k * DAY_S) else { break };
         if from.saturating_sub(lead) < since_s {
             break;
         }
-        observed += 1;
         let urgent: Vec<Seconds> = arrivals
             .iter()
             .filter(|&&(at, deadline)| at + lead >= from && at < from + lead && deadline.is_none_or(|d| d < cold))
             .map(|&(at, _)| at)
             .collect();
+        days.push((is_weekend(from), urgent));
+    }
+    let min_days = policy.min_days_seen.max(1);
+    let weekend = is_weekend(now_s);
+    let same = days.iter().filter(|(w, _)| *w == weekend).count();
+    let kind = if !policy.weekly || same < usize::try_from(min_days).unwrap_or(usize::MAX) {
+        DayKind::Any
+    } else if weekend {
+        DayKind::Weekend
+    } else {
+        DayKind::Weekday
+    };
+    let (mut observed, mut seen, mut total) = (0u32, 0u32, 0usize);
+    let mut ramp_at_s = None;
+    for (_, urgent) in days.iter().filter(|(w, _)| kind == DayKind::Any || *w == weekend) {
+        observed += 1;
         if let Some(&first) = urgent.iter().min() {
             seen += 1;
             total += urgent.len();
             ramp_at_s.get_or_insert(first);
         }
     }
-    if observed == 0 || seen < policy.min_days_seen.max(1) {
+    if observed == 0 || seen < min_days {
         return None;
     }
     let mean_per_cold_path = total as f64 / f64::from(observed) * cold as f64 / (2 * lead) as f64;
     let z = if policy.z.is_finite() { policy.z.max(0.0) } else { 0.0 };
     let floor = (mean_per_cold_path + z * mean_per_cold_path.sqrt()).ceil().min(f64::from(u32::MAX)) as u32;
     let floor = floor.min(u32::try_from(members.len()).unwrap_or(u32::MAX));
-    (floor > 0).then(|| Prewarm { floor, ramp_at_s: ramp_at_s.unwrap_or(now_s), days_seen: seen, days_observed: observed })
+    (floor > 0).then(|| Prewarm { floor, ramp_at_s: ramp_at_s.unwrap_or(now_s), days_seen: seen, days_observed: observed, kind })
 }
 
 /// The ServerPool a server belongs to: its node's `ironclaim.dev/serverpool`
@@ -404,33 +454,58 @@ mod tests {
     }
 
     #[test]
-    fn demand_that_recurs_at_this_time_of_day_raises_the_floor_one_boot_ahead() {
+    fn demand_that_recurs_at_this_time_of_day_on_days_of_its_kind_raises_the_floor_one_boot_ahead() {
         let servers = class(20);
         let members: Vec<&Server> = servers.iter().collect();
         let cold = cold_path_s(&members).unwrap();
-        let policy = AdaptiveFloor::new(4 * 3600);
+        let policy = AdaptiveFloor { weekly: true, ..AdaptiveFloor::new(4 * 3600) };
         let ramp = 8 * 3600;
-        // Six urgent servers at 08:00 on five of the last seven days.
-        let today = 7 * DAY_S;
-        let demand: Vec<(Seconds, Option<Seconds>)> =
-            [1u64, 2, 4, 5, 6].iter().flat_map(|&d| (0..6).map(move |i| (d * DAY_S + ramp + i * 10, Some(120)))).collect();
+        let at_ramp = |days: &[u64]| -> Vec<(Seconds, Option<Seconds>)> {
+            days.iter().flat_map(|&d| (0..6).map(move |i| (d * DAY_S + ramp + i * 10, Some(120)))).collect()
+        };
+        // Day 11 is a Monday (day 0, the Unix epoch, a Thursday): of the
+        // seven days before it, 4 to 8 are weekdays and 9 and 10 a weekend.
+        let today = 11 * DAY_S;
+        assert!(!is_weekend(today) && !is_weekend(8 * DAY_S) && is_weekend(9 * DAY_S) && is_weekend(10 * DAY_S) && !is_weekend(11 * DAY_S));
+        // Six urgent servers at 08:00 on four of those five weekdays.
+        let demand = at_ramp(&[4, 5, 7, 8]);
         let at = |t: Seconds| prewarm(&demand, &members, &policy, 0, today + t);
-        let p = at(ramp - cold).expect("a ramp seen on 5 of 7 days is pre-warmed for");
-        let mean = 30.0 / 7.0 / 4.0;
+        let p = at(ramp - cold).expect("a ramp seen on 4 of 5 weekdays is pre-warmed for");
+        let mean = 24.0 / 5.0 / 4.0;
         assert_eq!(p.floor, (mean + f64::sqrt(mean)).ceil() as u32);
-        assert_eq!(p.to_string(), "pre-warmed for the 08:00 ramp, seen 5 of the last 7 days");
+        assert_eq!(p.to_string(), "pre-warmed for the 08:00 ramp, seen 4 of the last 5 weekdays");
         assert_eq!(at(ramp - 2 * cold - 1), None, "more than two boots ahead is too early");
         assert!(at(ramp + cold).is_some(), "kept through a ramp that comes late");
         assert_eq!(at(ramp + 2 * cold + 61), None, "once the ramp is past");
         // Too few days seen, or observed, or pre-warming off: nothing.
-        let two: Vec<_> = demand.iter().copied().filter(|&(t, _)| t < 3 * DAY_S).collect();
-        assert_eq!(prewarm(&two, &members, &policy, 0, today + ramp - cold), None);
-        assert_eq!(prewarm(&demand, &members, &policy, 5 * DAY_S, today + ramp - cold), None, "two days observed");
+        assert_eq!(prewarm(&at_ramp(&[7, 8]), &members, &policy, 0, today + ramp - cold), None);
+        assert_eq!(prewarm(&demand, &members, &policy, 7 * DAY_S, today + ramp - cold), None, "two days observed");
         let off = AdaptiveFloor { history_days: 0, ..policy.clone() };
         assert_eq!(prewarm(&demand, &members, &off, 0, today + ramp - cold), None);
         // Patient demand would not miss its deadline waiting for a boot.
         let patient: Vec<_> = demand.iter().map(|&(t, _)| (t, Some(cold + 1))).collect();
         assert_eq!(prewarm(&patient, &members, &policy, 0, today + ramp - cold), None);
+
+        // On a Saturday, a ramp that came every weekday of the last two
+        // weeks is not pre-warmed for; one that came on three of the four
+        // weekend days is.
+        let saturday = 16 * DAY_S;
+        assert!(is_weekend(saturday));
+        let fortnight = AdaptiveFloor { history_days: 14, ..policy.clone() };
+        let weekdays: Vec<u64> = (2..16).filter(|&d| !is_weekend(d * DAY_S)).collect();
+        assert_eq!(prewarm(&at_ramp(&weekdays), &members, &fortnight, 0, saturday + ramp - cold), None);
+        let mut both = at_ramp(&weekdays);
+        both.extend(at_ramp(&[2, 3, 9]));
+        let p = prewarm(&both, &members, &fortnight, 0, saturday + ramp - cold).expect("the weekend's own ramp");
+        assert_eq!(p.to_string(), "pre-warmed for the 08:00 ramp, seen 3 of the last 4 weekend days");
+        // A week holds two weekend days, fewer than three to be seen on:
+        // then every day counts.
+        let p = prewarm(&at_ramp(&weekdays), &members, &policy, 0, saturday + ramp - cold).expect("too few weekend days to tell");
+        assert_eq!(p.to_string(), "pre-warmed for the 08:00 ramp, seen 5 of the last 7 days");
+        // Without `weekly`, every day counts whatever its kind.
+        let daily = AdaptiveFloor { weekly: false, ..fortnight.clone() };
+        let p = prewarm(&at_ramp(&weekdays), &members, &daily, 0, saturday + ramp - cold).expect("every day counts");
+        assert_eq!(p.to_string(), "pre-warmed for the 08:00 ramp, seen 10 of the last 14 days");
     }
 
     #[test]

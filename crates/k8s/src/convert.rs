@@ -303,6 +303,7 @@ fn warm_policy(w: &WarmSpares) -> Result<core::WarmPolicy> {
                     ConvertError::invalid("spec.warmSpares.adaptive.minDaysSeen".into(), format!("must be between 1 and 28, found {days}"))
                 })?;
             }
+            floor.weekly = a.weekly.unwrap_or(false);
             Some(floor)
         }
     };

@@ -250,6 +250,9 @@ pub struct PolicySettings {
     /// Past days the ironclaim floor's daily profile looks at; 0: none.
     #[serde(default = "default_history_days")]
     pub history_days: u32,
+    /// The ironclaim floor's daily profile tells weekdays from weekends.
+    #[serde(default)]
+    pub weekly: bool,
 }
 
 fn default_history_days() -> u32 {
@@ -264,6 +267,7 @@ impl Default for PolicySettings {
             rate_window_s: ironclaim_core::AdaptiveFloor::DEFAULT_WINDOW_S,
             floor_z: 1.0,
             history_days: default_history_days(),
+            weekly: false,
         }
     }
 }

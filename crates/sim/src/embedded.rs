@@ -13,6 +13,11 @@
 //!   02:00, each running 30 to 120 minutes. Deadline 1 and 2 hours.
 //! - `inference`: bursts of GPU pods during the day. Deadline 15 minutes.
 //!
+//! On weekend days (of several days in a row, `days`; the first is a
+//! Thursday, as the Unix epoch was) the web service sees
+//! [`WEEKEND_WEB_SHARE`] of its weekday traffic and the inference bursts
+//! come a third as often.
+//!
 //! Everything random is drawn from the run's seed.
 
 use crate::rng::{standard_normal, stream};
@@ -87,8 +92,17 @@ pub fn web_request_rate(t: Seconds) -> f64 {
     1600.0 * bell(13.0, 4.0) + 2400.0 * bell(20.0, 1.6)
 }
 
-/// The embedded day, drawn from `seed`.
+/// The share of a weekday's web traffic a weekend day sees.
+pub const WEEKEND_WEB_SHARE: f64 = 0.4;
+
+/// The embedded day, drawn from `seed`: a weekday.
 pub fn default_day(seed: u64) -> Workload {
+    day(seed, false)
+}
+
+/// One day of the embedded workload, a weekday's or a weekend day's.
+fn day(seed: u64, weekend: bool) -> Workload {
+    let (web_share, burst_gap_s) = if weekend { (WEEKEND_WEB_SHARE, 3.0 * 7200.0) } else { (1.0, 7200.0) };
     let mut rng = stream(seed, "embedded-day", 0);
     let mut pods: Vec<TracePod> = Vec::new();
     let push = |pods: &mut Vec<TracePod>, mut pod: Pod, workload: &str, deadline: Seconds, from: Seconds, to: Option<Seconds>| {
@@ -111,7 +125,7 @@ pub fn default_day(seed: u64) -> Workload {
     let mut t = 0;
     while t < DAY_S {
         let noise = 1.0 + 0.08 * standard_normal(&mut rng);
-        let rate = (web_request_rate(t) * noise).max(0.0);
+        let rate = (web_request_rate(t) * web_share * noise).max(0.0);
         let wanted = (rate / per_replica).ceil() as usize;
         wanted_history.push((t, wanted));
         wanted_history.retain(|&(at, _)| at + 300 > t);
@@ -155,7 +169,7 @@ pub fn default_day(seed: u64) -> Workload {
     let mut burst = 0;
     loop {
         let u: f64 = rng.random::<f64>().max(1e-12);
-        at += -u.ln() * 7200.0;
+        at += -u.ln() * burst_gap_s;
         if at >= 20.0 * 3600.0 {
             break;
         }
@@ -189,7 +203,7 @@ pub fn days(seed: u64, days: u32) -> Workload {
         return w;
     }
     for d in 1..u64::from(days) {
-        let day = default_day(seed.wrapping_add(d.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        let day = day(seed.wrapping_add(d.wrapping_mul(0x9E37_79B9_7F4A_7C15)), ironclaim_core::warm::is_weekend(d * DAY_S));
         for mut tp in day.pods.into_iter().filter(|tp| tp.departure_s.is_some()) {
             tp.pod.name = format!("{}-d{d}", tp.pod.name);
             tp.arrival_s += d * DAY_S;
@@ -233,6 +247,18 @@ mod tests {
             assert!(web > 0, "day {d} has a morning ramp");
         }
         assert!(three.pods.iter().all(|p| p.departure_s.is_none_or(|t| t <= 3 * DAY_S + 3 * 3600)));
+    }
+
+    #[test]
+    fn weekend_days_are_quieter_and_come_on_the_calendar() {
+        let week = days(4, 7);
+        let web_on = |d: u64| week.pods.iter().filter(|p| p.pod.workload.as_deref() == Some("web") && p.arrival_s / DAY_S == d).count();
+        // Day 0 is a Thursday: days 2 and 3 are Saturday and Sunday.
+        for weekend in [2, 3] {
+            for weekday in [1, 4] {
+                assert!(web_on(weekend) * 2 < web_on(weekday), "day {weekend}: {} against day {weekday}: {}", web_on(weekend), web_on(weekday));
+            }
+        }
     }
 
     #[test]

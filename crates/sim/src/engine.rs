@@ -406,8 +406,10 @@ impl Ord for Queued {
     }
 }
 
-/// How long the arrivals of ended claims are kept: the daily profile's
-/// week and a day.
+/// How long the arrivals of ended claims are kept at least: the default
+/// daily profile's week and a day; longer where a pool's floor looks back
+/// further ([`ironclaim_core::AdaptiveFloor::history_s`]), as the
+/// controller's ServerPool status keeps them.
 pub const ARRIVAL_HISTORY_S: Seconds = 8 * 86_400;
 
 /// Failed claims listed one by one in the report, beyond which they are
@@ -556,8 +558,9 @@ pub struct Engine<'a> {
     /// The first pod of each live claim: the fresh demand adaptive floors count.
     arrivals: BTreeMap<String, Arrival>,
     /// Those of claims that have ended, kept for the floors' daily profile
-    /// ([`ARRIVAL_HISTORY_S`]), oldest first.
+    /// for `arrival_history_s`, oldest first.
     arrival_history: std::collections::VecDeque<Arrival>,
+    arrival_history_s: Seconds,
     abandoned: BTreeMap<String, Seconds>,
     changed: bool,
     fleet_watts: f64,
@@ -675,6 +678,12 @@ pub fn autoscaler_settings(cfg: &SimConfig, scale_down: bool) -> Settings {
 impl<'a> Engine<'a> {
     pub fn new(w: &'a Workload, prep: &'a Prepared, cfg: &'a SimConfig, kind: PolicyKind) -> Self {
         let setup = crate::policy::setup(kind, w, prep, &cfg.policy);
+        let arrival_history_s = setup
+            .pools
+            .iter()
+            .filter_map(|p| p.warm.adaptive.as_ref())
+            .map(ironclaim_core::AdaptiveFloor::history_s)
+            .fold(ARRIVAL_HISTORY_S, Seconds::max);
         let n = w.servers.len();
         let mut srv: Vec<Srv> = (0..n)
             .map(|i| Srv {
@@ -788,6 +797,7 @@ impl<'a> Engine<'a> {
             claims: BTreeMap::new(),
             arrivals: BTreeMap::new(),
             arrival_history: Default::default(),
+            arrival_history_s,
             abandoned: BTreeMap::new(),
             changed: true,
             fleet_watts,
@@ -1920,7 +1930,7 @@ impl<'a> Engine<'a> {
         }
         self.checker.claim_closed(s);
         if let Some(a) = self.arrivals.remove(claim) {
-            while self.arrival_history.front().is_some_and(|old| old.at_s.saturating_add(ARRIVAL_HISTORY_S) < self.now) {
+            while self.arrival_history.front().is_some_and(|old| old.at_s.saturating_add(self.arrival_history_s) < self.now) {
                 self.arrival_history.pop_front();
             }
             self.arrival_history.push_back(a);

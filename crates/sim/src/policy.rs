@@ -121,6 +121,7 @@ fn pools_for(kind: PolicyKind, base: &[ServerPool], w: &Workload, prep: &Prepare
                         window_s: s.rate_window_s,
                         z: s.floor_z,
                         history_days: s.history_days,
+                        weekly: s.weekly,
                         ..AdaptiveFloor::new(s.rate_window_s)
                     });
                 }

@@ -186,6 +186,11 @@ pub struct AdaptiveWarmSpares {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 28))]
     pub min_days_seen: Option<i64>,
+    /// Tell weekdays from weekend days (UTC): a weekday's profile looks at
+    /// past weekdays, a weekend day's at past weekend days, where at least
+    /// minDaysSeen of them are in view; false when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weekly: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
