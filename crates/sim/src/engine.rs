@@ -448,6 +448,8 @@ pub struct RunStats {
     /// Pending seconds of every placeable pod that arrived in the run:
     /// until bound, withdrawn (deleted while pending) or the end.
     pub pending_s: Vec<Seconds>,
+    /// The same, by the pods' workload (the trace's, or `-`).
+    pub pending_by_workload_s: BTreeMap<String, Vec<Seconds>>,
     pub pods_placed: u64,
     pub pods_withdrawn: u64,
     pub pods_pending_at_end: u64,
@@ -2339,6 +2341,7 @@ impl<'a> Engine<'a> {
             }
         }
         let mut pending_s = Vec::new();
+        let mut pending_by_workload_s: BTreeMap<String, Vec<Seconds>> = BTreeMap::new();
         let (mut placed, mut withdrawn, mut at_end, mut misses) = (0, 0, 0, 0);
         let mut misses_by_workload: BTreeMap<String, u64> = BTreeMap::new();
         for (p, run) in self.pods.iter().enumerate() {
@@ -2365,6 +2368,7 @@ impl<'a> Engine<'a> {
                 *misses_by_workload.entry(self.prep.pods[p].workload.clone().unwrap_or_else(|| "-".into())).or_insert(0) += 1;
             }
             pending_s.push(waited);
+            pending_by_workload_s.entry(self.prep.pods[p].workload.clone().unwrap_or_else(|| "-".into())).or_default().push(waited);
         }
         let mut waiting_reasons: Vec<(String, u64)> = waiting.into_iter().collect();
         waiting_reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -2380,6 +2384,7 @@ impl<'a> Engine<'a> {
             powered_mean: if end > 0 { self.powered_area / end as f64 } else { self.powered.len() as f64 },
             powered_peak: self.peak_powered.max(self.powered.len()),
             pending_s,
+            pending_by_workload_s,
             pods_placed: placed,
             pods_withdrawn: withdrawn,
             pods_pending_at_end: at_end,

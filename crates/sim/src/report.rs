@@ -139,6 +139,8 @@ pub struct PolicyReport {
     pub deadline_misses: u64,
     /// The misses by the pods' workload.
     pub deadline_misses_by_workload: std::collections::BTreeMap<String, u64>,
+    /// Pending time by the pods' workload.
+    pub pending_by_workload_s: std::collections::BTreeMap<String, Percentiles>,
     pub power_on_cycles: u64,
     pub power_on_cycles_per_server: MeanPeak,
     /// The most times one server was powered off within 24 hours.
@@ -227,6 +229,7 @@ impl PolicyReport {
             pods_pending_at_end: s.pods_pending_at_end,
             deadline_misses: s.deadline_misses,
             deadline_misses_by_workload: s.deadline_misses_by_workload.clone(),
+            pending_by_workload_s: s.pending_by_workload_s.iter().map(|(w, v)| (w.clone(), percentiles(v))).collect(),
             power_on_cycles: cycles,
             power_on_cycles_per_server: MeanPeak {
                 mean: cycles as f64 / servers,
@@ -381,6 +384,10 @@ impl Report {
         out.push_str(&self.policy_table(width).to_string());
         out.push('\n');
         for p in &self.policies {
+            if p.pending_by_workload_s.len() > 1 {
+                let parts: Vec<String> = p.pending_by_workload_s.iter().map(|(w, q)| format!("{w} {}/{}", human_s(q.p95), human_s(q.p99))).collect();
+                out.push_str(&format!("{} pending p95/p99 by workload: {}\n", p.policy, parts.join(", ")));
+            }
             if !p.deadline_misses_by_workload.is_empty() {
                 let parts: Vec<String> = p.deadline_misses_by_workload.iter().map(|(w, n)| format!("{w} {n}")).collect();
                 out.push_str(&format!("{} deadline misses by workload: {}\n", p.policy, parts.join(", ")));
