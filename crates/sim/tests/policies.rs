@@ -95,13 +95,20 @@ fn an_openb_slice_replays_with_shares_and_reports_pods_no_server_can_host() {
 }
 
 #[test]
-fn the_html_report_is_one_self_contained_page_with_the_four_plots() {
+fn the_html_report_is_one_self_contained_page_with_the_six_plots() {
     let cfg = SimConfig { seed: 6, ..Default::default() };
     let r = compare(&default_day(6), &cfg, &PolicyKind::ALL, &|_, _| {});
     let html = ironclaim_sim::html::render(&r);
     assert!(html.starts_with("<!DOCTYPE html>"));
-    assert_eq!(html.matches("<svg").count(), 4);
-    for needle in ["Demand against powered servers", "Fleet power", "Pending pods", "Pending time"] {
+    assert_eq!(html.matches("<svg").count(), 6);
+    for needle in [
+        "Demand against powered servers",
+        "Fleet power",
+        "Pending pods",
+        "Pending time",
+        "Energy against deadline misses",
+        "Energy against p99 pending",
+    ] {
         assert!(html.contains(needle), "missing {needle}");
     }
     for forbidden in ["http://", "https://", "<script", "<link"] {
