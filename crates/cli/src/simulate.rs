@@ -175,7 +175,7 @@ pub fn sweep_axis(text: &str) -> Result<Axis, String> {
 const MAX_SWEEP_RUNS: usize = 64;
 
 /// `--rate-window`'s default: a ServerPool's (a test keeps the two equal).
-const RATE_WINDOW: &str = "12h";
+const RATE_WINDOW: &str = "4h";
 
 /// `--quiet-max`'s default: the simulator's (a test keeps the two equal).
 const QUIET_MAX: &str = "1h";

@@ -552,10 +552,10 @@ fn seven() -> u32 {
 }
 
 impl AdaptiveFloor {
-    /// The look-back window when a pool sets none: half a day, so that the
-    /// demand of a working day keeps its spares through the lulls between
-    /// its bursts (the embedded day's sweep over 1h to 24h, docs/simulate.md).
-    pub const DEFAULT_WINDOW_S: Seconds = 12 * 3600;
+    /// The look-back window when a pool sets none (the embedded day's sweep
+    /// over 1h to 24h, docs/simulate.md: no window buys fewer misses, and
+    /// longer ones cost more energy).
+    pub const DEFAULT_WINDOW_S: Seconds = 4 * 3600;
 
     pub fn new(window_s: Seconds) -> Self {
         AdaptiveFloor { window_s, z: 1.0, history_days: 7, min_days_seen: 3, weekly: false }

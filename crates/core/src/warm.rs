@@ -41,12 +41,13 @@ pub const MIN_RATE_SPAN_S: Seconds = 3600;
 /// The shortest look-back window honoured; shorter ones are read as this.
 pub const MIN_WINDOW_S: Seconds = 60;
 
-/// `ceil(m + z * sqrt(m))` with `m = urgent * cold_path_s / span_s`.
-pub fn floor_for_rate(urgent: usize, cold_path_s: Seconds, span_s: Seconds, z: f64) -> u32 {
-    if urgent == 0 {
+/// `ceil(m + z * sqrt(m))` with `m = urgent * cold_path_s / span_s`,
+/// `urgent` in servers (whole arrivals, and shares of one).
+pub fn floor_for_rate(urgent: f64, cold_path_s: Seconds, span_s: Seconds, z: f64) -> u32 {
+    if urgent.is_nan() || urgent <= 0.0 {
         return 0;
     }
-    let m = urgent as f64 * cold_path_s as f64 / span_s.max(1) as f64;
+    let m = urgent * cold_path_s as f64 / span_s.max(1) as f64;
     let z = if z.is_finite() { z.max(0.0) } else { 0.0 };
     let floor = (m + z * m.sqrt()).ceil();
     if floor >= f64::from(u32::MAX) { u32::MAX } else { floor as u32 }
@@ -67,12 +68,13 @@ pub fn cold_path_s(members: &[&Server]) -> Option<Seconds> {
 }
 
 /// The adaptive floor of one class: `arrivals` are the class's fresh
-/// demand as (time, deadline) pairs, the deadline already defaulted by the
-/// caller (None: no deadline, which counts as urgent); `members` every
-/// server of the class whatever its state; arrivals are complete since
-/// `since_s`.
+/// demand as (time, deadline, servers) triples, the deadline already
+/// defaulted by the caller (None: no deadline, which counts as urgent), the
+/// servers 1 for an arrival that needed a server and a share of one for a
+/// pod that landed on a running node; `members` every server of the class
+/// whatever its state; arrivals are complete since `since_s`.
 pub fn adaptive_floor(
-    arrivals: impl IntoIterator<Item = (Seconds, Option<Seconds>)>,
+    arrivals: impl IntoIterator<Item = (Seconds, Option<Seconds>, f64)>,
     members: &[&Server],
     policy: &AdaptiveFloor,
     since_s: Seconds,
@@ -81,8 +83,12 @@ pub fn adaptive_floor(
     let Some(cold) = cold_path_s(members) else { return 0 };
     let window_s = policy.window_s.max(MIN_WINDOW_S);
     let horizon = now_s.saturating_sub(window_s);
-    let urgent =
-        arrivals.into_iter().filter(|&(at, _)| at >= horizon && at <= now_s).filter(|&(_, deadline)| deadline.is_none_or(|d| d < cold)).count();
+    let urgent: f64 = arrivals
+        .into_iter()
+        .filter(|&(at, _, _)| at >= horizon && at <= now_s)
+        .filter(|&(_, deadline, _)| deadline.is_none_or(|d| d < cold))
+        .map(|(_, _, servers)| servers)
+        .sum();
     let floor = floor_for_rate(urgent, cold, rate_span_s(window_s, since_s, now_s), policy.z);
     floor.min(u32::try_from(members.len()).unwrap_or(u32::MAX))
 }
@@ -323,10 +329,71 @@ fn members_of<'s, 'm>(snapshot: &'s Snapshot, m: &'m Membership<'_>) -> BTreeMap
     members
 }
 
+/// A pod that landed on a running node of a class with no claim of its
+/// own: fresh demand the class absorbed, counted as the share of the
+/// server it takes. Demand that running nodes still absorb today is the
+/// demand that will need a server of its own tomorrow: a class whose
+/// urgent pods keep coming onto its nodes keeps a spare for the moment
+/// they no longer fit.
+struct Absorbed {
+    at_s: Seconds,
+    deadline_s: Option<Seconds>,
+    servers: f64,
+}
+
+/// The absorbed demand of each (pool, class) with an adaptive floor: the
+/// workload pods bound to its servers' nodes, created within the pool's
+/// window, on servers no urgent arrival of that window names (such a
+/// claim's or spare's server counts whole already; one claimed for patient
+/// pods took in the urgent ones as running capacity).
+fn absorbed_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -> BTreeMap<(&'m str, &'m str), Vec<Absorbed>> {
+    let mut out: BTreeMap<(&str, &str), Vec<Absorbed>> = BTreeMap::new();
+    if !snapshot.pools.iter().any(|p| p.warm.adaptive.is_some()) {
+        return out;
+    }
+    let by_node: foldhash::HashMap<&str, usize> = snapshot.servers.iter().enumerate().filter_map(|(i, s)| Some((s.node.as_deref()?, i))).collect();
+    let horizon = |pool: &ServerPool| pool.warm.adaptive.as_ref().map(|a| now_s.saturating_sub(a.window_s.max(MIN_WINDOW_S)));
+    // The cold path of each class, and the latest urgent arrival of each
+    // server up to now.
+    let cold: BTreeMap<(&str, &str), Seconds> = members_of(snapshot, m).iter().filter_map(|(k, v)| Some((*k, cold_path_s(v)?))).collect();
+    let mut latest: foldhash::HashMap<&str, Seconds> = foldhash::HashMap::default();
+    for a in snapshot.arrivals.iter().filter(|a| a.at_s <= now_s) {
+        let Some(i) = m.index(&a.server) else { continue };
+        let Some(pool) = m.pool(i) else { continue };
+        let Some(&cold) = cold.get(&(pool.name.as_str(), m.class(i))) else { continue };
+        if a.deadline_s.or(pool.deadline_s).is_none_or(|d| d < cold) {
+            let t = latest.entry(a.server.as_str()).or_insert(a.at_s);
+            *t = (*t).max(a.at_s);
+        }
+    }
+    for pod in &snapshot.pods {
+        let Some(&i) = pod.node_name.as_deref().and_then(|n| by_node.get(n)) else { continue };
+        let Some(pool) = m.pool(i) else { continue };
+        let Some(from) = horizon(pool) else { continue };
+        if pod.is_daemonset_pod() || pod.created_s < from || pod.created_s > now_s {
+            continue;
+        }
+        let server = &snapshot.servers[i];
+        if latest.get(server.name.as_str()).is_some_and(|&t| t >= from) {
+            continue;
+        }
+        let share = |used: i64, total: i64| if total > 0 { used as f64 / total as f64 } else { 0.0 };
+        let servers =
+            share(pod.requests.cpu_milli, server.capacity.cpu_milli).max(share(pod.requests.memory_bytes, server.capacity.memory_bytes)).min(1.0);
+        out.entry((pool.name.as_str(), m.class(i))).or_default().push(Absorbed {
+            at_s: pod.created_s,
+            deadline_s: pod.deadline_s.or(pool.deadline_s),
+            servers,
+        });
+    }
+    out
+}
+
 /// [`floors`] by (pool name, class), with the pass's [`Membership`] and the
 /// pre-warming reasons.
 pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -> BTreeMap<(&'m str, &'m str), Floor> {
     let members = members_of(snapshot, m);
+    let absorbed = absorbed_of(snapshot, m, now_s);
     let mut arrivals: BTreeMap<(&str, &str), Vec<&Arrival>> = BTreeMap::new();
     for a in &snapshot.arrivals {
         if let Some(i) = m.index(&a.server)
@@ -340,10 +407,13 @@ pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds)
         let Some(pool) = snapshot.pools.iter().find(|p| p.name == key.0) else { continue };
         let seen = arrivals.get(&key).map(Vec::as_slice).unwrap_or_default();
         let demand: Vec<(Seconds, Option<Seconds>)> = seen.iter().map(|a| (a.at_s, a.deadline_s.or(pool.deadline_s))).collect();
-        let nodes = pool.warm.adaptive.is_some() && needs_nodes(&demand, &servers);
+        let landed = absorbed.get(&key).map(Vec::as_slice).unwrap_or_default();
+        let recent: Vec<(Seconds, Option<Seconds>)> = demand.iter().copied().chain(landed.iter().map(|a| (a.at_s, a.deadline_s))).collect();
+        let nodes = pool.warm.adaptive.is_some() && needs_nodes(&recent, &servers);
         let mut floor = Floor { count: static_floor(pool, key.1, now_s), prewarm: None, nodes };
         if let Some(adaptive) = &pool.warm.adaptive {
-            floor.count = floor.count.max(adaptive_floor(demand.iter().copied(), &servers, adaptive, snapshot.arrivals_since_s, now_s));
+            let counted = demand.iter().map(|&(at, d)| (at, d, 1.0)).chain(landed.iter().map(|a| (a.at_s, a.deadline_s, a.servers)));
+            floor.count = floor.count.max(adaptive_floor(counted, &servers, adaptive, snapshot.arrivals_since_s, now_s));
             if let Some(p) = prewarm(&demand, &servers, adaptive, snapshot.arrivals_since_s, now_s)
                 && p.floor > floor.count
             {
@@ -361,7 +431,7 @@ pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds)
 /// pool's adaptive floor, or, a day or more later, enters or leaves the
 /// window the daily profile looks at. None when no adaptive floor counts any.
 pub fn next_change_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
-    if snapshot.arrivals.is_empty() {
+    if !snapshot.pools.iter().any(|p| p.warm.adaptive.is_some()) {
         return None;
     }
     let m = Membership::of(snapshot);
@@ -374,6 +444,11 @@ pub fn next_change_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
             next = Some(t);
         }
     };
+    for landed in absorbed_of(snapshot, &m, now_s).into_iter().flat_map(|((pool, _), v)| v.into_iter().map(move |a| (pool, a))) {
+        if let Some(window_s) = snapshot.pools.iter().find(|p| p.name == landed.0).and_then(|p| p.warm.adaptive.as_ref()).map(|a| a.window_s) {
+            consider(landed.1.at_s.saturating_add(window_s.max(MIN_WINDOW_S)).saturating_add(1));
+        }
+    }
     for a in &snapshot.arrivals {
         let Some(i) = m.index(&a.server) else { continue };
         let Some(pool) = m.pool(i) else { continue };
@@ -416,6 +491,50 @@ mod tests {
     }
 
     #[test]
+    fn urgent_pods_that_landed_on_running_nodes_keep_a_spare_for_when_they_no_longer_fit() {
+        let mut pool = ServerPool::new("general");
+        pool.warm.adaptive = Some(AdaptiveFloor::new(4 * 3600));
+        let mut servers = class(4);
+        servers[0].node = Some("n0".into());
+        servers[0].power_state = PowerState::On;
+        let now = 10 * 3600;
+        let pod = |created_s, deadline_s| {
+            let mut p = Pod::new("shop", "web-1", crate::resources::Resources::new(2000, 4 << 30));
+            p.node_name = Some("n0".into());
+            p.created_s = created_s;
+            p.deadline_s = Some(deadline_s);
+            p
+        };
+        let snap = |pods: Vec<Pod>, arrivals: Vec<Arrival>| Snapshot {
+            pools: vec![pool.clone()],
+            servers: servers.clone(),
+            pods,
+            arrivals,
+            ..Default::default()
+        };
+        let floor = |s: &Snapshot| floors(s, now).values().copied().max().unwrap_or(0);
+        let web = snap(vec![pod(now - 600, 120)], vec![]);
+        assert_eq!(floor(&web), 1, "a web pod on a running node is urgent demand the class absorbed");
+        assert_eq!(next_change_s(&web, now), Some(now - 600 + 4 * 3600 + 1), "and wakes the driver when it leaves the window");
+        assert_eq!(floor(&snap(vec![pod(now - 600, 3 * 3600)], vec![])), 0, "a patient pod waits for a boot");
+        assert_eq!(floor(&snap(vec![pod(now - 5 * 3600, 120)], vec![])), 0, "out of the window");
+        let own = Arrival { at_s: now - 900, server: "s0".into(), deadline_s: Some(60) };
+        assert_eq!(floor(&snap(vec![pod(now - 600, 3 * 3600)], vec![own.clone()])), 1, "the urgent claim's server counts whole");
+        let patient = Arrival { deadline_s: Some(3 * 3600), ..own.clone() };
+        assert_eq!(floor(&snap(vec![pod(now - 600, 3 * 3600)], vec![patient.clone()])), 0, "nothing urgent");
+        assert_eq!(floor(&snap(vec![pod(now - 600, 120)], vec![patient])), 1, "urgent pods on a server claimed for patient ones count");
+        // Each pod is its share of the server: 160 pods of 2 of 32 cores,
+        // ten servers' worth in the window, against one for the claim.
+        let many: Vec<Pod> = (0..160).map(|k| Pod { name: format!("web-{k}"), ..pod(now - 600, 120) }).collect();
+        assert_eq!(floor(&snap(many.clone(), vec![own])), 1, "the pods of an urgent claim's server are that one arrival");
+        let m = 10.0 * 600.0 / (4.0 * 3600.0);
+        assert_eq!(floor(&snap(many, vec![])), (m + f64::sqrt(m)).ceil() as u32);
+        let mut ds = pod(now - 600, 120);
+        ds.owner = Some(Owner { kind: "DaemonSet".into(), name: "node-exporter".into() });
+        assert_eq!(floor(&snap(vec![ds], vec![])), 0, "a DaemonSet pod is no demand");
+    }
+
+    #[test]
     fn no_urgent_demand_means_no_adaptive_floor() {
         let servers = class(4);
         let members: Vec<&Server> = servers.iter().collect();
@@ -423,7 +542,7 @@ mod tests {
         let policy = AdaptiveFloor::new(4 * 3600);
         assert_eq!(adaptive_floor([], &members, &policy, 0, 7200), 0);
         // Patient pods would not miss their deadline waiting for a boot.
-        let patient = (0..50).map(|t| (t * 60, Some(cold + 1)));
+        let patient = (0..50).map(|t| (t * 60, Some(cold + 1), 1.0));
         assert_eq!(adaptive_floor(patient, &members, &policy, 0, 7200), 0);
     }
 
@@ -434,11 +553,11 @@ mod tests {
         let cold = cold_path_s(&members).unwrap();
         let policy = AdaptiveFloor::new(4 * 3600);
         // 20 urgent servers in the first hour: the span is one hour.
-        let demand = (0..20).map(|t| (t * 60, Some(60)));
+        let demand = (0..20).map(|t| (t * 60, Some(60), 1.0));
         let m = 20.0 * cold as f64 / 3600.0;
         assert_eq!(adaptive_floor(demand, &members, &policy, 0, 3600), (m + m.sqrt()).ceil() as u32);
         // Past the window they count for nothing.
-        let old = (0..20).map(|t| (t * 60, Some(60)));
+        let old = (0..20).map(|t| (t * 60, Some(60), 1.0));
         assert_eq!(adaptive_floor(old, &members, &policy, 0, 6 * 3600), 0);
     }
 
@@ -447,10 +566,11 @@ mod tests {
         let servers = class(3);
         let members: Vec<&Server> = servers.iter().collect();
         let policy = AdaptiveFloor { window_s: 0, z: f64::NAN, ..AdaptiveFloor::new(0) };
-        let flood = (0..10_000).map(|_| (100, None));
+        let flood = (0..10_000).map(|_| (100, None, 1.0));
         assert_eq!(adaptive_floor(flood, &members, &policy, 100, 100), 3);
-        assert_eq!(adaptive_floor([(1, None)], &[], &policy, 0, 1), 0);
-        assert_eq!(floor_for_rate(usize::MAX, Seconds::MAX, 1, 1e300), u32::MAX);
+        assert_eq!(adaptive_floor([(1, None, 1.0)], &[], &policy, 0, 1), 0);
+        assert_eq!(floor_for_rate(f64::MAX, Seconds::MAX, 1, 1e300), u32::MAX);
+        assert_eq!(floor_for_rate(f64::NAN, 600, 3600, 1.0), 0);
     }
 
     #[test]

@@ -709,7 +709,7 @@ spec:
         assert!(got.starts_with(&want), "got:  {got}\nwant: {want}");
     }
     let by_default = load(&pool("  warmSpares: {adaptive: {}}\n"));
-    assert_eq!(by_default.pools[0].warm.adaptive.as_ref().map(|a| (a.window_s, a.weekly)), Some((12 * 3600, false)));
+    assert_eq!(by_default.pools[0].warm.adaptive.as_ref().map(|a| (a.window_s, a.weekly)), Some((4 * 3600, false)));
     let weekly = load(&pool("  warmSpares: {adaptive: {weekly: true}}\n"));
     assert_eq!(weekly.pools[0].warm.adaptive.as_ref().map(|a| a.weekly), Some(true));
 }

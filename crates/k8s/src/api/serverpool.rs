@@ -173,7 +173,7 @@ pub struct WarmSpares {
      "message": "window must be between 1m and 168h"}
 ]))]
 pub struct AdaptiveWarmSpares {
-    /// How far back arrivals count; 12h when unset.
+    /// How far back arrivals count; 4h when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::duration")]
     pub window: Option<String>,
