@@ -546,11 +546,9 @@ mod tests {
         assert!(forbidden.warning().is_some_and(|w| w.ends_with("cannot be read: leases is forbidden")));
     }
 
-    /// The leader's budget, read from its Lease, holds the decision here as
-    /// it holds the leader's: a cold server whose peak would exceed it is
-    /// not the answer.
-    #[test]
-    fn the_decision_is_made_with_the_power_budget_the_lease_says() {
+    /// The pod of [`index_with_pod`], a default pool, and one 8-core server
+    /// `cold-1` (200 W idle, 600 W peak) whose status is `status`.
+    fn index_with_cold_server(status: serde_json::Value) -> Index {
         let mut index = index_with_pod(60, None);
         let server: ironclaim_k8s::api::Server = serde_json::from_value(serde_json::json!({
             "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": "cold-1"},
@@ -558,7 +556,7 @@ mod tests {
                 "bmc": {"address": "https://10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": "ironclaim-system"}},
                 "hardware": {"cpu": "8", "memory": "32Gi"}, "power": {"idleWatts": 200, "peakWatts": 600}
             },
-            "status": {"powerState": "Off"}
+            "status": status
         }))
         .expect("a server");
         server.apply(&mut index);
@@ -567,6 +565,15 @@ mod tests {
         }))
         .expect("a pool");
         pool.apply(&mut index);
+        index
+    }
+
+    /// The leader's budget, read from its Lease, holds the decision here as
+    /// it holds the leader's: a cold server whose peak would exceed it is
+    /// not the answer.
+    #[test]
+    fn the_decision_is_made_with_the_power_budget_the_lease_says() {
+        let index = index_with_cold_server(serde_json::json!({"powerState": "Off"}));
         let led = |budget: Option<&str>| {
             let mut lease = lease("ironclaim-7f9", 5);
             if let Some(watts) = budget {
@@ -590,22 +597,7 @@ mod tests {
     /// fleet rate of one change a minute is not powered on again yet.
     #[test]
     fn the_decision_keeps_the_transition_limits_the_lease_says() {
-        let mut index = index_with_pod(60, None);
-        let server: ironclaim_k8s::api::Server = serde_json::from_value(serde_json::json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "Server", "metadata": {"name": "cold-1"},
-            "spec": {
-                "bmc": {"address": "https://10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": "ironclaim-system"}},
-                "hardware": {"cpu": "8", "memory": "32Gi"}, "power": {"idleWatts": 200, "peakWatts": 600}
-            },
-            "status": {"powerState": "Off", "powerChanges": [{"at": NOW - 10, "on": false}]}
-        }))
-        .expect("a server");
-        server.apply(&mut index);
-        let pool: ironclaim_k8s::api::ServerPool = serde_json::from_value(serde_json::json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool", "metadata": {"name": "default"}, "spec": {}
-        }))
-        .expect("a pool");
-        pool.apply(&mut index);
+        let index = index_with_cold_server(serde_json::json!({"powerState": "Off", "powerChanges": [{"at": NOW - 10, "on": false}]}));
         let led = |limits: Option<&str>| {
             let mut lease = lease("ironclaim-7f9", 5);
             if let Some(text) = limits {

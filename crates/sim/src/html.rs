@@ -94,6 +94,22 @@ fn axis_time_label(t: u64, span: u64) -> String {
     if span > 3 * 86_400 { format!("day {}", t / 86_400) } else { format!("{:02}:{:02}", (t / 3600) % 24 + 24 * (t / 86_400), (t % 3600) / 60) }
 }
 
+/// Six horizontal grid lines from 0 to `ymax`, from the left edge of the
+/// plot to `right`, each with its value on the y axis.
+fn y_grid(out: &mut String, ymax: f64, right: f64, y: impl Fn(f64) -> f64) {
+    for k in 0..=5 {
+        let v = ymax * k as f64 / 5.0;
+        let _ = write!(
+            out,
+            "<line x1=\"{LEFT}\" x2=\"{right:.1}\" y1=\"{yv:.1}\" y2=\"{yv:.1}\" class=\"grid\"/><text x=\"{}\" y=\"{:.1}\" class=\"yl\">{}</text>",
+            LEFT - 6.0,
+            y(v) + 4.0,
+            if ymax >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") },
+            yv = y(v)
+        );
+    }
+}
+
 fn line_chart(out: &mut String, title: &str, y_label: &str, at: &[u64], series: &[Series<'_>], step: bool) {
     let span = at.last().copied().unwrap_or(1).max(1);
     let ymax = nice_max(series.iter().flat_map(|s| s.values.iter().copied()).fold(0.0, f64::max));
@@ -102,18 +118,7 @@ fn line_chart(out: &mut String, title: &str, y_label: &str, at: &[u64], series: 
     let x = |t: u64| LEFT + pw * t as f64 / span as f64;
     let y = |v: f64| TOP + ph * (1.0 - v / ymax);
     let _ = write!(out, "<h2>{}</h2><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\">", esc(title));
-    for k in 0..=5 {
-        let v = ymax * k as f64 / 5.0;
-        let _ = write!(
-            out,
-            "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"{}\" y=\"{:.1}\" class=\"yl\">{}</text>",
-            W - RIGHT,
-            LEFT - 6.0,
-            y(v) + 4.0,
-            if ymax >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") },
-            y = y(v)
-        );
-    }
+    y_grid(out, ymax, W - RIGHT, y);
     x_labels(
         out,
         (0..=6)
@@ -251,18 +256,7 @@ fn pareto_chart(out: &mut String, report: &Report, title: &str, y_label: &str, w
     let x = |e: f64| LEFT + pw * (e.min(x1) - x0) / (x1 - x0);
     let y = |v: f64| TOP + ph * (1.0 - v / ymax);
     let _ = write!(out, "<h2>{}</h2><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\">", esc(title));
-    for k in 0..=5 {
-        let v = ymax * k as f64 / 5.0;
-        let _ = write!(
-            out,
-            "<line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{yv:.1}\" y2=\"{yv:.1}\" class=\"grid\"/><text x=\"{}\" y=\"{:.1}\" class=\"yl\">{}</text>",
-            LEFT + pw,
-            LEFT - 6.0,
-            y(v) + 4.0,
-            if ymax >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") },
-            yv = y(v)
-        );
-    }
+    y_grid(out, ymax, LEFT + pw, y);
     x_labels(out, (0..=5).map(|k| x0 + (x1 - x0) * k as f64 / 5.0).map(|e| (x(e), format!("{e:.1} kWh"))).collect());
     y_title(out, y_label);
     let mut frontier: Vec<&crate::pareto::SweepPoint> = swept.iter().copied().filter(|p| p.frontier).collect();
