@@ -141,6 +141,9 @@ struct Offering {
     alloc: Resources,
     capacity: Resources,
     domains: Vec<Option<DomainId>>,
+    /// Index into `Scheduler::peers`: the offerings a claim that starts on
+    /// this one may be right-sized to.
+    peers: usize,
     warm: bool,
     eta_s: Seconds,
     idle_watts: f64,
@@ -160,6 +163,11 @@ struct NewSlot {
     offering: usize,
     server: usize,
     candidates: Vec<usize>,
+    /// The least of each resource over `candidates`: requests that fit it
+    /// fit every candidate.
+    floor: Resources,
+    /// The node selection `candidates` were last filtered by.
+    selection: Rc<Vec<bool>>,
     /// What its pods request, without DaemonSet overhead.
     requested: Resources,
     /// Smallest remaining deadline of its pods, in seconds from now.
@@ -194,7 +202,8 @@ struct Live {
     /// How many of `Scheduler::claims` were already added to `claims`.
     claims_seen: usize,
     /// The inventory epoch `claims` was built in: what counts as permanent
-    /// for spread depends on the inventory, so it is rebuilt when that changes.
+    /// for spread depends on the inventory, so a spread group's list is
+    /// rebuilt when that changes (no other failure depends on it).
     epoch: u64,
 }
 
@@ -211,6 +220,9 @@ struct Group {
     /// node affinity and taints. Shared by groups that differ only in labels
     /// or inter-pod terms.
     static_ok: Rc<Vec<bool>>,
+    /// Per offering: do the pod's node affinity and tolerations admit it,
+    /// whatever its resources. Shared by groups of the same selection.
+    selection_ok: Rc<Vec<bool>>,
     eligible_existing_domains: Vec<Vec<DomainId>>,
     /// Per spread term, the matching pods per domain over the slots that
     /// term counts (see `Scheduler::spread_counts_slot`).
@@ -255,6 +267,9 @@ struct Scheduler<'s> {
     classes: Vec<Class>,
     offerings: Vec<Offering>,
     offerings_by_pool: Vec<Vec<usize>>,
+    /// Offerings of one pool in the same topology domains but the hostname,
+    /// in the order of `offerings_by_pool`.
+    peers: Vec<Vec<usize>>,
     slots: Vec<Slot>,
     existing: Vec<usize>,
     claims: Vec<usize>,
@@ -270,6 +285,8 @@ struct Scheduler<'s> {
     claim_domains: Vec<std::collections::BTreeSet<DomainId>>,
     /// `Group::static_ok` by what it depends on.
     static_cache: HashMap<StaticKey<'s>, Rc<Vec<bool>>>,
+    /// `Group::selection_ok` by what it depends on.
+    selection_cache: HashMap<SelectionKey<'s>, Rc<Vec<bool>>>,
     lives: Vec<Live>,
     shared_lives: HashMap<StaticKey<'s>, usize>,
     /// Power changes of the last minute and those this plan opens.
@@ -281,6 +298,13 @@ struct Scheduler<'s> {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct StaticKey<'p> {
     requests: &'p Resources,
+    selection: SelectionKey<'p>,
+}
+
+/// What decides whether a node's labels and taints admit a pod: node
+/// selection and tolerations.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct SelectionKey<'p> {
     node_selector: &'p Labels,
     node_affinity: &'p [crate::labels::NodeSelectorTerm],
     tolerations: &'p [crate::labels::Toleration],
@@ -319,8 +343,8 @@ fn same_class(a: &Server, b: &Server) -> bool {
     a.power_state == b.power_state && a.failures == b.failures && a.unlimited == b.unlimited && same_hardware(a, b)
 }
 
-/// A cheap hash of what [`same_class`] compares (but the labels): servers
-/// of one class share it; servers that share it are compared in full.
+/// A cheap hash of what [`same_class`] compares: servers of one class share
+/// it; servers that share it are compared in full.
 fn class_hash(s: &Server) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut mix = |x: u64| {
@@ -346,7 +370,34 @@ fn class_hash(s: &Server) -> u64 {
     mix(u64::from(s.failures));
     mix(u64::from(s.unlimited));
     mix(s.labels.len() as u64);
+    for (k, v) in &s.labels {
+        if k != HOSTNAME {
+            mix(hash_str(k));
+            mix(hash_str(v));
+        }
+    }
     h
+}
+
+fn hash_str(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The offerings a new claim may still be right-sized to, and the node
+/// selection they were filtered by.
+struct Candidates {
+    offerings: Vec<usize>,
+    selection: Rc<Vec<bool>>,
+}
+
+/// The least of each resource over the offerings.
+fn floor_of(offerings: &[Offering], candidates: &[usize]) -> Resources {
+    let mut allocs = candidates.iter().map(|&c| &offerings[c].alloc);
+    let mut floor = allocs.next().cloned().unwrap_or_default();
+    for alloc in allocs {
+        floor.lower_to(alloc);
+    }
+    floor
 }
 
 fn daemonset_overhead(snap: &Snapshot, labels: &Labels, taints: &[Taint], name: &str) -> Resources {
@@ -404,6 +455,7 @@ impl<'s> Scheduler<'s> {
             classes: Vec::new(),
             offerings: Vec::new(),
             offerings_by_pool: Vec::new(),
+            peers: Vec::new(),
             slots: Vec::new(),
             existing: Vec::new(),
             claims: Vec::new(),
@@ -413,6 +465,7 @@ impl<'s> Scheduler<'s> {
             inventory_epoch: 0,
             claim_domains: Vec::new(),
             static_cache: HashMap::new(),
+            selection_cache: HashMap::new(),
             lives: Vec::new(),
             shared_lives: HashMap::new(),
             gate: crate::transitions::Gate::new(snap, now_s),
@@ -498,6 +551,7 @@ impl<'s> Scheduler<'s> {
                     alloc,
                     capacity: server.capacity.clone(),
                     domains,
+                    peers: usize::MAX,
                     warm: server.is_warm(),
                     eta_s: server.eta_s(),
                     idle_watts: server.power.idle_watts,
@@ -521,6 +575,20 @@ impl<'s> Scheduler<'s> {
                     .then(y.warm.cmp(&x.warm))
                     .then(a.cmp(&b))
             });
+        }
+        let mut peers_of: HashMap<(usize, Vec<Option<DomainId>>), usize> = HashMap::new();
+        for (pool, list) in self.offerings_by_pool.iter().enumerate() {
+            for &o in list {
+                let mut domains = self.offerings[o].domains.clone();
+                domains[self.hostname_key] = None;
+                let next = self.peers.len();
+                let peers = *peers_of.entry((pool, domains)).or_insert(next);
+                if peers == next {
+                    self.peers.push(Vec::new());
+                }
+                self.peers[peers].push(o);
+                self.offerings[o].peers = peers;
+            }
         }
     }
 
@@ -698,6 +766,7 @@ impl<'s> Scheduler<'s> {
                     live: usize::MAX,
                     offered_domains: Vec::new(),
                     static_ok: Rc::default(),
+                    selection_ok: Rc::default(),
                     eligible_existing_domains: Vec::new(),
                     spread_counts: Vec::new(),
                     spread_counts_now: Vec::new(),
@@ -741,12 +810,8 @@ impl<'s> Scheduler<'s> {
         let snap = self.snap;
         let pod = &snap.pods[group.pods[0]];
         group.offered_domains = vec![None; group.terms.spread.len()];
-        let key = StaticKey {
-            requests: &pod.requests,
-            node_selector: &pod.node_selector,
-            node_affinity: &pod.node_affinity,
-            tolerations: &pod.tolerations,
-        };
+        let selection = SelectionKey { node_selector: &pod.node_selector, node_affinity: &pod.node_affinity, tolerations: &pod.tolerations };
+        let key = StaticKey { requests: &pod.requests, selection };
         let independent = group.terms.affinity.is_empty()
             && group.terms.anti_affinity.is_empty()
             && group.terms.spread.is_empty()
@@ -764,17 +829,18 @@ impl<'s> Scheduler<'s> {
             self.lives.len() - 1
         };
         let offerings = &self.offerings;
+        group.selection_ok = self
+            .selection_cache
+            .entry(selection)
+            .or_insert_with(|| {
+                Rc::new(offerings.iter().map(|o| node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false)).collect())
+            })
+            .clone();
+        let selection_ok = &group.selection_ok;
         group.static_ok = self
             .static_cache
             .entry(key)
-            .or_insert_with(|| {
-                Rc::new(
-                    offerings
-                        .iter()
-                        .map(|o| pod.requests.fits(&o.alloc) && node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false))
-                        .collect(),
-                )
-            })
+            .or_insert_with(|| Rc::new(offerings.iter().zip(selection_ok.iter()).map(|(o, &ok)| ok && pod.requests.fits(&o.alloc)).collect()))
             .clone();
         group.eligible_existing_domains = (0..group.terms.spread.len())
             .map(|i| {
@@ -875,7 +941,7 @@ impl<'s> Scheduler<'s> {
         let Minimums { now: min_now, planned: min_planned, pinned } =
             if group.terms.spread.is_empty() { Minimums::default() } else { self.spread_minimums(group) };
         let mut live = std::mem::take(&mut self.lives[group.live]);
-        if live.epoch != self.inventory_epoch {
+        if !group.terms.spread.is_empty() && live.epoch != self.inventory_epoch {
             live.epoch = self.inventory_epoch;
             live.claims = self.claims.clone();
             live.claims_seen = self.claims.len();
@@ -1075,10 +1141,7 @@ impl<'s> Scheduler<'s> {
                 break;
             }
             let Some(anchor) = anchor else { continue };
-            let a = &self.offerings[anchor];
-            let topo_keys = self.topo.keys().len();
-            let same_domains = |o: &Offering| (0..topo_keys).all(|k| k == self.hostname_key || o.domains[k] == a.domains[k]);
-            let candidates: Vec<usize> = self.offerings_by_pool[pool]
+            let candidates: Vec<usize> = self.peers[self.offerings[anchor].peers]
                 .iter()
                 .copied()
                 .filter(|&o| {
@@ -1086,7 +1149,6 @@ impl<'s> Scheduler<'s> {
                     let class = &self.classes[off.class];
                     group.static_ok[o]
                         && class.has_free()
-                        && same_domains(off)
                         && self.limit_breach(pool, off).is_none()
                         && self.power_breach(off).is_none()
                         && self.rate_breach(off).is_none()
@@ -1094,6 +1156,7 @@ impl<'s> Scheduler<'s> {
                 .collect();
             let (server, name) = self.take(anchor);
             let deadline_s = self.deadline_of(pod, pool);
+            let candidates = Candidates { offerings: candidates, selection: group.selection_ok.clone() };
             return Some(self.push_new_slot(pool, anchor, server, name, candidates, deadline_s));
         }
         group.blocked = blocked;
@@ -1141,7 +1204,8 @@ impl<'s> Scheduler<'s> {
         }
     }
 
-    fn push_new_slot(&mut self, pool: usize, offering: usize, server: usize, name: String, candidates: Vec<usize>, deadline_s: Option<i64>) -> usize {
+    fn push_new_slot(&mut self, pool: usize, offering: usize, server: usize, name: String, candidates: Candidates, deadline_s: Option<i64>) -> usize {
+        let floor = floor_of(&self.offerings, &candidates.offerings);
         let mut labels = self.offerings[offering].labels.clone();
         labels.insert(HOSTNAME.to_string(), name.clone());
         let domains = self.topo.domains_of(&labels);
@@ -1149,7 +1213,16 @@ impl<'s> Scheduler<'s> {
         self.claims.push(self.slots.len());
         self.slots.push(Slot {
             name,
-            kind: SlotKind::New(NewSlot { pool, offering, server, candidates, requested: Resources::default(), deadline_s }),
+            kind: SlotKind::New(NewSlot {
+                pool,
+                offering,
+                server,
+                candidates: candidates.offerings,
+                floor,
+                selection: candidates.selection,
+                requested: Resources::default(),
+                deadline_s,
+            }),
             labels,
             taints: self.offerings[offering].taints.clone(),
             cordoned: false,
@@ -1203,11 +1276,14 @@ impl<'s> Scheduler<'s> {
         match &mut s.kind {
             SlotKind::New(n) => {
                 n.requested.add(&pod.requests);
-                let requested = n.requested.clone();
-                n.candidates.retain(|&c| {
-                    let o = &offerings[c];
-                    requested.fits(&o.alloc) && node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false)
-                });
+                // Filtered again only if the pod's selection or requests
+                // can rule a candidate out.
+                if !Rc::ptr_eq(&n.selection, &group.selection_ok) || !n.requested.fits(&n.floor) {
+                    let requested = &n.requested;
+                    n.candidates.retain(|&c| group.selection_ok[c] && requested.fits(&offerings[c].alloc));
+                    n.floor = floor_of(offerings, &n.candidates);
+                    n.selection = group.selection_ok.clone();
+                }
                 if let Some(d) = deadline {
                     n.deadline_s = Some(n.deadline_s.map_or(d, |cur| cur.min(d)));
                 }
