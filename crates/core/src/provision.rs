@@ -194,7 +194,8 @@ struct Slot {
 /// (resources, node affinity, taints, ports, anti-affinity), so each pod only
 /// looks at slots that might still take it. Pods without inter-pod terms or
 /// host ports fail only for reasons their shape decides, so groups of the
-/// same shape share one list.
+/// same shape share one list, and every other group of that shape can
+/// start from it.
 #[derive(Default)]
 struct Live {
     existing: Vec<usize>,
@@ -213,6 +214,11 @@ struct Group {
     /// Index into `Scheduler::lives`: its own for pods with inter-pod terms
     /// or host ports, shared by pod shape otherwise.
     live: usize,
+    /// Index into `Scheduler::lives`: the list shared by the group's pod
+    /// shape. It drops only slots that no pod of the shape can take, so a
+    /// group's own list starts from it, and a spread group's is rebuilt
+    /// from it.
+    shape_live: usize,
     /// Per spread term: the domains that free inventory offers, and whether
     /// a fresh host is on offer, valid while `inventory_epoch` is unchanged.
     offered_domains: Vec<Option<(u64, Vec<DomainId>, bool)>>,
@@ -764,6 +770,7 @@ impl<'s> Scheduler<'s> {
                     pods: Vec::new(),
                     terms,
                     live: usize::MAX,
+                    shape_live: usize::MAX,
                     offered_domains: Vec::new(),
                     static_ok: Rc::default(),
                     selection_ok: Rc::default(),
@@ -817,15 +824,18 @@ impl<'s> Scheduler<'s> {
             && group.terms.spread.is_empty()
             && group.terms.repelled_by.is_empty()
             && pod.host_ports.is_empty();
-        let fresh = Live { existing: self.existing.clone(), ..Default::default() };
+        let (lives, existing) = (&mut self.lives, &self.existing);
+        group.shape_live = *self.shared_lives.entry(key).or_insert_with(|| {
+            lives.push(Live { existing: existing.clone(), ..Default::default() });
+            lives.len() - 1
+        });
         group.live = if independent {
-            let lives = &mut self.lives;
-            *self.shared_lives.entry(key).or_insert_with(|| {
-                lives.push(fresh);
-                lives.len() - 1
-            })
+            group.shape_live
         } else {
-            self.lives.push(fresh);
+            let shape = &self.lives[group.shape_live];
+            let own =
+                Live { existing: shape.existing.clone(), claims: shape.claims.clone(), claims_seen: shape.claims_seen, epoch: self.inventory_epoch };
+            self.lives.push(own);
             self.lives.len() - 1
         };
         let offerings = &self.offerings;
@@ -942,9 +952,10 @@ impl<'s> Scheduler<'s> {
             if group.terms.spread.is_empty() { Minimums::default() } else { self.spread_minimums(group) };
         let mut live = std::mem::take(&mut self.lives[group.live]);
         if !group.terms.spread.is_empty() && live.epoch != self.inventory_epoch {
+            let shape = &self.lives[group.shape_live];
             live.epoch = self.inventory_epoch;
-            live.claims = self.claims.clone();
-            live.claims_seen = self.claims.len();
+            live.claims.clone_from(&shape.claims);
+            live.claims_seen = shape.claims_seen;
         }
         // 1. Ready nodes: as they are, then as they will be once the claims
         // are nodes. With minDomains, a node refused now for want of domains
@@ -1360,6 +1371,10 @@ impl<'s> Scheduler<'s> {
 
     fn report(&self, pending: &[usize], groups: &[Group], group_of: &HashMap<GroupKey<'_>, usize>) -> Provisioning {
         let snap = self.snap;
+        let mut keys: Vec<Option<String>> = vec![None; snap.pods.len()];
+        for &p in pending {
+            keys[p] = Some(snap.pods[p].key());
+        }
         let mut claims = Vec::new();
         let mut claim_of_slot: HashMap<usize, usize> = HashMap::new();
         for &slot in &self.claims {
@@ -1371,7 +1386,7 @@ impl<'s> Scheduler<'s> {
                 name: format!("{}-{}", self.pools[n.pool].name, s.name),
                 server: s.name.clone(),
                 pool: self.pools[n.pool].name.clone(),
-                pods: s.pods.iter().map(|&p| snap.pods[p].key()).collect(),
+                pods: s.pods.iter().map(|&p| keys[p].clone().unwrap_or_else(|| snap.pods[p].key())).collect(),
                 path: if off.warm { SupplyPath::Warm } else { SupplyPath::Cold },
                 eta_s: off.eta_s,
                 requested: n.requested.plus(&off.capacity.minus(&off.alloc)),
@@ -1409,7 +1424,7 @@ impl<'s> Scheduler<'s> {
                     Outcome::Unschedulable { reason }
                 }
             };
-            decisions.push(PodDecision { pod: pod.key(), workload: pod.workload.clone(), outcome });
+            decisions.push(PodDecision { pod: keys[p].take().unwrap_or_else(|| pod.key()), workload: pod.workload.clone(), outcome });
         }
         Provisioning { pods: decisions, claims }
     }
