@@ -229,7 +229,9 @@ struct Group {
     /// Per offering: do the pod's node affinity and tolerations admit it,
     /// whatever its resources. Shared by groups of the same selection.
     selection_ok: Rc<Vec<bool>>,
-    eligible_existing_domains: Vec<Vec<DomainId>>,
+    /// Per spread term, the domains of the Ready nodes it counts. Shared by
+    /// groups of the same selection and spread keys and policies.
+    eligible_existing_domains: Rc<Vec<Vec<DomainId>>>,
     /// Per spread term, the matching pods per domain over the slots that
     /// term counts (see `Scheduler::spread_counts_slot`).
     spread_counts: SpreadCounts,
@@ -293,6 +295,9 @@ struct Scheduler<'s> {
     static_cache: HashMap<StaticKey<'s>, Rc<Vec<bool>>>,
     /// `Group::selection_ok` by what it depends on.
     selection_cache: HashMap<SelectionKey<'s>, Rc<Vec<bool>>>,
+    /// `Group::eligible_existing_domains` by what it depends on: the
+    /// selection, and each spread term's key and policies.
+    eligible_cache: HashMap<EligibleKey<'s>, Rc<Vec<Vec<DomainId>>>>,
     lives: Vec<Live>,
     shared_lives: HashMap<StaticKey<'s>, usize>,
     /// Power changes of the last minute and those this plan opens.
@@ -306,6 +311,10 @@ struct StaticKey<'p> {
     requests: &'p Resources,
     selection: SelectionKey<'p>,
 }
+
+/// What decides which Ready nodes a group's spread terms count: the node
+/// selection, and per term its topology key and inclusion policies.
+type EligibleKey<'p> = (SelectionKey<'p>, Vec<(usize, InclusionPolicy, InclusionPolicy)>);
 
 /// What decides whether a node's labels and taints admit a pod: node
 /// selection and tolerations.
@@ -472,6 +481,7 @@ impl<'s> Scheduler<'s> {
             claim_domains: Vec::new(),
             static_cache: HashMap::new(),
             selection_cache: HashMap::new(),
+            eligible_cache: HashMap::new(),
             lives: Vec::new(),
             shared_lives: HashMap::new(),
             gate: crate::transitions::Gate::new(snap, now_s),
@@ -711,6 +721,24 @@ impl<'s> Scheduler<'s> {
             && (spread.node_taints_policy == InclusionPolicy::Ignore || taints_tolerated(pod, &s.taints, s.cordoned))
     }
 
+    /// Per spread term, the domains of the Ready nodes it counts.
+    fn eligible_existing_domains(&self, pod: &Pod, terms: &PodTerms) -> Vec<Vec<DomainId>> {
+        (0..terms.spread.len())
+            .map(|i| {
+                let key = self.topo.key_of_term(terms.spread[i].term);
+                let mut ds: Vec<DomainId> = self
+                    .existing
+                    .iter()
+                    .filter(|&&slot| self.spread_counts_slot(pod, terms, i, slot))
+                    .filter_map(|&slot| self.slots[slot].domains[key])
+                    .collect();
+                ds.sort_unstable();
+                ds.dedup();
+                ds
+            })
+            .collect()
+    }
+
     /// The group's spread counts, from every slot each term counts among
     /// `slots`.
     fn count_spread(&self, pod: &Pod, terms: &PodTerms, slots: impl Iterator<Item = usize> + Clone) -> SpreadCounts {
@@ -774,7 +802,7 @@ impl<'s> Scheduler<'s> {
                     offered_domains: Vec::new(),
                     static_ok: Rc::default(),
                     selection_ok: Rc::default(),
-                    eligible_existing_domains: Vec::new(),
+                    eligible_existing_domains: Rc::default(),
                     spread_counts: Vec::new(),
                     spread_counts_now: Vec::new(),
                     blocked: None,
@@ -852,20 +880,16 @@ impl<'s> Scheduler<'s> {
             .entry(key)
             .or_insert_with(|| Rc::new(offerings.iter().zip(selection_ok.iter()).map(|(o, &ok)| ok && pod.requests.fits(&o.alloc)).collect()))
             .clone();
-        group.eligible_existing_domains = (0..group.terms.spread.len())
-            .map(|i| {
-                let key = self.topo.key_of_term(group.terms.spread[i].term);
-                let mut ds: Vec<DomainId> = self
-                    .existing
-                    .iter()
-                    .filter(|&&slot| self.spread_counts_slot(pod, &group.terms, i, slot))
-                    .filter_map(|&slot| self.slots[slot].domains[key])
-                    .collect();
-                ds.sort_unstable();
-                ds.dedup();
-                ds
-            })
-            .collect();
+        let spread_keys = group.terms.spread.iter().map(|s| (self.topo.key_of_term(s.term), s.node_affinity_policy, s.node_taints_policy)).collect();
+        let eligible_key = (selection, spread_keys);
+        group.eligible_existing_domains = match self.eligible_cache.get(&eligible_key) {
+            Some(eligible) => eligible.clone(),
+            None => {
+                let eligible = Rc::new(self.eligible_existing_domains(pod, &group.terms));
+                self.eligible_cache.insert(eligible_key, eligible.clone());
+                eligible
+            }
+        };
         group.spread_counts = self.count_spread(pod, &group.terms, 0..self.slots.len());
         group.spread_counts_now = self.count_spread(pod, &group.terms, self.existing.iter().copied());
     }
