@@ -188,8 +188,14 @@ impl Pod {
         Pod { namespace: namespace.to_string(), name: name.to_string(), requests: Resources { pods: 1, ..requests }, ..Default::default() }
     }
 
+    /// `namespace/name`, built without the formatting machinery: plans
+    /// name every pending pod.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        key.push_str(&self.namespace);
+        key.push('/');
+        key.push_str(&self.name);
+        key
     }
 
     pub fn is_daemonset_pod(&self) -> bool {

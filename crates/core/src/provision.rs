@@ -141,6 +141,9 @@ struct Offering {
     alloc: Resources,
     capacity: Resources,
     domains: Vec<Option<DomainId>>,
+    /// Index into `Scheduler::peers`: the offerings a claim that starts on
+    /// this one may be right-sized to.
+    peers: usize,
     warm: bool,
     eta_s: Seconds,
     idle_watts: f64,
@@ -160,6 +163,11 @@ struct NewSlot {
     offering: usize,
     server: usize,
     candidates: Vec<usize>,
+    /// The least of each resource over `candidates`: requests that fit it
+    /// fit every candidate.
+    floor: Resources,
+    /// The node selection `candidates` were last filtered by.
+    selection: Rc<Vec<bool>>,
     /// What its pods request, without DaemonSet overhead.
     requested: Resources,
     /// Smallest remaining deadline of its pods, in seconds from now.
@@ -186,7 +194,8 @@ struct Slot {
 /// (resources, node affinity, taints, ports, anti-affinity), so each pod only
 /// looks at slots that might still take it. Pods without inter-pod terms or
 /// host ports fail only for reasons their shape decides, so groups of the
-/// same shape share one list.
+/// same shape share one list, and every other group of that shape can
+/// start from it.
 #[derive(Default)]
 struct Live {
     existing: Vec<usize>,
@@ -194,7 +203,8 @@ struct Live {
     /// How many of `Scheduler::claims` were already added to `claims`.
     claims_seen: usize,
     /// The inventory epoch `claims` was built in: what counts as permanent
-    /// for spread depends on the inventory, so it is rebuilt when that changes.
+    /// for spread depends on the inventory, so a spread group's list is
+    /// rebuilt when that changes (no other failure depends on it).
     epoch: u64,
 }
 
@@ -204,6 +214,11 @@ struct Group {
     /// Index into `Scheduler::lives`: its own for pods with inter-pod terms
     /// or host ports, shared by pod shape otherwise.
     live: usize,
+    /// Index into `Scheduler::lives`: the list shared by the group's pod
+    /// shape. It drops only slots that no pod of the shape can take, so a
+    /// group's own list starts from it, and a spread group's is rebuilt
+    /// from it.
+    shape_live: usize,
     /// Per spread term: the domains that free inventory offers, and whether
     /// a fresh host is on offer, valid while `inventory_epoch` is unchanged.
     offered_domains: Vec<Option<(u64, Vec<DomainId>, bool)>>,
@@ -211,7 +226,12 @@ struct Group {
     /// node affinity and taints. Shared by groups that differ only in labels
     /// or inter-pod terms.
     static_ok: Rc<Vec<bool>>,
-    eligible_existing_domains: Vec<Vec<DomainId>>,
+    /// Per offering: do the pod's node affinity and tolerations admit it,
+    /// whatever its resources. Shared by groups of the same selection.
+    selection_ok: Rc<Vec<bool>>,
+    /// Per spread term, the domains of the Ready nodes it counts. Shared by
+    /// groups of the same selection and spread keys and policies.
+    eligible_existing_domains: Rc<Vec<Vec<DomainId>>>,
     /// Per spread term, the matching pods per domain over the slots that
     /// term counts (see `Scheduler::spread_counts_slot`).
     spread_counts: SpreadCounts,
@@ -255,6 +275,9 @@ struct Scheduler<'s> {
     classes: Vec<Class>,
     offerings: Vec<Offering>,
     offerings_by_pool: Vec<Vec<usize>>,
+    /// Offerings of one pool in the same topology domains but the hostname,
+    /// in the order of `offerings_by_pool`.
+    peers: Vec<Vec<usize>>,
     slots: Vec<Slot>,
     existing: Vec<usize>,
     claims: Vec<usize>,
@@ -270,6 +293,11 @@ struct Scheduler<'s> {
     claim_domains: Vec<std::collections::BTreeSet<DomainId>>,
     /// `Group::static_ok` by what it depends on.
     static_cache: HashMap<StaticKey<'s>, Rc<Vec<bool>>>,
+    /// `Group::selection_ok` by what it depends on.
+    selection_cache: HashMap<SelectionKey<'s>, Rc<Vec<bool>>>,
+    /// `Group::eligible_existing_domains` by what it depends on: the
+    /// selection, and each spread term's key and policies.
+    eligible_cache: HashMap<EligibleKey<'s>, Rc<Vec<Vec<DomainId>>>>,
     lives: Vec<Live>,
     shared_lives: HashMap<StaticKey<'s>, usize>,
     /// Power changes of the last minute and those this plan opens.
@@ -281,6 +309,17 @@ struct Scheduler<'s> {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct StaticKey<'p> {
     requests: &'p Resources,
+    selection: SelectionKey<'p>,
+}
+
+/// What decides which Ready nodes a group's spread terms count: the node
+/// selection, and per term its topology key and inclusion policies.
+type EligibleKey<'p> = (SelectionKey<'p>, Vec<(usize, InclusionPolicy, InclusionPolicy)>);
+
+/// What decides whether a node's labels and taints admit a pod: node
+/// selection and tolerations.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct SelectionKey<'p> {
     node_selector: &'p Labels,
     node_affinity: &'p [crate::labels::NodeSelectorTerm],
     tolerations: &'p [crate::labels::Toleration],
@@ -319,8 +358,8 @@ fn same_class(a: &Server, b: &Server) -> bool {
     a.power_state == b.power_state && a.failures == b.failures && a.unlimited == b.unlimited && same_hardware(a, b)
 }
 
-/// A cheap hash of what [`same_class`] compares (but the labels): servers
-/// of one class share it; servers that share it are compared in full.
+/// A cheap hash of what [`same_class`] compares: servers of one class share
+/// it; servers that share it are compared in full.
 fn class_hash(s: &Server) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut mix = |x: u64| {
@@ -346,7 +385,34 @@ fn class_hash(s: &Server) -> u64 {
     mix(u64::from(s.failures));
     mix(u64::from(s.unlimited));
     mix(s.labels.len() as u64);
+    for (k, v) in &s.labels {
+        if k != HOSTNAME {
+            mix(hash_str(k));
+            mix(hash_str(v));
+        }
+    }
     h
+}
+
+fn hash_str(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The offerings a new claim may still be right-sized to, and the node
+/// selection they were filtered by.
+struct Candidates {
+    offerings: Vec<usize>,
+    selection: Rc<Vec<bool>>,
+}
+
+/// The least of each resource over the offerings.
+fn floor_of(offerings: &[Offering], candidates: &[usize]) -> Resources {
+    let mut allocs = candidates.iter().map(|&c| &offerings[c].alloc);
+    let mut floor = allocs.next().cloned().unwrap_or_default();
+    for alloc in allocs {
+        floor.lower_to(alloc);
+    }
+    floor
 }
 
 fn daemonset_overhead(snap: &Snapshot, labels: &Labels, taints: &[Taint], name: &str) -> Resources {
@@ -404,6 +470,7 @@ impl<'s> Scheduler<'s> {
             classes: Vec::new(),
             offerings: Vec::new(),
             offerings_by_pool: Vec::new(),
+            peers: Vec::new(),
             slots: Vec::new(),
             existing: Vec::new(),
             claims: Vec::new(),
@@ -413,6 +480,8 @@ impl<'s> Scheduler<'s> {
             inventory_epoch: 0,
             claim_domains: Vec::new(),
             static_cache: HashMap::new(),
+            selection_cache: HashMap::new(),
+            eligible_cache: HashMap::new(),
             lives: Vec::new(),
             shared_lives: HashMap::new(),
             gate: crate::transitions::Gate::new(snap, now_s),
@@ -498,6 +567,7 @@ impl<'s> Scheduler<'s> {
                     alloc,
                     capacity: server.capacity.clone(),
                     domains,
+                    peers: usize::MAX,
                     warm: server.is_warm(),
                     eta_s: server.eta_s(),
                     idle_watts: server.power.idle_watts,
@@ -521,6 +591,20 @@ impl<'s> Scheduler<'s> {
                     .then(y.warm.cmp(&x.warm))
                     .then(a.cmp(&b))
             });
+        }
+        let mut peers_of: HashMap<(usize, Vec<Option<DomainId>>), usize> = HashMap::new();
+        for (pool, list) in self.offerings_by_pool.iter().enumerate() {
+            for &o in list {
+                let mut domains = self.offerings[o].domains.clone();
+                domains[self.hostname_key] = None;
+                let next = self.peers.len();
+                let peers = *peers_of.entry((pool, domains)).or_insert(next);
+                if peers == next {
+                    self.peers.push(Vec::new());
+                }
+                self.peers[peers].push(o);
+                self.offerings[o].peers = peers;
+            }
         }
     }
 
@@ -637,6 +721,24 @@ impl<'s> Scheduler<'s> {
             && (spread.node_taints_policy == InclusionPolicy::Ignore || taints_tolerated(pod, &s.taints, s.cordoned))
     }
 
+    /// Per spread term, the domains of the Ready nodes it counts.
+    fn eligible_existing_domains(&self, pod: &Pod, terms: &PodTerms) -> Vec<Vec<DomainId>> {
+        (0..terms.spread.len())
+            .map(|i| {
+                let key = self.topo.key_of_term(terms.spread[i].term);
+                let mut ds: Vec<DomainId> = self
+                    .existing
+                    .iter()
+                    .filter(|&&slot| self.spread_counts_slot(pod, terms, i, slot))
+                    .filter_map(|&slot| self.slots[slot].domains[key])
+                    .collect();
+                ds.sort_unstable();
+                ds.dedup();
+                ds
+            })
+            .collect()
+    }
+
     /// The group's spread counts, from every slot each term counts among
     /// `slots`.
     fn count_spread(&self, pod: &Pod, terms: &PodTerms, slots: impl Iterator<Item = usize> + Clone) -> SpreadCounts {
@@ -696,9 +798,11 @@ impl<'s> Scheduler<'s> {
                     pods: Vec::new(),
                     terms,
                     live: usize::MAX,
+                    shape_live: usize::MAX,
                     offered_domains: Vec::new(),
                     static_ok: Rc::default(),
-                    eligible_existing_domains: Vec::new(),
+                    selection_ok: Rc::default(),
+                    eligible_existing_domains: Rc::default(),
                     spread_counts: Vec::new(),
                     spread_counts_now: Vec::new(),
                     blocked: None,
@@ -741,55 +845,51 @@ impl<'s> Scheduler<'s> {
         let snap = self.snap;
         let pod = &snap.pods[group.pods[0]];
         group.offered_domains = vec![None; group.terms.spread.len()];
-        let key = StaticKey {
-            requests: &pod.requests,
-            node_selector: &pod.node_selector,
-            node_affinity: &pod.node_affinity,
-            tolerations: &pod.tolerations,
-        };
+        let selection = SelectionKey { node_selector: &pod.node_selector, node_affinity: &pod.node_affinity, tolerations: &pod.tolerations };
+        let key = StaticKey { requests: &pod.requests, selection };
         let independent = group.terms.affinity.is_empty()
             && group.terms.anti_affinity.is_empty()
             && group.terms.spread.is_empty()
             && group.terms.repelled_by.is_empty()
             && pod.host_ports.is_empty();
-        let fresh = Live { existing: self.existing.clone(), ..Default::default() };
+        let (lives, existing) = (&mut self.lives, &self.existing);
+        group.shape_live = *self.shared_lives.entry(key).or_insert_with(|| {
+            lives.push(Live { existing: existing.clone(), ..Default::default() });
+            lives.len() - 1
+        });
         group.live = if independent {
-            let lives = &mut self.lives;
-            *self.shared_lives.entry(key).or_insert_with(|| {
-                lives.push(fresh);
-                lives.len() - 1
-            })
+            group.shape_live
         } else {
-            self.lives.push(fresh);
+            let shape = &self.lives[group.shape_live];
+            let own =
+                Live { existing: shape.existing.clone(), claims: shape.claims.clone(), claims_seen: shape.claims_seen, epoch: self.inventory_epoch };
+            self.lives.push(own);
             self.lives.len() - 1
         };
         let offerings = &self.offerings;
+        group.selection_ok = self
+            .selection_cache
+            .entry(selection)
+            .or_insert_with(|| {
+                Rc::new(offerings.iter().map(|o| node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false)).collect())
+            })
+            .clone();
+        let selection_ok = &group.selection_ok;
         group.static_ok = self
             .static_cache
             .entry(key)
-            .or_insert_with(|| {
-                Rc::new(
-                    offerings
-                        .iter()
-                        .map(|o| pod.requests.fits(&o.alloc) && node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false))
-                        .collect(),
-                )
-            })
+            .or_insert_with(|| Rc::new(offerings.iter().zip(selection_ok.iter()).map(|(o, &ok)| ok && pod.requests.fits(&o.alloc)).collect()))
             .clone();
-        group.eligible_existing_domains = (0..group.terms.spread.len())
-            .map(|i| {
-                let key = self.topo.key_of_term(group.terms.spread[i].term);
-                let mut ds: Vec<DomainId> = self
-                    .existing
-                    .iter()
-                    .filter(|&&slot| self.spread_counts_slot(pod, &group.terms, i, slot))
-                    .filter_map(|&slot| self.slots[slot].domains[key])
-                    .collect();
-                ds.sort_unstable();
-                ds.dedup();
-                ds
-            })
-            .collect();
+        let spread_keys = group.terms.spread.iter().map(|s| (self.topo.key_of_term(s.term), s.node_affinity_policy, s.node_taints_policy)).collect();
+        let eligible_key = (selection, spread_keys);
+        group.eligible_existing_domains = match self.eligible_cache.get(&eligible_key) {
+            Some(eligible) => eligible.clone(),
+            None => {
+                let eligible = Rc::new(self.eligible_existing_domains(pod, &group.terms));
+                self.eligible_cache.insert(eligible_key, eligible.clone());
+                eligible
+            }
+        };
         group.spread_counts = self.count_spread(pod, &group.terms, 0..self.slots.len());
         group.spread_counts_now = self.count_spread(pod, &group.terms, self.existing.iter().copied());
     }
@@ -875,10 +975,11 @@ impl<'s> Scheduler<'s> {
         let Minimums { now: min_now, planned: min_planned, pinned } =
             if group.terms.spread.is_empty() { Minimums::default() } else { self.spread_minimums(group) };
         let mut live = std::mem::take(&mut self.lives[group.live]);
-        if live.epoch != self.inventory_epoch {
+        if !group.terms.spread.is_empty() && live.epoch != self.inventory_epoch {
+            let shape = &self.lives[group.shape_live];
             live.epoch = self.inventory_epoch;
-            live.claims = self.claims.clone();
-            live.claims_seen = self.claims.len();
+            live.claims.clone_from(&shape.claims);
+            live.claims_seen = shape.claims_seen;
         }
         // 1. Ready nodes: as they are, then as they will be once the claims
         // are nodes. With minDomains, a node refused now for want of domains
@@ -1075,10 +1176,7 @@ impl<'s> Scheduler<'s> {
                 break;
             }
             let Some(anchor) = anchor else { continue };
-            let a = &self.offerings[anchor];
-            let topo_keys = self.topo.keys().len();
-            let same_domains = |o: &Offering| (0..topo_keys).all(|k| k == self.hostname_key || o.domains[k] == a.domains[k]);
-            let candidates: Vec<usize> = self.offerings_by_pool[pool]
+            let candidates: Vec<usize> = self.peers[self.offerings[anchor].peers]
                 .iter()
                 .copied()
                 .filter(|&o| {
@@ -1086,7 +1184,6 @@ impl<'s> Scheduler<'s> {
                     let class = &self.classes[off.class];
                     group.static_ok[o]
                         && class.has_free()
-                        && same_domains(off)
                         && self.limit_breach(pool, off).is_none()
                         && self.power_breach(off).is_none()
                         && self.rate_breach(off).is_none()
@@ -1094,6 +1191,7 @@ impl<'s> Scheduler<'s> {
                 .collect();
             let (server, name) = self.take(anchor);
             let deadline_s = self.deadline_of(pod, pool);
+            let candidates = Candidates { offerings: candidates, selection: group.selection_ok.clone() };
             return Some(self.push_new_slot(pool, anchor, server, name, candidates, deadline_s));
         }
         group.blocked = blocked;
@@ -1141,7 +1239,8 @@ impl<'s> Scheduler<'s> {
         }
     }
 
-    fn push_new_slot(&mut self, pool: usize, offering: usize, server: usize, name: String, candidates: Vec<usize>, deadline_s: Option<i64>) -> usize {
+    fn push_new_slot(&mut self, pool: usize, offering: usize, server: usize, name: String, candidates: Candidates, deadline_s: Option<i64>) -> usize {
+        let floor = floor_of(&self.offerings, &candidates.offerings);
         let mut labels = self.offerings[offering].labels.clone();
         labels.insert(HOSTNAME.to_string(), name.clone());
         let domains = self.topo.domains_of(&labels);
@@ -1149,7 +1248,16 @@ impl<'s> Scheduler<'s> {
         self.claims.push(self.slots.len());
         self.slots.push(Slot {
             name,
-            kind: SlotKind::New(NewSlot { pool, offering, server, candidates, requested: Resources::default(), deadline_s }),
+            kind: SlotKind::New(NewSlot {
+                pool,
+                offering,
+                server,
+                candidates: candidates.offerings,
+                floor,
+                selection: candidates.selection,
+                requested: Resources::default(),
+                deadline_s,
+            }),
             labels,
             taints: self.offerings[offering].taints.clone(),
             cordoned: false,
@@ -1203,11 +1311,14 @@ impl<'s> Scheduler<'s> {
         match &mut s.kind {
             SlotKind::New(n) => {
                 n.requested.add(&pod.requests);
-                let requested = n.requested.clone();
-                n.candidates.retain(|&c| {
-                    let o = &offerings[c];
-                    requested.fits(&o.alloc) && node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false)
-                });
+                // Filtered again only if the pod's selection or requests
+                // can rule a candidate out.
+                if !Rc::ptr_eq(&n.selection, &group.selection_ok) || !n.requested.fits(&n.floor) {
+                    let requested = &n.requested;
+                    n.candidates.retain(|&c| group.selection_ok[c] && requested.fits(&offerings[c].alloc));
+                    n.floor = floor_of(offerings, &n.candidates);
+                    n.selection = group.selection_ok.clone();
+                }
                 if let Some(d) = deadline {
                     n.deadline_s = Some(n.deadline_s.map_or(d, |cur| cur.min(d)));
                 }
@@ -1284,6 +1395,10 @@ impl<'s> Scheduler<'s> {
 
     fn report(&self, pending: &[usize], groups: &[Group], group_of: &HashMap<GroupKey<'_>, usize>) -> Provisioning {
         let snap = self.snap;
+        let mut keys: Vec<Option<String>> = vec![None; snap.pods.len()];
+        for &p in pending {
+            keys[p] = Some(snap.pods[p].key());
+        }
         let mut claims = Vec::new();
         let mut claim_of_slot: HashMap<usize, usize> = HashMap::new();
         for &slot in &self.claims {
@@ -1295,7 +1410,7 @@ impl<'s> Scheduler<'s> {
                 name: format!("{}-{}", self.pools[n.pool].name, s.name),
                 server: s.name.clone(),
                 pool: self.pools[n.pool].name.clone(),
-                pods: s.pods.iter().map(|&p| snap.pods[p].key()).collect(),
+                pods: s.pods.iter().map(|&p| keys[p].clone().unwrap_or_else(|| snap.pods[p].key())).collect(),
                 path: if off.warm { SupplyPath::Warm } else { SupplyPath::Cold },
                 eta_s: off.eta_s,
                 requested: n.requested.plus(&off.capacity.minus(&off.alloc)),
@@ -1333,7 +1448,7 @@ impl<'s> Scheduler<'s> {
                     Outcome::Unschedulable { reason }
                 }
             };
-            decisions.push(PodDecision { pod: pod.key(), workload: pod.workload.clone(), outcome });
+            decisions.push(PodDecision { pod: keys[p].take().unwrap_or_else(|| pod.key()), workload: pod.workload.clone(), outcome });
         }
         Provisioning { pods: decisions, claims }
     }
