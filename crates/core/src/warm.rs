@@ -330,11 +330,14 @@ fn members_of<'s, 'm>(snapshot: &'s Snapshot, m: &'m Membership<'_>) -> BTreeMap
 }
 
 /// A pod that landed on a running node of a class with no claim of its
-/// own: fresh demand the class absorbed, counted as the share of the
+/// own, and whose deadline is shorter than the slow end of the class's
+/// warm path: fresh demand the class absorbed, counted as the share of the
 /// server it takes. Demand that running nodes still absorb today is the
 /// demand that will need a server of its own tomorrow: a class whose
-/// urgent pods keep coming onto its nodes keeps a spare for the moment
-/// they no longer fit.
+/// pods cannot wait even for a spare to join keeps one ready, as a node,
+/// for the moment they no longer fit. Pods that can wait for a join are
+/// left to the arrivals: counting them kept a spare in every class that
+/// ever took one, for little (docs/simulate.md).
 struct Absorbed {
     at_s: Seconds,
     deadline_s: Option<Seconds>,
@@ -353,9 +356,11 @@ fn absorbed_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -
     }
     let by_node: foldhash::HashMap<&str, usize> = snapshot.servers.iter().enumerate().filter_map(|(i, s)| Some((s.node.as_deref()?, i))).collect();
     let horizon = |pool: &ServerPool| pool.warm.adaptive.as_ref().map(|a| now_s.saturating_sub(a.window_s.max(MIN_WINDOW_S)));
-    // The cold path of each class, and the latest urgent arrival of each
-    // server up to now.
-    let cold: BTreeMap<(&str, &str), Seconds> = members_of(snapshot, m).iter().filter_map(|(k, v)| Some((*k, cold_path_s(v)?))).collect();
+    // The cold path and the slow end of the warm path of each class, and
+    // the latest urgent arrival of each server up to now.
+    let members = members_of(snapshot, m);
+    let cold: BTreeMap<(&str, &str), Seconds> = members.iter().filter_map(|(k, v)| Some((*k, cold_path_s(v)?))).collect();
+    let warm_tail: BTreeMap<(&str, &str), Seconds> = members.iter().filter_map(|(k, v)| Some((*k, warm_tail_s(v)?))).collect();
     let mut latest: foldhash::HashMap<&str, Seconds> = foldhash::HashMap::default();
     for a in snapshot.arrivals.iter().filter(|a| a.at_s <= now_s) {
         let Some(i) = m.index(&a.server) else { continue };
@@ -377,14 +382,17 @@ fn absorbed_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -
         if latest.get(server.name.as_str()).is_some_and(|&t| t >= from) {
             continue;
         }
+        // Only a pod that could not wait even for a spare to join: those a
+        // spare that is merely on would still make late.
+        let tail = warm_tail.get(&(pool.name.as_str(), m.class(i))).copied().unwrap_or(0);
+        let deadline_s = pod.deadline_s.or(pool.deadline_s);
+        if deadline_s.is_some_and(|d| d >= tail) {
+            continue;
+        }
         let share = |used: i64, total: i64| if total > 0 { used as f64 / total as f64 } else { 0.0 };
         let servers =
             share(pod.requests.cpu_milli, server.capacity.cpu_milli).max(share(pod.requests.memory_bytes, server.capacity.memory_bytes)).min(1.0);
-        out.entry((pool.name.as_str(), m.class(i))).or_default().push(Absorbed {
-            at_s: pod.created_s,
-            deadline_s: pod.deadline_s.or(pool.deadline_s),
-            servers,
-        });
+        out.entry((pool.name.as_str(), m.class(i))).or_default().push(Absorbed { at_s: pod.created_s, deadline_s, servers });
     }
     out
 }
@@ -517,6 +525,7 @@ mod tests {
         assert_eq!(floor(&web), 1, "a web pod on a running node is urgent demand the class absorbed");
         assert_eq!(next_change_s(&web, now), Some(now - 600 + 4 * 3600 + 1), "and wakes the driver when it leaves the window");
         assert_eq!(floor(&snap(vec![pod(now - 600, 3 * 3600)], vec![])), 0, "a patient pod waits for a boot");
+        assert_eq!(floor(&snap(vec![pod(now - 600, 300)], vec![])), 0, "one that can wait for a spare to join (180 s) is left to the arrivals");
         assert_eq!(floor(&snap(vec![pod(now - 5 * 3600, 120)], vec![])), 0, "out of the window");
         let own = Arrival { at_s: now - 900, server: "s0".into(), deadline_s: Some(60) };
         assert_eq!(floor(&snap(vec![pod(now - 600, 3 * 3600)], vec![own.clone()])), 1, "the urgent claim's server counts whole");
