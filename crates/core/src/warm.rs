@@ -348,8 +348,14 @@ struct Absorbed {
 /// workload pods bound to its servers' nodes, created within the pool's
 /// window, on servers no urgent arrival of that window names (such a
 /// claim's or spare's server counts whole already; one claimed for patient
-/// pods took in the urgent ones as running capacity).
-fn absorbed_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -> BTreeMap<(&'m str, &'m str), Vec<Absorbed>> {
+/// pods took in the urgent ones as running capacity). `members` is the
+/// pass's [`members_of`].
+fn absorbed_of<'m>(
+    snapshot: &Snapshot,
+    m: &'m Membership<'_>,
+    members: &BTreeMap<(&'m str, &'m str), Vec<&Server>>,
+    now_s: Seconds,
+) -> BTreeMap<(&'m str, &'m str), Vec<Absorbed>> {
     let mut out: BTreeMap<(&str, &str), Vec<Absorbed>> = BTreeMap::new();
     if !snapshot.pools.iter().any(|p| p.warm.adaptive.is_some()) {
         return out;
@@ -358,7 +364,6 @@ fn absorbed_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -
     let horizon = |pool: &ServerPool| pool.warm.adaptive.as_ref().map(|a| now_s.saturating_sub(a.window_s.max(MIN_WINDOW_S)));
     // The cold path and the slow end of the warm path of each class, and
     // the latest urgent arrival of each server up to now.
-    let members = members_of(snapshot, m);
     let cold: BTreeMap<(&str, &str), Seconds> = members.iter().filter_map(|(k, v)| Some((*k, cold_path_s(v)?))).collect();
     let warm_tail: BTreeMap<(&str, &str), Seconds> = members.iter().filter_map(|(k, v)| Some((*k, warm_tail_s(v)?))).collect();
     let mut latest: foldhash::HashMap<&str, Seconds> = foldhash::HashMap::default();
@@ -401,7 +406,7 @@ fn absorbed_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -
 /// pre-warming reasons.
 pub fn floors_of<'m>(snapshot: &Snapshot, m: &'m Membership<'_>, now_s: Seconds) -> BTreeMap<(&'m str, &'m str), Floor> {
     let members = members_of(snapshot, m);
-    let absorbed = absorbed_of(snapshot, m, now_s);
+    let absorbed = absorbed_of(snapshot, m, &members, now_s);
     let mut arrivals: BTreeMap<(&str, &str), Vec<&Arrival>> = BTreeMap::new();
     for a in &snapshot.arrivals {
         if let Some(i) = m.index(&a.server)
@@ -452,7 +457,7 @@ pub fn next_change_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
             next = Some(t);
         }
     };
-    for landed in absorbed_of(snapshot, &m, now_s).into_iter().flat_map(|((pool, _), v)| v.into_iter().map(move |a| (pool, a))) {
+    for landed in absorbed_of(snapshot, &m, &members, now_s).into_iter().flat_map(|((pool, _), v)| v.into_iter().map(move |a| (pool, a))) {
         if let Some(window_s) = snapshot.pools.iter().find(|p| p.name == landed.0).and_then(|p| p.warm.adaptive.as_ref()).map(|a| a.window_s) {
             consider(landed.1.at_s.saturating_add(window_s.max(MIN_WINDOW_S)).saturating_add(1));
         }
