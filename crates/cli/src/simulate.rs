@@ -122,6 +122,12 @@ pub struct Args {
     /// a duration or a number of seconds.
     #[arg(long, value_name = "DURATION", default_value = RATE_WINDOW, value_parser = crate::duration::go_or_seconds)]
     rate_window: Duration,
+    /// Who made the pods that have no owner in the trace: `none` (bare
+    /// pods: no drain evicts them, so a node running one is never
+    /// consolidated) or `replicaset` (a drain may evict them; their
+    /// controller makes each again, a new pod that waits again).
+    #[arg(long, value_name = "none|replicaset", default_value = "none", value_parser = ["none", "replicaset"])]
+    owners: String,
     /// Run the ironclaim policy once more for each value of a knob and
     /// print its frontier of energy against deadline misses and p99
     /// pending: `z=0,0.5,1,2` or `window=1h,4h,8h`. Twice for a grid of both.
@@ -324,6 +330,9 @@ fn workload(args: &Args) -> anyhow::Result<Loaded> {
             w.servers = stratified_sample(&w.servers, size, args.seed);
         }
         w.name = format!("{} on {}", w.name, render::count(w.servers.len() as u64, "sampled server", "sampled servers"));
+    }
+    if args.owners == "replicaset" {
+        w.give_owners();
     }
     Ok(Loaded { workload: w, timed })
 }

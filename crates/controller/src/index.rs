@@ -297,8 +297,8 @@ impl Index {
     ///   not ready, so pods wait for the claim rather than count as placed.
     /// - Objects that cannot be converted are left out and reported.
     /// - `arrivals` holds the fresh demand of live claims within the
-    ///   longest adaptive warm-floor window, when a pool has one (eight
-    ///   days with a daily profile), and the history the ServerPools'
+    ///   longest adaptive warm-floor window (eight days with a daily
+    ///   profile) or consolidation quiet time, and the history the ServerPools'
     ///   statuses keep of claims gone since.
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
@@ -406,9 +406,10 @@ impl Index {
         (snap, problems)
     }
 
-    /// Fresh demand for adaptive warm floors: per live claim, the earliest
-    /// pod it was opened for that was created within the longest adaptive
-    /// window (pending or bound alike), as an arrival on the claim's
+    /// Fresh demand for adaptive warm floors and consolidation's quiet time
+    /// after growth: per live claim, the earliest pod it was opened for
+    /// that was created within the longest adaptive window or quiet time
+    /// (pending or bound alike), as an arrival on the claim's
     /// server; for a spare's claim (one of no pods), the earliest workload
     /// pod on its node, the demand it was kept for. A pod that landed on
     /// other capacity already there opened nothing and is not counted.
@@ -418,8 +419,14 @@ impl Index {
     /// servers have gone off again is seen only through the history the
     /// leader keeps on each ServerPool's status (`status.arrivals`).
     fn recent_arrivals(&self, pools: &[core::ServerPool], now_s: Seconds) -> Vec<core::Arrival> {
-        // A pool with a daily profile looks back days, not just its window.
-        let Some(window_s) = pools.iter().filter_map(|p| p.warm.adaptive.as_ref()).map(core::AdaptiveFloor::history_s).max() else {
+        // A pool with a daily profile looks back days, not just its window;
+        // every pool looks back as far as its consolidation waits after
+        // growth.
+        let Some(window_s) = pools
+            .iter()
+            .map(|p| p.warm.adaptive.as_ref().map_or(0, core::AdaptiveFloor::history_s).max(ironclaim_core::disruption::growth_quiet_s(p)))
+            .max()
+        else {
             return Vec::new();
         };
         let horizon = now_s.saturating_sub(window_s);
@@ -462,12 +469,14 @@ mod tests {
     use serde_json::json;
 
     /// A pool with an adaptive floor over `adaptive`, without a daily profile.
+    /// A pool whose consolidation waits 30 minutes after growth, so that
+    /// the adaptive window is the longest look back.
     fn pool(adaptive: Option<&str>) -> ServerPool {
         let warm = adaptive.map(|w| json!({"adaptive": {"window": w, "historyDays": 0}}));
         serde_json::from_value(json!({
             "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
             "metadata": {"name": "general"},
-            "spec": {"warmSpares": warm}
+            "spec": {"warmSpares": warm, "disruption": {"consolidateAfter": "30m"}}
         }))
         .expect("serverpool")
     }
@@ -515,9 +524,16 @@ mod tests {
         assert_eq!(NOW_S, NOW.parse::<jiff::Timestamp>().unwrap().as_second() as Seconds);
         assert_eq!(snap.arrivals, vec![core::Arrival { at_s: NOW_S - 1800, server: "s1".into(), deadline_s: Some(120) }]);
 
-        // Without an adaptive pool, nothing is collected.
+        // Without an adaptive pool, the look back is consolidation's quiet
+        // time after growth: 30 minutes holds c1 alone...
         index.apply(pool(None));
-        assert!(index.snapshot(NOW_S, backoff).0.arrivals.is_empty());
+        assert_eq!(index.snapshot(NOW_S, backoff).0.arrivals, vec![core::Arrival { at_s: NOW_S - 1800, server: "s1".into(), deadline_s: Some(120) }]);
+        // ...and 4 hours, when consolidateAfter is unset, holds both claims.
+        let mut plain = pool(None);
+        plain.spec.disruption = None;
+        index.apply(plain);
+        let servers: Vec<String> = index.snapshot(NOW_S, backoff).0.arrivals.into_iter().map(|a| a.server).collect();
+        assert_eq!(servers, ["s2", "s1"]);
     }
 
     #[test]

@@ -35,6 +35,15 @@
 //! - The floor of a class is its static floor, raised by the adaptive
 //!   floor and its daily profile ([`crate::warm`]) where the pool enables
 //!   it; a floor the profile raised says so where it keeps a spare.
+//! - An underutilized node is one below [`UNDERUTILIZED_BELOW`] of every
+//!   resource its node offers, GPUs and other extended resources included.
+//!   Its pods move only onto nodes already running pods, after the pods
+//!   already pending have taken the room they fit: an empty node is warm
+//!   capacity, not room (except a server kept on as a replacement).
+//! - No underutilized node is drained and no replacement is powered on in
+//!   a ServerPool that powered a server on for pods (a recorded arrival)
+//!   less than its `consolidateAfter` ago, [`GROWTH_QUIET_S`] when unset:
+//!   a pool still growing would power the freed server on again.
 //! - A replacement replaces at least two nodes with no pod that must stay,
 //!   whose evictions their PodDisruptionBudgets allow now, while the pool's
 //!   budget allows a drain and no drain of the pool is under way; all their
@@ -240,13 +249,51 @@ impl Candidate<'_> {
         }
         let a = &self.node.allocatable;
         let share = |u: i64, t: i64| if t > 0 { u as f64 / t as f64 } else { 1.0 };
-        share(used.cpu_milli, a.cpu_milli).max(share(used.memory_bytes, a.memory_bytes))
+        // Extended resources (GPUs) count as cpu and memory do: a node whose
+        // GPUs are taken is not underutilized because its cpu is idle.
+        let extended = a.extended.iter().filter(|(_, t)| *t > 0).map(|(name, t)| share(used.extended(name), *t)).fold(0.0, f64::max);
+        share(used.cpu_milli, a.cpu_milli).max(share(used.memory_bytes, a.memory_bytes)).max(extended)
     }
 
     /// What its server draws idle above standby: what powering it off saves.
     fn saves_watts(&self) -> f64 {
         self.server.map_or(0.0, |s| s.power.idle_watts - s.power.off_watts)
     }
+}
+
+/// A pool that had to power a server on for pods less than this long ago
+/// is still growing: moving pods together there would free a server the
+/// next arrival powers on again, a boot and a wait for nothing.
+pub const GROWTH_QUIET_S: Seconds = 4 * 3600;
+
+/// How long after powering a server on for pods `pool` waits before it
+/// consolidates: its `consolidateAfter`, else [`GROWTH_QUIET_S`]. A
+/// runner must record the arrivals of at least that long.
+pub fn growth_quiet_s(pool: &ServerPool) -> Seconds {
+    pool.disruption.consolidate_after_s.unwrap_or(GROWTH_QUIET_S)
+}
+
+/// The last time each ServerPool opened a server for pods, from the
+/// recorded arrivals.
+fn last_growth_by_pool<'s>(snapshot: &'s Snapshot, m: &Membership<'s>) -> HashMap<&'s str, Seconds> {
+    let index: HashMap<&str, usize> = snapshot.servers.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+    let mut last: HashMap<&str, Seconds> = HashMap::new();
+    for a in &snapshot.arrivals {
+        if let Some(pool) = index.get(a.server.as_str()).and_then(|&i| m.pool(i)) {
+            let t = last.entry(pool.name.as_str()).or_insert(a.at_s);
+            *t = (*t).max(a.at_s);
+        }
+    }
+    last
+}
+
+/// Why the underutilized nodes of `pool` are not consolidated yet: the
+/// pool powered a server on for pods less than its `consolidateAfter` ago
+/// (unset: [`GROWTH_QUIET_S`]).
+fn still_growing(pool: &ServerPool, last: Option<Seconds>, now_s: Seconds) -> Option<String> {
+    let quiet = growth_quiet_s(pool);
+    let ago = now_s.saturating_sub(last?);
+    (ago < quiet).then(|| format!("ServerPool {} powered a server on for pods {ago}s ago; it consolidates {quiet}s after that", pool.name))
 }
 
 /// Evictions a drain of the node makes, per PodDisruptionBudget.
@@ -336,17 +383,20 @@ fn fit_on_the_rest(snapshot: &Snapshot, removed: &[&str], ready: Option<&str>, n
     }
     trial.servers.clear();
     trial.claims.clear();
+    // The moved pods are made again, after every pod already pending: those
+    // take the room they fit first, as the scheduler's queue gives it them.
+    let mut moved: Vec<String> = Vec::new();
+    let last = trial.pods.iter().map(|p| p.created_s).max().unwrap_or(0).max(now_s);
     for p in trial.pods.iter_mut() {
         if p.node_name.as_deref().is_some_and(|n| removed.contains(&n)) {
             p.node_name = None;
             p.phase = PodPhase::Pending;
-        } else if p.node_name.is_none() {
-            // Pods already pending are scale-up's business.
-            p.phase = PodPhase::Succeeded;
+            p.created_s = last;
+            moved.push(p.key());
         }
     }
     let plan = provision(&trial, now_s);
-    plan.pods.iter().all(|d| matches!(d.outcome, Outcome::Existing { .. }))
+    plan.pods.iter().filter(|d| moved.contains(&d.pod)).all(|d| matches!(d.outcome, Outcome::Existing { .. }))
 }
 
 /// The replacement that saves the most watts: for each target (cheapest
@@ -543,7 +593,9 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     // nodes stays on, not counted as a spare, until they are drained onto it.
     let mut kept_for_replacement: BTreeMap<&str, String> = BTreeMap::new();
     let mut replacing_pools: Vec<&str> = Vec::new();
-    for pool in pools.iter().filter(|p| !p.disruption.never) {
+    let last_growth = last_growth_by_pool(snapshot, &m);
+    let growing = |pool: &ServerPool| still_growing(pool, last_growth.get(pool.name.as_str()).copied(), now_s).is_some();
+    for pool in pools.iter().filter(|p| !p.disruption.never && !growing(p)) {
         if underutilized_budget_left(pool, &drains_by_pool) == 0 {
             continue;
         }
@@ -773,10 +825,22 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
 
     // Underutilized nodes whose pods all fit on the nodes that stay.
     let mut removed: Vec<&str> = drained.iter().map(|&i| candidates[i].node.name.as_str()).collect();
+    // An empty node is warm capacity, not room to consolidate into: pods
+    // moved onto it free no server, only a boot for the next spare. The
+    // one exception is a server kept on to replace several nodes.
+    for c in candidates.iter().filter(|c| c.pods.is_empty() && !kept_for_replacement.contains_key(c.node.name.as_str())) {
+        if !removed.contains(&c.node.name.as_str()) {
+            removed.push(c.node.name.as_str());
+        }
+    }
     let mut drained_under: Vec<usize> = Vec::new();
     for &(_, i) in &under {
         let c = &candidates[i];
         if let Some(why) = drain_blocker(snapshot, c, &pdb_left) {
+            out.held.push(Held { subject: c.node.name.clone(), why });
+            continue;
+        }
+        if let Some(why) = still_growing(c.pool, last_growth.get(c.pool.name.as_str()).copied(), now_s) {
             out.held.push(Held { subject: c.node.name.clone(), why });
             continue;
         }
@@ -834,7 +898,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     // Underutilized nodes whose pods fit nowhere else, but together on one
     // cold server that idles at clearly fewer watts: power it on. They are
     // drained onto it by the pass above once it is a Ready node.
-    for pool in pools.iter().filter(|p| !p.disruption.never && !replacing_pools.contains(&p.name.as_str())) {
+    for pool in pools.iter().filter(|p| !p.disruption.never && !replacing_pools.contains(&p.name.as_str()) && !growing(p)) {
         // While pods of the pool move (drains under way or just planned),
         // which nodes end up underutilized is not known yet.
         let (_, disrupting) = pool_nodes.get(pool.name.as_str()).copied().unwrap_or_default();

@@ -287,6 +287,69 @@ fn a_node_whose_pods_fit_nowhere_else_stays() {
 }
 
 #[test]
+fn a_node_whose_gpus_are_all_taken_is_not_underutilized_for_its_idle_cpu() {
+    const GPU: &str = "nvidia.com/gpu";
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 8_000)]);
+    node_with(&mut snap, "gpus", None, &[]);
+    for n in snap.nodes.iter_mut() {
+        n.allocatable.extended = vec![(GPU.into(), 8)];
+    }
+    // Both GPUs' worth of pods on "gpus" fit on "busy" by cpu, memory and
+    // GPUs, but "gpus" uses all 8 of its own: it is full, not light.
+    for k in 0..2 {
+        let mut p = Pod::new("ml", &format!("train-{k}"), Resources::new(2_000, GI)).bound_to("gpus");
+        p.requests.extended = vec![(GPU.into(), 4)];
+        p.owner = Some(Owner { kind: "ReplicaSet".into(), name: "train".into() });
+        snap.pods.push(p);
+    }
+    snap.nodes[0].allocatable.extended = vec![(GPU.into(), 16)];
+    let d = disrupt(&snap, HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::Drain { node, .. } if node == "gpus")), "{d:?}");
+}
+
+#[test]
+fn pods_already_pending_take_the_room_an_underutilized_node_would_move_into() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 20_000)]);
+    node_with(&mut snap, "light", None, &[("b", 4_000), ("c", 4_000)]);
+    // Without the pending pod, b and c would move into busy's 12 free cpu.
+    let mut waiting = Pod::new("app", "waiting", Resources::new(10_000, GI));
+    waiting.created_s = HOUR - 60;
+    snap.pods.push(waiting);
+    let d = disrupt(&snap, HOUR);
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert!(d.held.iter().any(|h| h.subject == "light" && h.why.contains("do not all fit")), "{d:?}");
+}
+
+#[test]
+fn an_empty_node_is_warm_capacity_not_room_to_consolidate_into() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "light", None, &[("b", 2_000)]);
+    // An empty node that has not idled past its break-even yet.
+    node_with(&mut snap, "empty", Some(HOUR - 60), &[]);
+    let d = disrupt(&snap, HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::Drain { reason: DisruptionReason::Underutilized, .. })), "{d:?}");
+    assert!(d.held.iter().any(|h| h.subject == "light" && h.why.contains("do not all fit")), "{d:?}");
+}
+
+#[test]
+fn a_pool_that_just_powered_a_server_on_for_pods_waits_before_consolidating() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 20_000)]);
+    node_with(&mut snap, "light", None, &[("b", 2000), ("c", 2000)]);
+    let now = 10 * HOUR;
+    snap.arrivals.push(Arrival { at_s: now - HOUR, server: "busy".into(), deadline_s: None });
+    let d = disrupt(&snap, now);
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert!(d.held.iter().any(|h| h.subject == "light" && h.why.contains("powered a server on for pods 3600s ago")), "{d:?}");
+    // Quiet for long enough, it consolidates; consolidateAfter sets how long.
+    assert!(matches!(&disrupt(&snap, now + 3 * HOUR + 1).actions[..], [Action::Drain { .. }]));
+    snap.pools[0].disruption.consolidate_after_s = Some(1800);
+    assert!(matches!(&disrupt(&snap, now).actions[..], [Action::Drain { .. }]));
+}
+
+#[test]
 fn headroom_keeps_an_empty_node_on_and_powers_a_spare_on_when_short() {
     let mut p = pool();
     p.warm.headroom = Some(Resources::new(8000, 16 * GI));
@@ -578,7 +641,10 @@ fn random_fleet(seed: u64) -> (Snapshot, u64) {
     }
     let now = 3 * HOUR + next(2 * HOUR);
     let names: Vec<String> = snap.servers.iter().map(|s| s.name.clone()).collect();
-    for _ in 0..next(40).min(40 * names.len() as u64) {
+    // A third of the pools opened no server for pods lately: only those
+    // consolidate (a pool that grew within its quiet time does not).
+    let arrivals = if next(3) == 0 { 0 } else { next(40) };
+    for _ in 0..arrivals.min(40 * names.len() as u64) {
         let server = names[next(names.len() as u64) as usize].clone();
         let deadline_s = [None, Some(60), Some(3 * HOUR)][next(3) as usize];
         snap.arrivals.push(Arrival { at_s: now.saturating_sub(next(5 * HOUR)), server, deadline_s });

@@ -9,9 +9,9 @@
 //! - once faults stop, every pending pod that a free server could host is
 //!   placed within a bound (liveness).
 //!
-//! The rack evicts no workload pod (its pods have no owners, and the core
-//! drains no pod that no controller would recreate), so PodDisruptionBudgets
-//! cannot be crossed and are not modelled.
+//! PodDisruptionBudgets are not modelled: the rack evicts a workload pod
+//! only when the workload gives its pods owners ([`crate::Workload::give_owners`]),
+//! and then no budget covers it.
 
 use crate::policy::Floor;
 use ironclaim_core::Seconds;

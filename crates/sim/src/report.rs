@@ -150,6 +150,9 @@ pub struct PolicyReport {
     /// Power-offs the rack's fresh checks refused.
     pub power_offs_refused: u64,
     pub drains_done: u64,
+    /// Workload pods evicted by drains; each waited again as a new pod.
+    #[serde(default)]
+    pub pods_evicted: u64,
     pub provision_calls: u64,
     pub scale_down_passes: u64,
     pub quarantined_servers: u64,
@@ -248,6 +251,7 @@ impl PolicyReport {
             },
             power_offs_refused: s.power_offs_refused,
             drains_done: s.drains_done,
+            pods_evicted: s.pods_evicted,
             scale_down_passes: s.scale_down_passes,
             provision_calls: s.provision_calls,
             quarantined_servers: s.quarantined,
@@ -395,6 +399,9 @@ impl Report {
             if !p.claims.failures.is_empty() {
                 let parts: Vec<String> = p.claims.failures.iter().map(|f| format!("{} at {}: {}", f.reason, f.stage, f.count)).collect();
                 out.push_str(&format!("{} claim failures: {}\n", p.policy, parts.join(", ")));
+            }
+            if p.pods_evicted > 0 {
+                out.push_str(&format!("{} drains: {}, moving {} pods (each waited again as a new pod)\n", p.policy, p.drains_done, p.pods_evicted));
             }
             if !p.violations.is_empty() {
                 out.push_str(&format!("{} CHECKER VIOLATIONS: {}\n", p.policy, p.violations.len()));

@@ -47,6 +47,18 @@ pub struct Workload {
     pub end_s: Seconds,
 }
 
+impl Workload {
+    /// Gives every pod that has no owner a ReplicaSet named after its
+    /// workload: a drain may then evict it, and its controller makes it
+    /// again at once, a new pod that waits to be placed like any other.
+    pub fn give_owners(&mut self) {
+        for tp in self.pods.iter_mut().filter(|tp| tp.pod.owner.is_none()) {
+            let name = tp.pod.workload.clone().unwrap_or_else(|| tp.pod.namespace.clone());
+            tp.pod.owner = Some(ironclaim_core::Owner { kind: "ReplicaSet".into(), name });
+        }
+    }
+}
+
 /// Servers that are interchangeable: same hardware, labels but the
 /// hostname, power and durations.
 #[derive(Clone, Debug, PartialEq, Serialize)]

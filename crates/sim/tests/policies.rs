@@ -142,3 +142,54 @@ fn the_html_report_is_one_self_contained_page_with_the_six_plots() {
         assert!(!html.contains(forbidden), "page reaches out: {forbidden}");
     }
 }
+
+/// Two servers; A and B each fill most of one, C and D a little. When A
+/// leaves, C's node is underutilized and C fits beside B and D: the drain
+/// moves it, its ReplicaSet makes it again, and the scheduler binds the
+/// new pod at once.
+fn consolidating_rack() -> ironclaim_sim::Workload {
+    use ironclaim_core::{Pod, ServerPool};
+    use ironclaim_sim::workload::{hardware_server, pod_requests};
+    let pod = |name: &str, cpu: i64, at: u64, until: Option<u64>, deadline: u64| {
+        let mut p = Pod::new("app", name, pod_requests(cpu, 1024, 0, 0));
+        p.deadline_s = Some(deadline);
+        p.workload = Some(name.to_string());
+        ironclaim_sim::TracePod { pod: p, arrival_s: at, departure_s: until }
+    };
+    let mut pool = ServerPool::new("default");
+    pool.disruption.consolidate_after_s = Some(600);
+    ironclaim_sim::Workload {
+        name: "consolidating rack".into(),
+        servers: vec![hardware_server("s0", 32_000, 131_072, 0, ""), hardware_server("s1", 32_000, 131_072, 0, "")],
+        pools: vec![pool],
+        daemonsets: Vec::new(),
+        pods: vec![
+            pod("a", 20_000, 0, Some(4 * 3600), 3600),
+            pod("b", 20_000, 1, None, 3600),
+            pod("c", 4_000, 2 * 3600, None, 30),
+            pod("d", 4_000, 2 * 3600 + 10, None, 30),
+        ],
+        end_s: 12 * 3600,
+    }
+}
+
+#[test]
+fn a_pod_moved_by_a_drain_is_made_again_and_bound_at_once_when_it_fits() {
+    let mut w = consolidating_rack();
+    let cfg = SimConfig { seed: 1, faults: Faults::none(), ..Default::default() };
+    // Bare pods: nothing would make c again, so no drain moves it.
+    let prep = ironclaim_sim::Prepared::new(&w, None);
+    let bare = ironclaim_sim::run_policy(&w, &prep, &cfg, PolicyKind::Reactive, &mut |_| {});
+    assert_eq!(bare.pods_evicted, 0);
+    w.give_owners();
+    let prep = ironclaim_sim::Prepared::new(&w, None);
+    let owned = ironclaim_sim::run_policy(&w, &prep, &cfg, PolicyKind::Reactive, &mut |_| {});
+    assert!(owned.violations.is_empty(), "{:?}", owned.violations);
+    assert_eq!(owned.pods_evicted, 1, "c is moved off its underutilized node");
+    // One wait per pod made: the four of the trace and c's second one.
+    assert_eq!(owned.pending_s.len(), 5, "{:?}", owned.pending_s);
+    // c and d landed on running nodes at once, and c again after the move.
+    assert_eq!(owned.pending_s.iter().filter(|&&s| s == 0).count(), 3, "{:?}", owned.pending_s);
+    assert_eq!(owned.deadline_misses, 0);
+    assert!(owned.energy_kwh < bare.energy_kwh, "{} vs {}", owned.energy_kwh, bare.energy_kwh);
+}
