@@ -18,8 +18,9 @@
 //! ServerPool's `consolidateAfter` can only lengthen that.
 //!
 //! # Guarantees
-//! - No node with a pod that must not be disrupted (do-not-disrupt, or a
-//!   pod no controller would recreate) is drained.
+//! - No node with a pod that must not be disrupted (do-not-disrupt, a
+//!   do-not-disrupt duration not yet run out, or a pod no controller would
+//!   recreate) is drained, nor a Node that says do-not-disrupt itself.
 //! - Across the whole plan, no PodDisruptionBudget allows fewer evictions
 //!   than the plan makes.
 //! - Per class, the idle powered-on servers (warm spares and empty nodes)
@@ -312,9 +313,16 @@ fn evictions_by_pdb(snapshot: &Snapshot, c: &Candidate<'_>) -> Vec<i64> {
 /// Why the node's pods cannot be evicted now, if they cannot: a pod that
 /// must not be disrupted, one no controller would recreate, or a
 /// PodDisruptionBudget with too few disruptions left.
-fn drain_blocker(snapshot: &Snapshot, c: &Candidate<'_>, pdb_left: &[i64]) -> Option<String> {
+fn drain_blocker(snapshot: &Snapshot, c: &Candidate<'_>, pdb_left: &[i64], now_s: Seconds) -> Option<String> {
+    if c.node.do_not_disrupt {
+        return Some(NODE_SAYS_DO_NOT_DISRUPT.to_string());
+    }
     if let Some(p) = c.pods.iter().find(|p| p.do_not_disrupt) {
         return Some(format!("pod {} must not be disrupted", p.key()));
+    }
+    if let Some(p) = c.pods.iter().find(|p| p.protected_at(now_s)) {
+        let until = p.do_not_disrupt_until_s.unwrap_or(now_s);
+        return Some(format!("pod {} must not be disrupted for {}s more (karpenter.sh/do-not-disrupt)", p.key(), until - now_s));
     }
     if let Some(p) = c.pods.iter().find(|p| p.owner.is_none()) {
         return Some(format!("pod {} has no controller to recreate it", p.key()));
@@ -324,6 +332,10 @@ fn drain_blocker(snapshot: &Snapshot, c: &Candidate<'_>, pdb_left: &[i64]) -> Op
     let pdb = &snapshot.pdbs[k];
     Some(format!("PodDisruptionBudget {}/{} allows {} more evictions, the drain needs {}", pdb.namespace, pdb.name, pdb_left[k], needed[k]))
 }
+
+/// Why a Node that says do-not-disrupt is held.
+const NODE_SAYS_DO_NOT_DISRUPT: &str =
+    "the Node says do-not-disrupt (karpenter.sh/do-not-disrupt or cluster-autoscaler.kubernetes.io/scale-down-disabled)";
 
 /// A replacement pays only when the server draws at most this share of
 /// the idle watts of the nodes it replaces together.
@@ -585,7 +597,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             .iter()
             .map(|&(_, i)| i)
             .filter(|i| candidates[*i].pool.name == pool.name && !skip.contains(i))
-            .filter(|&i| drain_blocker(snapshot, &candidates[i], pdb_left).is_none())
+            .filter(|&i| drain_blocker(snapshot, &candidates[i], pdb_left, now_s).is_none())
             .collect()
     };
 
@@ -787,6 +799,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 out.held.push(Held { subject: c.node.name.clone(), why: "its ServerPool never consolidates".into() });
                 continue;
             }
+            if c.node.do_not_disrupt {
+                out.held.push(Held { subject: c.node.name.clone(), why: NODE_SAYS_DO_NOT_DISRUPT.into() });
+                continue;
+            }
             let threshold = empty_node_threshold_s(s, c.pool);
             let idle = idle_for(s);
             if idle < threshold {
@@ -836,7 +852,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     let mut drained_under: Vec<usize> = Vec::new();
     for &(_, i) in &under {
         let c = &candidates[i];
-        if let Some(why) = drain_blocker(snapshot, c, &pdb_left) {
+        if let Some(why) = drain_blocker(snapshot, c, &pdb_left, now_s) {
             out.held.push(Held { subject: c.node.name.clone(), why });
             continue;
         }

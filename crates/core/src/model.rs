@@ -173,6 +173,10 @@ pub struct Pod {
     /// `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`.
     #[serde(default)]
     pub do_not_disrupt: bool,
+    /// `karpenter.sh/do-not-disrupt` given as a duration (`"30m"`): not
+    /// disrupted before this second, the pod's start plus the duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub do_not_disrupt_until_s: Option<Seconds>,
     /// The workload this pod belongs to, for reports (a Deployment's name).
     #[serde(default)]
     pub workload: Option<String>,
@@ -196,6 +200,12 @@ impl Pod {
         key.push('/');
         key.push_str(&self.name);
         key
+    }
+
+    /// Whether nothing may evict the pod at `now_s`: do-not-disrupt, or a
+    /// do-not-disrupt duration that has not run out.
+    pub fn protected_at(&self, now_s: Seconds) -> bool {
+        self.do_not_disrupt || self.do_not_disrupt_until_s.is_some_and(|t| now_s < t)
     }
 
     pub fn is_daemonset_pod(&self) -> bool {
@@ -255,6 +265,11 @@ pub struct Node {
     /// ironclaim has started draining it.
     #[serde(default)]
     pub disrupting: bool,
+    /// The Node says not to consolidate it: `karpenter.sh/do-not-disrupt:
+    /// "true"` or `cluster-autoscaler.kubernetes.io/scale-down-disabled:
+    /// "true"`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub do_not_disrupt: bool,
 }
 
 fn yes() -> bool {
@@ -268,7 +283,17 @@ impl Node {
         let allocatable = allocatable.with_default_pods();
         let mut labels = Labels::new();
         labels.insert(crate::labels::HOSTNAME.to_string(), name.to_string());
-        Node { name: name.to_string(), labels, taints: Vec::new(), allocatable, unschedulable: false, ready: true, server: None, disrupting: false }
+        Node {
+            name: name.to_string(),
+            labels,
+            taints: Vec::new(),
+            allocatable,
+            unschedulable: false,
+            ready: true,
+            server: None,
+            disrupting: false,
+            do_not_disrupt: false,
+        }
     }
 
     pub fn with_labels(mut self, pairs: &[(&str, &str)]) -> Self {

@@ -350,6 +350,38 @@ fn a_pool_that_just_powered_a_server_on_for_pods_waits_before_consolidating() {
 }
 
 #[test]
+fn a_node_that_says_do_not_disrupt_is_neither_drained_empty_nor_consolidated() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 20_000)]);
+    node_with(&mut snap, "light", None, &[("b", 2000)]);
+    node_with(&mut snap, "empty", Some(0), &[]);
+    let drained = |d: &Disruption| -> Vec<String> {
+        d.actions.iter().filter_map(|a| if let Action::Drain { node, .. } = a { Some(node.clone()) } else { None }).collect()
+    };
+    assert_eq!(drained(&disrupt(&snap, 10 * HOUR)), ["empty", "light"]);
+    for n in snap.nodes.iter_mut() {
+        n.do_not_disrupt = n.name != "busy";
+    }
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(drained(&d).is_empty(), "{d:?}");
+    for node in ["empty", "light"] {
+        assert!(d.held.iter().any(|h| h.subject == node && h.why.contains("the Node says do-not-disrupt")), "{node}: {d:?}");
+    }
+}
+
+#[test]
+fn a_do_not_disrupt_duration_holds_the_node_until_it_runs_out() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 20_000)]);
+    node_with(&mut snap, "light", None, &[("b", 2000)]);
+    snap.pods.iter_mut().find(|p| p.name == "b").unwrap().do_not_disrupt_until_s = Some(2 * HOUR);
+    let d = disrupt(&snap, 2 * HOUR - 60);
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert!(d.held.iter().any(|h| h.why == "pod app/b must not be disrupted for 60s more (karpenter.sh/do-not-disrupt)"), "{d:?}");
+    assert!(matches!(&disrupt(&snap, 2 * HOUR).actions[..], [Action::Drain { .. }]));
+}
+
+#[test]
 fn headroom_keeps_an_empty_node_on_and_powers_a_spare_on_when_short() {
     let mut p = pool();
     p.warm.headroom = Some(Resources::new(8000, 16 * GI));

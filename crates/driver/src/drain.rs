@@ -267,7 +267,7 @@ impl Drain {
         }
         let (workload, daemonset) = workload(pods);
         let staying: Vec<&Pod> = workload.iter().copied().filter(|p| !p.terminating).collect();
-        if let Some(p) = staying.iter().find(|p| p.do_not_disrupt) {
+        if let Some(p) = staying.iter().find(|p| p.protected_at(now.as_secs())) {
             return self.abandon(format!("pod {} must not be disrupted", p.key()));
         }
         if let Some(p) = staying.iter().find(|p| p.owner.is_none() && !self.planned.contains(&p.key())) {

@@ -12,6 +12,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 /// The label that names the inventory Server behind a node, set by the
 /// machine's bootstrap.
 pub const SERVER_LABEL: &str = "ironclaim.dev/server";
+/// On a Node, `"true"`: Karpenter's, keep it from consolidation.
+pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// On a Node, `"true"`: Cluster Autoscaler's, never scale it down.
+pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
 
 /// Converts a Node.
 ///
@@ -22,6 +26,8 @@ pub const SERVER_LABEL: &str = "ironclaim.dev/server";
 ///   at all (a hand-written manifest) counts as ready.
 /// - The node carries `kubernetes.io/hostname` (its name when unset) and
 ///   its `server` is the `ironclaim.dev/server` label.
+/// - `do_not_disrupt` when `karpenter.sh/do-not-disrupt` or
+///   `cluster-autoscaler.kubernetes.io/scale-down-disabled` is `"true"`.
 ///
 /// # Errors
 /// The first field that cannot be read, with its path.
@@ -47,7 +53,9 @@ pub fn node_from_k8s(node: &k8s::Node) -> Result<ironclaim_core::Node> {
         None => true,
         Some(conditions) => conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
     };
+    let says = |key: &str| node.metadata.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
     Ok(ironclaim_core::Node {
+        do_not_disrupt: says(KARPENTER_DO_NOT_DISRUPT) || says(SCALE_DOWN_DISABLED),
         disrupting: taints.iter().any(|t| t.key == ironclaim_core::DISRUPTING_TAINT),
         server: labels.get(SERVER_LABEL).cloned(),
         name,
@@ -128,5 +136,23 @@ fn scaled(value: &IntOrString, total: i64, path: &str) -> Result<i64> {
                 })?;
             Ok((percent * total + 99) / 100)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(annotations: serde_json::Value) -> k8s::Node {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "n1", "annotations": annotations}})).expect("node")
+    }
+
+    #[test]
+    fn a_node_says_do_not_disrupt_in_karpenters_or_cluster_autoscalers_words() {
+        let says = |a: serde_json::Value| node_from_k8s(&node(a)).expect("converts").do_not_disrupt;
+        assert!(says(serde_json::json!({KARPENTER_DO_NOT_DISRUPT: "true"})));
+        assert!(says(serde_json::json!({SCALE_DOWN_DISABLED: "true"})));
+        assert!(!says(serde_json::json!({KARPENTER_DO_NOT_DISRUPT: "false", SCALE_DOWN_DISABLED: "false"})));
+        assert!(!says(serde_json::json!({})));
     }
 }

@@ -54,6 +54,11 @@ pub fn pod_from_k8s(pod: &k8s::Pod) -> Result<ironclaim_core::Pod> {
         }
     };
     out.terminating = meta.deletion_timestamp.is_some();
+    // A do-not-disrupt duration runs from the pod's start, once it has one.
+    if let (Some(until), Some(started)) = (out.do_not_disrupt_until_s, status.and_then(|s| s.start_time.as_ref())) {
+        let started = started.0.as_second().max(0) as u64;
+        out.do_not_disrupt_until_s = Some(until - out.created_s + started);
+    }
     Ok(out)
 }
 
@@ -123,8 +128,22 @@ fn convert(namespace: &str, name: &str, meta: &ObjectMeta, spec: &k8s::PodSpec, 
             ));
         }
     };
-    pod.do_not_disrupt =
-        own || annotation(KARPENTER_DO_NOT_DISRUPT_ANNOTATION) == Some("true") || annotation(SAFE_TO_EVICT_ANNOTATION) == Some("false");
+    // Karpenter's: "true", or on a pod a duration after its start at which
+    // the protection ends (re-based on the start time by `pod_from_k8s`).
+    let karpenter = match annotation(KARPENTER_DO_NOT_DISRUPT_ANNOTATION) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(text) => {
+            let seconds = parse_duration_s(text).map_err(|why| ConvertError::Duration {
+                path: annotation_path(KARPENTER_DO_NOT_DISRUPT_ANNOTATION),
+                text: text.to_string(),
+                why: format!("expected \"true\" or a duration such as \"30m\": {why}"),
+            })?;
+            pod.do_not_disrupt_until_s = Some(pod.created_s.saturating_add(seconds));
+            false
+        }
+    };
+    pod.do_not_disrupt = own || karpenter || annotation(SAFE_TO_EVICT_ANNOTATION) == Some("false");
     pod.labels = labels;
     Ok(pod)
 }

@@ -381,7 +381,7 @@ fn annotations_set_deadline_and_do_not_disrupt() {
         ("{ironclaim.dev/do-not-disrupt: 'true'}", None, true),
         ("{ironclaim.dev/do-not-disrupt: 'false'}", None, false),
         ("{karpenter.sh/do-not-disrupt: 'true'}", None, true),
-        ("{karpenter.sh/do-not-disrupt: 'yes'}", None, false),
+        ("{karpenter.sh/do-not-disrupt: 'false'}", None, false),
         ("{cluster-autoscaler.kubernetes.io/safe-to-evict: 'false'}", None, true),
         ("{cluster-autoscaler.kubernetes.io/safe-to-evict: 'true'}", None, false),
     ];
@@ -389,6 +389,20 @@ fn annotations_set_deadline_and_do_not_disrupt() {
         let pod = with_metadata(&format!("  annotations: {annotations}\n"), "");
         assert_eq!((pod.deadline_s, pod.do_not_disrupt), (*deadline, *do_not_disrupt), "{annotations}");
     }
+}
+
+#[test]
+fn karpenters_do_not_disrupt_duration_runs_from_the_pods_start() {
+    let created = "  creationTimestamp: '2026-01-05T12:00:00Z'\n  annotations: {karpenter.sh/do-not-disrupt: 30m}\n";
+    let t0: u64 = 1_767_614_400;
+    // Not started yet: from its creation.
+    let pending = with_metadata(created, "");
+    assert!(!pending.do_not_disrupt);
+    assert_eq!(pending.do_not_disrupt_until_s, Some(t0 + 1800));
+    // Started five minutes after its creation: from its start.
+    let running = with_metadata(created, "status: {phase: Running, startTime: '2026-01-05T12:05:00Z'}\n");
+    assert_eq!(running.do_not_disrupt_until_s, Some(t0 + 300 + 1800));
+    assert!(running.protected_at(t0 + 2099) && !running.protected_at(t0 + 2100));
 }
 
 #[test]
@@ -455,6 +469,10 @@ fn bad_annotations_and_metadata_are_named_by_their_path() {
         (
             "  annotations: {ironclaim.dev/do-not-disrupt: 'yes'}\n",
             "metadata.annotations[\"ironclaim.dev/do-not-disrupt\"]: expected \"true\" or \"false\"",
+        ),
+        (
+            "  annotations: {karpenter.sh/do-not-disrupt: 'yes'}\n",
+            "metadata.annotations[\"karpenter.sh/do-not-disrupt\"]: invalid duration \"yes\": expected \"true\" or a duration",
         ),
     ];
     for (metadata, want) in cases {

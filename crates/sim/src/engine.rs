@@ -2184,6 +2184,7 @@ impl<'a> Engine<'a> {
             ready: n.ready_since.is_some(),
             server: links.server_of(name).map(str::to_string),
             disrupting: n.disrupting,
+            do_not_disrupt: false,
         })
     }
 
@@ -2208,6 +2209,7 @@ impl<'a> Engine<'a> {
                 ready,
                 server: links.server_of(name).map(str::to_string),
                 disrupting: false,
+                do_not_disrupt: false,
             }
         };
         if let Some(f) = &srv.foreign {
