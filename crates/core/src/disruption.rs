@@ -143,9 +143,11 @@ pub fn empty_node_threshold_s(server: &Server, pool: &ServerPool) -> Seconds {
 }
 
 /// The earliest time after `now_s` at which an idle server of the snapshot
-/// (a warm spare, or an empty node) idles past its threshold. Until then,
-/// with nothing else changed, no idle server becomes a candidate: a runner
-/// that asks [`disrupt`] only when something changed asks again by then.
+/// (a warm spare, or an empty node) idles past its threshold, a pod's
+/// do-not-disrupt duration runs out, or a pool's quiet time after growth
+/// ends. Until then, with nothing else changed, the plan stays the same: a
+/// runner that asks [`disrupt`] only when something changed asks again by
+/// then.
 pub fn next_candidate_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
     let nodes: HashMap<&str, &Node> = snapshot.nodes.iter().filter_map(|n| Some((n.server.as_deref()?, n))).collect();
     snapshot
@@ -160,7 +162,16 @@ pub fn next_candidate_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> 
             let at = since.saturating_add(threshold);
             (at > now_s).then_some(at)
         })
+        .chain(snapshot.pods.iter().filter_map(|p| p.do_not_disrupt_until_s.filter(|&t| t > now_s)))
+        .chain(growth_quiet_ends(snapshot, now_s))
         .min()
+}
+
+/// When each pool's quiet time after its last growth ends, after `now_s`.
+fn growth_quiet_ends(snapshot: &Snapshot, now_s: Seconds) -> impl Iterator<Item = Seconds> + '_ {
+    let m = Membership::of(snapshot);
+    let last = last_growth_by_pool(snapshot, &m);
+    snapshot.pools.iter().filter_map(move |p| last.get(p.name.as_str()).map(|&t| t.saturating_add(growth_quiet_s(p)))).filter(move |&t| t > now_s)
 }
 
 /// How many more nodes of the pool may be disrupted now for this reason.
