@@ -223,3 +223,70 @@ async fn wait_for_logouts(mock: &MockBmc, logouts: u32) {
     }
     panic!("expected {logouts} logout(s), saw {}", mock.world().logouts);
 }
+
+/// CPU seconds this process has used so far (user and system), from
+/// /proc/self/stat; None where there is no /proc.
+fn cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Reads the power state of `n` BMCs, one system each, through one
+/// shared fleet; returns the wall time and how many answered On.
+async fn sweep(n: usize, options: FleetOptions) -> (Duration, usize, Vec<MockBmc>) {
+    let mut mocks = Vec::with_capacity(n);
+    for _ in 0..n {
+        mocks.push(chassis(&[], "On").await);
+    }
+    let dir = TempDir::new("sweep");
+    let fleet = BmcFleet::new(options);
+    let clients: Vec<Bmc> = mocks.iter().map(|m| client_for(&fleet, m, &dir)).collect();
+    let system = mockup_system();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in clients {
+        let system = system.clone();
+        tasks.spawn(async move { c.power_state(&system).await });
+    }
+    let mut on = 0;
+    while let Some(answer) = tasks.join_next().await {
+        on += usize::from(matches!(answer, Ok(Ok(PowerState::On))));
+    }
+    let took = started.elapsed();
+    (took, on, mocks)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_of_many_bmcs_reads_each_once_with_one_login_each() {
+    let (_, on, mocks) = sweep(40, FleetOptions { timing: mock_timing(), max_concurrent_requests: 8, ..FleetOptions::default() }).await;
+    assert_eq!(on, 40, "every BMC answered On");
+    assert!(mocks.iter().all(|m| m.world().logins == 1), "one session per BMC");
+}
+
+/// The fleet sweep at the size of a rack row: 500 BMCs, each its own
+/// endpoint serving the DMTF mockup, status of all through one fleet.
+/// Prints the wall time and the process's CPU per BMC (the mock BMCs run
+/// in the same process, so it bounds ironclaim's own cost from above).
+///
+///     cargo test --release -p ironclaim-redfish --test fleet -- --ignored --nocapture fleet_sweep
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it with --ignored --nocapture"]
+async fn fleet_sweep_of_500_bmcs() {
+    for concurrency in [16, 64, 256] {
+        let before = cpu_s();
+        let options = FleetOptions { timing: mock_timing(), max_concurrent_requests: concurrency, ..FleetOptions::default() };
+        let (took, on, mocks) = sweep(500, options).await;
+        let cpu = cpu_s().zip(before).map(|(a, b)| a - b);
+        assert_eq!(on, 500);
+        println!(
+            "500 BMCs, {concurrency} requests in flight: {:.2} s wall, {} ms CPU per BMC (login, system read; mock included)",
+            took.as_secs_f64(),
+            cpu.map_or("?".to_string(), |c| format!("{:.2}", c * 1000.0 / 500.0))
+        );
+        drop(mocks);
+    }
+}
