@@ -1461,9 +1461,15 @@ impl<'s> Scheduler<'s> {
         let mut matching = 0;
         let (mut in_use, mut claimed_now, mut failed, mut quarantined, mut maintenance, mut free) = (0, 0, 0, 0, 0, 0);
         let (mut unadopted, mut mismatched, mut misconfigured) = (0, 0, 0);
+        // The offerings of each class's sample server, in their order: one
+        // pass over them, not one per class.
+        let mut by_sample: HashMap<usize, Vec<&Offering>> = HashMap::new();
+        for o in &self.offerings {
+            by_sample.entry(self.classes[o.class].sample).or_default().push(o);
+        }
         for class in &self.classes {
             let sample = &snap.servers[class.sample];
-            let offerings: Vec<&Offering> = self.offerings.iter().filter(|o| self.classes[o.class].sample == class.sample).collect();
+            let offerings: &[&Offering] = by_sample.get(&class.sample).map_or(&[], Vec::as_slice);
             if offerings.is_empty() {
                 *mismatches.entry("ServerPool requirements (no ServerPool admits the server)".into()).or_default() += class.members.len();
                 continue;
