@@ -61,7 +61,8 @@ struct TermSpec {
 
 #[derive(Default)]
 pub struct TopologyIndex {
-    keys: Vec<String>,
+    /// Shared, so that a mismatch names its key without copying it.
+    keys: Vec<std::sync::Arc<str>>,
     key_ids: HashMap<String, usize>,
     domains: HashMap<String, DomainId>,
     domain_names: Vec<String>,
@@ -117,22 +118,22 @@ pub type SpreadCounts = Vec<Vec<u32>>;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TopologyMismatch {
     AntiAffinity {
-        key: String,
+        key: std::sync::Arc<str>,
     },
     RepelledByExisting {
-        key: String,
+        key: std::sync::Arc<str>,
     },
     Affinity {
-        key: String,
+        key: std::sync::Arc<str>,
     },
     /// `index` is the position of the failing term in `PodTerms::spread`.
     Spread {
-        key: String,
+        key: std::sync::Arc<str>,
         max_skew: u32,
         index: usize,
     },
     MissingTopologyKey {
-        key: String,
+        key: std::sync::Arc<str>,
     },
 }
 
@@ -178,12 +179,12 @@ impl TopologyIndex {
         if let Some(&id) = self.key_ids.get(key) {
             return id;
         }
-        self.keys.push(key.to_string());
+        self.keys.push(key.into());
         self.key_ids.insert(key.to_string(), self.keys.len() - 1);
         self.keys.len() - 1
     }
 
-    pub fn keys(&self) -> &[String] {
+    pub fn keys(&self) -> &[std::sync::Arc<str>] {
         &self.keys
     }
 
@@ -204,7 +205,7 @@ impl TopologyIndex {
     /// The domain of a node with these labels, for every known key.
     pub fn domains_of(&mut self, labels: &Labels) -> Vec<Option<DomainId>> {
         let keys = self.keys.clone();
-        keys.iter().map(|k| labels.get(k).map(|v| self.domain_id(v))).collect()
+        keys.iter().map(|k| labels.get(&**k).map(|v| self.domain_id(v))).collect()
     }
 
     /// Namespace labels, for `namespaceSelector`; set before `register`.
