@@ -288,10 +288,9 @@ pub fn growth_quiet_s(pool: &ServerPool) -> Seconds {
 /// The last time each ServerPool opened a server for pods, from the
 /// recorded arrivals.
 fn last_growth_by_pool<'s>(snapshot: &'s Snapshot, m: &Membership<'s>) -> HashMap<&'s str, Seconds> {
-    let index: HashMap<&str, usize> = snapshot.servers.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
     let mut last: HashMap<&str, Seconds> = HashMap::new();
     for a in &snapshot.arrivals {
-        if let Some(pool) = index.get(a.server.as_str()).and_then(|&i| m.pool(i)) {
+        if let Some(pool) = m.index(&a.server).and_then(|i| m.pool(i)) {
             let t = last.entry(pool.name.as_str()).or_insert(a.at_s);
             *t = (*t).max(a.at_s);
         }
@@ -396,8 +395,9 @@ fn all_fit_on(snapshot: &Snapshot, candidates: &[Candidate<'_>], nodes: &[usize]
 }
 
 /// Whether the pods of the `removed` nodes all fit on the nodes that stay,
-/// as the scheduler would place them: no new server, pods already pending
-/// left to scale-up. `ready` names a node to take as Ready.
+/// as the scheduler would place them, after the pods already pending have
+/// taken the room they fit: no new server. `ready` names a node to take
+/// as Ready.
 fn fit_on_the_rest(snapshot: &Snapshot, removed: &[&str], ready: Option<&str>, now_s: Seconds) -> bool {
     let mut trial = snapshot.clone();
     trial.nodes.retain(|n| !removed.contains(&n.name.as_str()));

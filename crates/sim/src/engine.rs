@@ -587,11 +587,9 @@ pub struct Engine<'a> {
     failures: BTreeMap<(Stage, FailureReason), u64>,
     failed_claims: Vec<FailedClaim>,
     cold_to_ready: Vec<Seconds>,
-    /// Waits of pods that were bound and later evicted, each the wait of
-    /// the pod its controller made before (pod index, seconds).
+    /// Per workload pod evicted by a drain, the wait of the pod its
+    /// controller made before (pod index, seconds).
     earlier_waits: Vec<(usize, Seconds)>,
-    /// Workload pods evicted by drains.
-    evictions: u64,
     claims_ready: u64,
     power_offs_refused: u64,
     liveness_bound_s: Seconds,
@@ -837,7 +835,6 @@ impl<'a> Engine<'a> {
             failed_claims: Vec::new(),
             cold_to_ready: Vec::new(),
             earlier_waits: Vec::new(),
-            evictions: 0,
             claims_ready: 0,
             power_offs_refused: 0,
             liveness_bound_s,
@@ -1969,11 +1966,9 @@ impl<'a> Engine<'a> {
                 self.unbind(p, s);
                 // Its controller makes it again, a new pod with a wait of its own.
                 let run = &mut self.pods[p];
-                if let Some(b) = run.bound_at {
-                    self.earlier_waits.push((p, b - run.created_at));
-                }
+                let bound_at = run.bound_at.unwrap_or(self.now);
+                self.earlier_waits.push((p, bound_at - run.created_at));
                 run.created_at = self.now;
-                self.evictions += 1;
                 self.requeue(p);
                 self.bind_pending();
                 Eviction::Evicted
@@ -2442,7 +2437,7 @@ impl<'a> Engine<'a> {
             failures,
             power_offs_refused: self.power_offs_refused,
             drains_done: counters.drains_done,
-            pods_evicted: self.evictions,
+            pods_evicted: self.earlier_waits.len() as u64,
             provision_calls: counters.decisions,
             scale_down_passes: counters.scale_down_passes,
             waiting_reasons,
