@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use ironclaim_controller::batch::Windows;
 use ironclaim_controller::leader::LeaseSettings;
-use ironclaim_controller::{Controller, Metal3Power, ProviderRouter, RedfishPower, Settings};
+use ironclaim_controller::{Controller, ExternalPower, Metal3Power, ProviderRouter, RedfishPower, Settings};
 
 use crate::cluster::ClusterArgs;
 use crate::exit::Failure;
@@ -80,6 +80,20 @@ pub struct Args {
     /// those leaves the day. Unset: no cap.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_cycles_per_day: Option<u32>,
+    /// A YAML file of external providers (a command or an HTTPS endpoint
+    /// each), for the Servers whose `spec.provider.type` is External; see
+    /// docs/providers.md. Unset: such Servers are held, misconfigured.
+    #[arg(long, value_name = "FILE")]
+    external_providers: Option<std::path::PathBuf>,
+}
+
+/// The external providers of `--external-providers`, or none; a file that
+/// cannot be used is bad input (exit 2), named by file and field.
+pub fn external_providers(path: Option<&std::path::Path>) -> Result<ExternalPower, Failure> {
+    match path {
+        Some(path) => ExternalPower::load(path).map_err(|err| Failure::bad_input(anyhow!("--external-providers {err}"))),
+        None => Ok(ExternalPower::none()),
+    }
 }
 
 /// The leader Lease's name, unless `--lease-name` says otherwise.
@@ -89,6 +103,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if args.batch_idle > args.batch_max {
         return Err(Failure::bad_input(anyhow!("--batch-idle must not exceed --batch-max")));
     }
+    let external = external_providers(args.external_providers.as_deref())?;
     crate::logging::init(args.log_format, "info");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     runtime.block_on(async move {
@@ -128,6 +143,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         let power = Arc::new(ProviderRouter {
             redfish: Arc::new(RedfishPower::new(client.clone(), ironclaim_redfish::Timing::default())),
             metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(300))),
+            external: Arc::new(external),
         });
         let controller = Controller::new(client, power, settings);
         controller.run(shutdown_signal()).await.map_err(Failure::world)

@@ -29,11 +29,16 @@ pub struct Args {
     /// Show the checks that passed too.
     #[arg(long)]
     all: bool,
+    /// The controller's external providers file, to check the Servers
+    /// powered through them.
+    #[arg(long, value_name = "FILE")]
+    external_providers: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
     // The findings say what failed; kube's own log of the same failure
     // would only repeat it.
+    let external = crate::controller::external_providers(args.external_providers.as_deref())?;
     crate::logging::init(crate::logging::LogFormat::Text, "error,kube_client=off");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     let findings = runtime.block_on(async {
@@ -41,6 +46,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         let power = ProviderRouter {
             redfish: Arc::new(RedfishPower::new(client.clone(), ironclaim_redfish::Timing::default())),
             metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(300))),
+            external: Arc::new(external),
         };
         let identity = Identity { namespace: args.controller_namespace.clone(), service_account: args.service_account.clone() };
         Ok::<_, Failure>(examine(&client, &power, &identity).await)

@@ -3,7 +3,7 @@
 //! powering off saves.
 
 use ironclaim_controller::index::{FailureBackoff, Index};
-use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, uses_metal3};
+use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, uses_redfish};
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_k8s::server_to_core;
@@ -118,8 +118,11 @@ pub fn run(args: Args) -> Result<(), Failure> {
 }
 
 fn provider(server: &Server) -> String {
-    if !uses_metal3(server) {
+    if uses_redfish(server) {
         return "redfish".into();
+    }
+    if let Some(external) = server.spec.external_provider() {
+        return format!("external {}", external.name);
     }
     match server.spec.metal3_host() {
         Some(h) => format!("metal3 {}/{}", h.namespace, h.name),

@@ -46,6 +46,7 @@ fn every_bad_input_and_every_failure_of_the_world_is_one_line_with_the_place_and
         write(&dir, "unknown.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n  nodeSelecter: {}\n");
     let inventory = write(&dir, "inventory.yaml", "- name: a\n  address: https://bmc\n  credentials: {}\n  colour: blue\n");
     let missing = dir.join("missing.yaml").to_str().unwrap().to_string();
+    let providers = write(&dir, "providers.yaml", "providers:\n- name: ipmi\n  command: [ipmitool.sh]\n");
     let cases = [
         // Files and documents.
         case(&["plan", "-f", &missing], 2, &["missing.yaml"]),
@@ -67,6 +68,13 @@ fn every_bad_input_and_every_failure_of_the_world_is_one_line_with_the_place_and
         case(&["controller", "--power-budget-watts", "NaN"], 2, &["--power-budget-watts", "a positive number of watts"]),
         case(&["plan", "--power-budget-watts", "12kW"], 2, &["--power-budget-watts", "a positive number of watts"]),
         case(&["controller", "--transition-rate", "rack"], 2, &["--transition-rate", "SCOPE=N"]),
+        case(
+            &["controller", "--external-providers", &providers],
+            2,
+            &["--external-providers", "providers.yaml", "providers[0].command[0]", "absolute path"],
+        ),
+        case(&["controller", "--external-providers", &missing], 2, &["--external-providers", "missing.yaml", "cannot read"]),
+        case(&["doctor", "--external-providers", &providers, "--kubeconfig", &kubeconfig], 2, &["providers[0].command[0]"]),
         case(&["plan", "--transition-rate", "fleet=0"], 2, &["--transition-rate", "SCOPE=N"]),
         case(&["simulate", "--max-cycles-per-day", "0"], 2, &["--max-cycles-per-day"]),
         case(&["bmc", "status", "--inventory", &inventory, "--request-timeout", "5x"], 2, &["--request-timeout"]),

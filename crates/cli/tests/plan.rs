@@ -168,7 +168,10 @@ spec:
             second(format!("{server}  maintainance: true\n")),
             "inventory.yaml:11: document 2 (Server r1-u10): spec.maintainance: unknown field (did you mean maintenance?)",
         ),
-        (second(server.replace(bmc, "")), "inventory.yaml:11: document 2 (Server r1-u10): spec: bmc is required unless provider.type is Metal3"),
+        (
+            second(server.replace(bmc, "")),
+            "inventory.yaml:11: document 2 (Server r1-u10): spec: bmc is required unless provider.type is Metal3 or External",
+        ),
         (
             second(server.replace("https://", "ftp://")),
             "inventory.yaml:11: document 2 (Server r1-u10): spec.bmc.address: invalid value \"ftp://10.0.1.10\": must match",

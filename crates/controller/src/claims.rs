@@ -573,12 +573,12 @@ impl Claims {
         };
         let mut marked = vec![(server.to_string(), message.to_string())];
         if reason == ironclaim_driver::FailureReason::BmcCredentialsMissing
-            && let Some(bmc) = failed.spec.bmc.as_ref().filter(|_| !crate::provider::uses_metal3(&failed))
+            && let Some(bmc) = failed.spec.bmc.as_ref().filter(|_| crate::provider::uses_redfish(&failed))
         {
             let all = api.list(&ListParams::default()).await.map_err(|source| Error::ServerStatusFailed { server: server.into(), source })?;
             for other in all.items {
                 let shares = other.spec.bmc.as_ref().is_some_and(|b| b.credentials_secret_ref == bmc.credentials_secret_ref);
-                if other.name_any() != server && shares && !crate::provider::uses_metal3(&other) {
+                if other.name_any() != server && shares && crate::provider::uses_redfish(&other) {
                     marked.push((other.name_any(), format!("{message}; server {} references the same Secret", other.name_any())));
                 }
             }

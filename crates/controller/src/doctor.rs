@@ -264,7 +264,7 @@ async fn rbac(client: &Client, identity: &Identity, out: &mut Vec<Finding>) {
 async fn secrets_readable(client: &Client, identity: &Identity, servers: &[Server], out: &mut Vec<Finding>) {
     let refs: BTreeSet<(String, String)> = servers
         .iter()
-        .filter(|s| !crate::provider::uses_metal3(s))
+        .filter(|s| crate::provider::uses_redfish(s))
         .filter_map(|s| s.spec.bmc.as_ref())
         .map(|b| (b.credentials_secret_ref.namespace.clone(), b.credentials_secret_ref.name.clone()))
         .collect();
@@ -288,6 +288,12 @@ async fn secrets_readable(client: &Client, identity: &Identity, servers: &[Serve
 /// The next step for a power failure, by its reason.
 fn power_fix(reason: ironclaim_driver::FailureReason, server: &Server) -> String {
     use ironclaim_driver::FailureReason as R;
+    if let Some(external) = server.spec.external_provider() {
+        return format!(
+            "check the external provider {} (the controller's --external-providers file; pass the same file to doctor) and its answer above; see docs/providers.md",
+            external.name
+        );
+    }
     let secret =
         server.spec.bmc.as_ref().map(|b| format!("{}/{}", b.credentials_secret_ref.namespace, b.credentials_secret_ref.name)).unwrap_or_default();
     match reason {

@@ -14,7 +14,8 @@
 //! - [`timeline`]: the stage records, per-server deadlines (slow versus
 //!   stuck) and the notes pods are told.
 //! - [`gates`]: readiness gates per ServerPool.
-//! - [`provider`]: the power boundary: Redfish and Metal3 BareMetalHost.
+//! - [`provider`]: the power boundary: Redfish and Metal3 BareMetalHost;
+//!   [`external`]: a user's command or HTTPS endpoint.
 //! - [`scaledown`]: drains, warm-spare power, stranded resources and
 //!   energy, carrying out the core's scale-down decisions.
 //! - [`controller`]: the loop that ties them together, with leader
@@ -30,6 +31,7 @@ pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod executor;
+pub mod external;
 pub mod gates;
 pub mod http;
 pub mod index;
@@ -44,4 +46,5 @@ pub mod world;
 
 pub use controller::{Controller, Decision, Settings};
 pub use error::{Error, Result};
+pub use external::ExternalPower;
 pub use provider::{Metal3Power, Power, PowerError, ProviderRouter, RedfishPower};

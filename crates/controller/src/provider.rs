@@ -1,12 +1,12 @@
 //! The boundary between the controller and whatever powers machines.
 //!
-//! One narrow trait, [`Power`], with two implementations: [`RedfishPower`]
-//! (the server's own BMC, credentials from the Secret its spec references,
-//! one shared client per BMC endpoint)
-//! and [`Metal3Power`] (`spec.online` on a Metal3 BareMetalHost that is
-//! already provisioned). [`ProviderRouter`] picks one per server: a Server
-//! with `spec.provider.type: Metal3` goes through Metal3, every other
-//! through Redfish. The annotation `ironclaim.dev/baremetalhost:
+//! One narrow trait, [`Power`], with three implementations:
+//! [`RedfishPower`] (the server's own BMC, credentials from the Secret its
+//! spec references, one shared client per BMC endpoint), [`Metal3Power`]
+//! (`spec.online` on a Metal3 BareMetalHost that is already provisioned)
+//! and [`crate::ExternalPower`] (a user's command or HTTPS endpoint).
+//! [`ProviderRouter`] picks one per server by `spec.provider.type`;
+//! Redfish when it is unset. The annotation `ironclaim.dev/baremetalhost:
 //! NAMESPACE/NAME` on a Server without `spec.provider` is still read, with
 //! a warning: it is deprecated.
 
@@ -32,13 +32,26 @@ use kube::{Api, Client, ResourceExt};
 /// absent.
 pub const BAREMETALHOST_ANNOTATION: &str = "ironclaim.dev/baremetalhost";
 
-/// Whether Metal3 powers this server: `spec.provider.type: Metal3`, or,
-/// without `spec.provider`, the deprecated annotation.
-pub fn uses_metal3(server: &Server) -> bool {
+/// Which provider powers this server: `spec.provider.type`, or, without
+/// `spec.provider`, Metal3 when the deprecated annotation names a host and
+/// Redfish otherwise.
+pub fn provider_type(server: &Server) -> ProviderType {
     match &server.spec.provider {
-        Some(provider) => provider.type_ == ProviderType::Metal3,
-        None => server.annotations().contains_key(BAREMETALHOST_ANNOTATION),
+        Some(provider) => provider.type_,
+        None if server.annotations().contains_key(BAREMETALHOST_ANNOTATION) => ProviderType::Metal3,
+        None => ProviderType::Redfish,
     }
+}
+
+/// Whether Metal3 powers this server (see [`provider_type`]).
+pub fn uses_metal3(server: &Server) -> bool {
+    provider_type(server) == ProviderType::Metal3
+}
+
+/// Whether the server's own BMC powers it, over Redfish (see
+/// [`provider_type`]).
+pub fn uses_redfish(server: &Server) -> bool {
+    provider_type(server) == ProviderType::Redfish
 }
 
 /// Why a power action or read failed, typed for the claim's status.
@@ -521,16 +534,20 @@ impl Power for Metal3Power {
     }
 }
 
-/// Metal3 for servers whose provider is Metal3 (see [`uses_metal3`]),
-/// Redfish for every other.
+/// Each server's provider, by [`provider_type`].
 pub struct ProviderRouter {
     pub redfish: Arc<dyn Power>,
     pub metal3: Arc<dyn Power>,
+    pub external: Arc<dyn Power>,
 }
 
 impl ProviderRouter {
     fn pick(&self, server: &Server) -> &dyn Power {
-        if uses_metal3(server) { &*self.metal3 } else { &*self.redfish }
+        match provider_type(server) {
+            ProviderType::Redfish => &*self.redfish,
+            ProviderType::Metal3 => &*self.metal3,
+            ProviderType::External => &*self.external,
+        }
     }
 }
 

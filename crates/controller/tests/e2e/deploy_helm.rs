@@ -188,6 +188,10 @@ fn every_controller_flag_is_a_chart_value_that_reaches_the_flag() {
         "env[0].name=RUST_LOG,env[0].value=debug,nodeSelector.role=infra,podAnnotations.team=metal,podLabels.tier=control",
         "--set",
         "tolerations[0].key=infra,tolerations[0].operator=Exists",
+        "--set-json",
+        r#"externalProviders.providers=[{"name":"ipmi","command":["/etc/ironclaim/providers/ipmi.sh"],"timeout":"30s"}]"#,
+        "--set-json",
+        r##"externalProviders.scripts={"ipmi.sh":"#!/bin/sh\necho hi\n"}"##,
     ]);
     let deployment = the(&objects, "Deployment");
     let template = &deployment["spec"]["template"];
@@ -212,9 +216,19 @@ fn every_controller_flag_is_a_chart_value_that_reaches_the_flag() {
         "--max-cycles-per-day=6",
         "--log-format=text",
         "--some-future-flag=1",
+        "--external-providers=/etc/ironclaim/providers/providers.yaml",
     ] {
         assert!(args.contains(expected), "{expected} missing from {args:?}");
     }
+    // The providers file the controller reads is the one the values give,
+    // and the controller accepts it; the scripts are mounted executable.
+    let config = the(&objects, "ConfigMap");
+    let file = config["data"]["providers.yaml"].as_str().expect("providers.yaml");
+    let parsed = ironclaim_controller::ExternalPower::parse("providers.yaml", file).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(parsed.names().collect::<Vec<_>>(), ["ipmi"]);
+    assert_eq!(config["data"]["ipmi.sh"], "#!/bin/sh\necho hi\n");
+    let volume = template["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "external-providers").expect("the volume");
+    assert_eq!(volume["configMap"]["defaultMode"], 0o555);
     assert_eq!(container["image"], "ghcr.io/ironclaim/ironclaim@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
     assert_eq!(container["ports"][0]["containerPort"], 9090);
     assert!(container["env"].as_array().unwrap().contains(&json!({"name": "RUST_LOG", "value": "debug"})), "{}", container["env"]);

@@ -14,7 +14,7 @@ use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, baremetalhost_res
 use ironclaim_controller::{Controller, Metal3Power, Power, ProviderRouter};
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::server::PowerState;
-use ironclaim_k8s::api::serverclaim::{Stage, StageOutcome};
+use ironclaim_k8s::api::serverclaim::Stage;
 use ironclaim_testenv::{TestEnv, eventually};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -179,6 +179,7 @@ fn router(client: &Client) -> Arc<ProviderRouter> {
     Arc::new(ProviderRouter {
         redfish: redfish(client),
         metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(20)).with_poll(Duration::from_millis(200))),
+        external: Arc::new(ironclaim_controller::ExternalPower::none()),
     })
 }
 
@@ -226,22 +227,7 @@ async fn a_pending_pod_powers_a_baremetalhost_on_through_spec_online_and_idle_po
     assert_eq!(on.iter().map(|t| t.0).collect::<Vec<_>>(), [true], "one power-on");
 
     // The claim walked every stage to Serving.
-    let c = client.clone();
-    let claim = eventually("the claim serving", Duration::from_secs(15), || {
-        let c = c.clone();
-        async move {
-            let all = claims(&c).await;
-            match all.iter().find(|x| x.spec.server == "m3-1") {
-                Some(x) if x.status.as_ref().and_then(|s| s.stage) == Some(Stage::Serving) => Ok(x.clone()),
-                _ => Err(format!("{:?}", names(&all))),
-            }
-        }
-    })
-    .await;
-    let status = claim.status.clone().unwrap();
-    let stages: Vec<Stage> = status.stages.iter().map(|r| r.stage).collect();
-    assert_eq!(stages, [Stage::Selected, Stage::PoweringOn, Stage::Booting, Stage::Joined, Stage::Ready, Stage::Serving]);
-    assert!(status.stages.iter().all(|r| r.outcome == StageOutcome::Succeeded), "{status:?}");
+    let status = served_claim(&client, "m3-1").await;
     // PoweringOn lasted at least the operator's delay: the claim waited for
     // status.poweredOn, not for the patch.
     let powering_on = status.stages.iter().find(|r| r.stage == Stage::PoweringOn).unwrap();
@@ -379,7 +365,7 @@ async fn the_metal3_provider_refuses_unprovisioned_hosts_reads_transitions_and_t
     let mut no_bmc = metal3_server("m3-no-bmc", "x", 8, 16, "none");
     no_bmc["spec"].as_object_mut().unwrap().remove("provider");
     let err = env.kubectl_with_stdin(["apply", "-f", "-"], &no_bmc.to_string()).expect_err("a Redfish server without bmc");
-    assert!(err.to_string().contains("bmc is required unless provider.type is Metal3"), "{err}");
+    assert!(err.to_string().contains("bmc is required unless provider.type is Metal3 or External"), "{err}");
     // And valid: stored and read back typed (in maintenance, so nothing claims it).
     let mut ok = metal3_server("m3-valid", "x", 8, 16, "none");
     ok["spec"]["maintenance"] = json!(true);

@@ -504,6 +504,29 @@ pub async fn claims(client: &Client) -> Vec<ServerClaim> {
     Api::<ServerClaim>::all(client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default()
 }
 
+/// The status of the claim on `server` once it is Serving, having walked
+/// every stage and passed each.
+pub async fn served_claim(client: &Client, server: &str) -> ironclaim_k8s::api::serverclaim::ServerClaimStatus {
+    use ironclaim_k8s::api::serverclaim::{Stage, StageOutcome};
+    let c = client.clone();
+    let claim = eventually("the claim serving", Duration::from_secs(15), || {
+        let c = c.clone();
+        async move {
+            let all = claims(&c).await;
+            match all.iter().find(|x| x.spec.server == server) {
+                Some(x) if x.status.as_ref().and_then(|s| s.stage) == Some(Stage::Serving) => Ok(x.clone()),
+                _ => Err(format!("{:?}", names(&all))),
+            }
+        }
+    })
+    .await;
+    let status = claim.status.clone().unwrap_or_default();
+    let stages: Vec<Stage> = status.stages.iter().map(|r| r.stage).collect();
+    assert_eq!(stages, [Stage::Selected, Stage::PoweringOn, Stage::Booting, Stage::Joined, Stage::Ready, Stage::Serving]);
+    assert!(status.stages.iter().all(|r| r.outcome == StageOutcome::Succeeded), "{status:?}");
+    status
+}
+
 pub async fn server(client: &Client, name: &str) -> Server {
     Api::<Server>::all(client.clone()).get(name).await.expect("server")
 }

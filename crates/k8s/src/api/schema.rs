@@ -54,6 +54,17 @@ pub fn labels(generator: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// Schema of a map of free-form string parameters: at most 32, each
+/// value at most 1,024 characters.
+pub fn parameters(generator: &mut SchemaGenerator) -> Schema {
+    let _ = generator;
+    json_schema!({
+        "type": "object",
+        "maxProperties": 32,
+        "additionalProperties": {"type": "string", "maxLength": 1024},
+    })
+}
+
 /// Schema of a map of resource names to quantities.
 pub fn quantity_map(generator: &mut SchemaGenerator) -> Schema {
     let item = quantity(generator);

@@ -42,17 +42,18 @@ pub const DEFAULT_GPU_RESOURCE: &str = ironclaim_core::GPU;
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "has(self.bmc) || (has(self.provider) && self.provider.type == 'Metal3')",
-        "message": "bmc is required unless provider.type is Metal3"
+        "rule": "has(self.bmc) || (has(self.provider) && self.provider.type in ['Metal3', 'External'])",
+        "message": "bmc is required unless provider.type is Metal3 or External"
     }
 ]))]
 pub struct ServerSpec {
     /// The machine's own BMC, which the Redfish provider powers it through.
-    /// Required unless `provider.type` is `Metal3`.
+    /// Required unless `provider.type` is `Metal3` or `External`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmc: Option<Bmc>,
     /// What powers the machine on and off: its BMC over Redfish (the
-    /// default), or Metal3 through a BareMetalHost.
+    /// default), Metal3 through a BareMetalHost, or an external provider
+    /// (a command or an HTTPS endpoint the controller is configured with).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<Provider>,
     pub hardware: Hardware,
@@ -139,16 +140,25 @@ pub struct Bmc {
     {
         "rule": "self.type == 'Metal3' ? has(self.metal3) : !has(self.metal3)",
         "message": "metal3 is required when type is Metal3, and only then"
+    },
+    {
+        "rule": "self.type == 'External' ? has(self.external) : !has(self.external)",
+        "message": "external is required when type is External, and only then"
     }
 ]))]
 pub struct Provider {
-    /// `Redfish` (the default: the machine's own BMC, `spec.bmc`) or
-    /// `Metal3` (`spec.online` of the BareMetalHost `metal3` names).
+    /// `Redfish` (the default: the machine's own BMC, `spec.bmc`),
+    /// `Metal3` (`spec.online` of the BareMetalHost `metal3` names) or
+    /// `External` (the external provider `external` names).
     #[serde(default, rename = "type")]
     pub type_: ProviderType,
     /// The BareMetalHost to power, with `type: Metal3`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metal3: Option<Metal3Host>,
+    /// The external provider and what it needs to know of this machine,
+    /// with `type: External`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalProvider>,
 }
 
 /// Which provider powers a machine.
@@ -160,6 +170,26 @@ pub enum ProviderType {
     /// `spec.online` of an already provisioned Metal3 BareMetalHost; the
     /// baremetal-operator does the BMC work with its own credentials.
     Metal3,
+    /// A provider named in the controller's `--external-providers` file:
+    /// a command it runs, or an HTTPS endpoint it calls, for each power
+    /// action and read (docs/providers.md).
+    External,
+}
+
+/// A Server's external provider: which one, and the parameters it gets
+/// with every call (an IPMI address, a Terraform workspace). Secrets do
+/// not belong here: the provider has its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalProvider {
+    /// The name of a provider in the controller's `--external-providers`
+    /// file.
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Passed as they are, under `server.parameters` of each request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::parameters")]
+    pub parameters: BTreeMap<String, String>,
 }
 
 /// A Metal3 BareMetalHost (`metal3.io/v1alpha1`), by namespace and name.
@@ -176,6 +206,12 @@ impl ServerSpec {
     /// The BareMetalHost that powers this server, when its provider is Metal3.
     pub fn metal3_host(&self) -> Option<&Metal3Host> {
         self.provider.as_ref().filter(|p| p.type_ == ProviderType::Metal3).and_then(|p| p.metal3.as_ref())
+    }
+
+    /// The external provider that powers this server, when its provider
+    /// is External.
+    pub fn external_provider(&self) -> Option<&ExternalProvider> {
+        self.provider.as_ref().filter(|p| p.type_ == ProviderType::External).and_then(|p| p.external.as_ref())
     }
 }
 

@@ -502,8 +502,32 @@ mod tests {
         assert_eq!(problems("Server", ok), Vec::<String>::new());
         // provider.type defaults to Redfish before the rule reads it.
         let provider_without_type = server(json!({"provider": {}, "hardware": {"cpu": 32, "memory": "128Gi"}}));
-        assert_eq!(problems("Server", provider_without_type), ["spec: bmc is required unless provider.type is Metal3"]);
+        assert_eq!(problems("Server", provider_without_type), ["spec: bmc is required unless provider.type is Metal3 or External"]);
         assert!(validate("Rack", &json!({})).is_none());
+    }
+
+    #[test]
+    fn an_external_provider_needs_its_name_and_only_with_type_external() {
+        let hardware = json!({"cpu": 8, "memory": "16Gi"});
+        let external = server(json!({
+            "provider": {"type": "External", "external": {"name": "ipmi", "parameters": {"address": "10.0.0.21", "bmc.port": "623"}}},
+            "hardware": hardware,
+        }));
+        assert_eq!(problems("Server", external), Vec::<String>::new(), "no bmc needed");
+        let without = server(json!({"provider": {"type": "External"}, "hardware": hardware}));
+        assert_eq!(problems("Server", without), ["spec.provider: external is required when type is External, and only then"]);
+        let stray = server(json!({
+            "bmc": {"address": BMC, "credentialsSecretRef": {"name": "b", "namespace": "n"}},
+            "provider": {"type": "Redfish", "external": {"name": "ipmi"}},
+            "hardware": hardware,
+        }));
+        assert_eq!(problems("Server", stray), ["spec.provider: external is required when type is External, and only then"]);
+        let bad_name = server(json!({"provider": {"type": "External", "external": {"name": "IPMI_1"}}, "hardware": hardware}));
+        assert!(problems("Server", bad_name).iter().any(|p| p.starts_with("spec.provider.external.name: invalid value")));
+        let too_long = server(
+            json!({"provider": {"type": "External", "external": {"name": "ipmi", "parameters": {"k": "x".repeat(1025)}}}, "hardware": hardware}),
+        );
+        assert!(problems("Server", too_long).iter().any(|p| p.starts_with("spec.provider.external.parameters.k")), "at most 1,024 characters");
     }
 
     #[test]
@@ -554,7 +578,7 @@ mod tests {
     #[test]
     fn nulls_of_fields_that_are_not_nullable_are_dropped_before_required_is_checked() {
         let with_null = server(json!({"bmc": null, "hardware": {"cpu": 1, "memory": "1Gi"}, "labels": null}));
-        assert_eq!(problems("Server", with_null), ["spec: bmc is required unless provider.type is Metal3"]);
+        assert_eq!(problems("Server", with_null), ["spec: bmc is required unless provider.type is Metal3 or External"]);
         let missing = server(json!({"bmc": {"address": BMC, "credentialsSecretRef": {"name": "b", "namespace": "n"}}}));
         assert_eq!(problems("Server", missing), ["spec.hardware: required"]);
     }
