@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use ironclaim_controller::batch::Windows;
 use ironclaim_controller::leader::LeaseSettings;
-use ironclaim_controller::{Controller, ExternalPower, Metal3Power, ProviderRouter, RedfishPower, Settings};
+use ironclaim_controller::{ClusterApiPower, Controller, ExternalPower, Metal3Power, ProviderRouter, RedfishPower, Settings};
 
 use crate::cluster::ClusterArgs;
 use crate::exit::Failure;
@@ -144,6 +144,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             redfish: Arc::new(RedfishPower::new(client.clone(), ironclaim_redfish::Timing::default())),
             metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(300))),
             external: Arc::new(external),
+            cluster_api: Arc::new(ClusterApiPower::new(client.clone(), Duration::from_secs(1800))),
         });
         let controller = Controller::new(client, power, settings);
         controller.run(shutdown_signal()).await.map_err(Failure::world)

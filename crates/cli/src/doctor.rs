@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ironclaim_controller::doctor::{Finding, Identity, Verdict, examine};
-use ironclaim_controller::{Metal3Power, ProviderRouter, RedfishPower};
+use ironclaim_controller::{ClusterApiPower, Metal3Power, ProviderRouter, RedfishPower};
 
 use crate::cluster::ClusterArgs;
 use crate::exit::Failure;
@@ -47,6 +47,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             redfish: Arc::new(RedfishPower::new(client.clone(), ironclaim_redfish::Timing::default())),
             metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(300))),
             external: Arc::new(external),
+            cluster_api: Arc::new(ClusterApiPower::new(client.clone(), Duration::from_secs(1800))),
         };
         let identity = Identity { namespace: args.controller_namespace.clone(), service_account: args.service_account.clone() };
         Ok::<_, Failure>(examine(&client, &power, &identity).await)

@@ -3,9 +3,10 @@
 //! powering off saves.
 
 use ironclaim_controller::index::{FailureBackoff, Index};
-use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, uses_redfish};
+use ironclaim_controller::provider::{BAREMETALHOST_ANNOTATION, provider_type};
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::server::PowerState;
+use ironclaim_k8s::api::server::ProviderType;
 use ironclaim_k8s::server_to_core;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -118,15 +119,17 @@ pub fn run(args: Args) -> Result<(), Failure> {
 }
 
 fn provider(server: &Server) -> String {
-    if uses_redfish(server) {
-        return "redfish".into();
-    }
-    if let Some(external) = server.spec.external_provider() {
-        return format!("external {}", external.name);
-    }
-    match server.spec.metal3_host() {
-        Some(h) => format!("metal3 {}/{}", h.namespace, h.name),
-        None => format!("metal3 {}", server.annotations().get(BAREMETALHOST_ANNOTATION).cloned().unwrap_or_default()),
+    match provider_type(server) {
+        ProviderType::Redfish => "redfish".into(),
+        ProviderType::External => format!("external {}", server.spec.external_provider().map(|e| e.name.as_str()).unwrap_or_default()),
+        ProviderType::ClusterApi => match server.spec.machine_deployment() {
+            Some(md) => format!("cluster-api {}/{}", md.namespace, md.machine_deployment),
+            None => "cluster-api".into(),
+        },
+        ProviderType::Metal3 => match server.spec.metal3_host() {
+            Some(h) => format!("metal3 {}/{}", h.namespace, h.name),
+            None => format!("metal3 {}", server.annotations().get(BAREMETALHOST_ANNOTATION).cloned().unwrap_or_default()),
+        },
     }
 }
 

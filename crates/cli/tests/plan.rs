@@ -170,7 +170,7 @@ spec:
         ),
         (
             second(server.replace(bmc, "")),
-            "inventory.yaml:11: document 2 (Server r1-u10): spec: bmc is required unless provider.type is Metal3 or External",
+            "inventory.yaml:11: document 2 (Server r1-u10): spec: bmc is required unless provider.type is Metal3, External or ClusterAPI",
         ),
         (
             second(server.replace("https://", "ftp://")),

@@ -294,6 +294,12 @@ fn power_fix(reason: ironclaim_driver::FailureReason, server: &Server) -> String
             external.name
         );
     }
+    if let Some(md) = server.spec.machine_deployment() {
+        return format!(
+            "check the MachineDeployment {}/{} and that the controller may get, list and patch machinedeployments and machines (deploy/rbac.yaml)",
+            md.namespace, md.machine_deployment
+        );
+    }
     let secret =
         server.spec.bmc.as_ref().map(|b| format!("{}/{}", b.credentials_secret_ref.namespace, b.credentials_secret_ref.name)).unwrap_or_default();
     match reason {

@@ -15,7 +15,8 @@
 //!   stuck) and the notes pods are told.
 //! - [`gates`]: readiness gates per ServerPool.
 //! - [`provider`]: the power boundary: Redfish and Metal3 BareMetalHost;
-//!   [`external`]: a user's command or HTTPS endpoint.
+//!   [`external`]: a user's command or HTTPS endpoint; [`cluster_api`]: a
+//!   Machine of a Cluster API MachineDeployment.
 //! - [`scaledown`]: drains, warm-spare power, stranded resources and
 //!   energy, carrying out the core's scale-down decisions.
 //! - [`controller`]: the loop that ties them together, with leader
@@ -26,6 +27,7 @@
 pub mod batch;
 pub mod claims;
 pub mod cluster;
+pub mod cluster_api;
 pub mod controller;
 pub mod doctor;
 pub mod error;
@@ -44,6 +46,7 @@ pub mod scaledown;
 pub mod timeline;
 pub mod world;
 
+pub use cluster_api::ClusterApiPower;
 pub use controller::{Controller, Decision, Settings};
 pub use error::{Error, Result};
 pub use external::ExternalPower;

@@ -1,10 +1,12 @@
 //! The boundary between the controller and whatever powers machines.
 //!
-//! One narrow trait, [`Power`], with three implementations:
+//! One narrow trait, [`Power`], with four implementations:
 //! [`RedfishPower`] (the server's own BMC, credentials from the Secret its
 //! spec references, one shared client per BMC endpoint), [`Metal3Power`]
-//! (`spec.online` on a Metal3 BareMetalHost that is already provisioned)
-//! and [`crate::ExternalPower`] (a user's command or HTTPS endpoint).
+//! (`spec.online` on a Metal3 BareMetalHost that is already provisioned),
+//! [`crate::ExternalPower`] (a user's command or HTTPS endpoint) and
+//! [`crate::ClusterApiPower`] (a Machine of a Cluster API
+//! MachineDeployment).
 //! [`ProviderRouter`] picks one per server by `spec.provider.type`;
 //! Redfish when it is unset. The annotation `ironclaim.dev/baremetalhost:
 //! NAMESPACE/NAME` on a Server without `spec.provider` is still read, with
@@ -539,6 +541,7 @@ pub struct ProviderRouter {
     pub redfish: Arc<dyn Power>,
     pub metal3: Arc<dyn Power>,
     pub external: Arc<dyn Power>,
+    pub cluster_api: Arc<dyn Power>,
 }
 
 impl ProviderRouter {
@@ -547,6 +550,7 @@ impl ProviderRouter {
             ProviderType::Redfish => &*self.redfish,
             ProviderType::Metal3 => &*self.metal3,
             ProviderType::External => &*self.external,
+            ProviderType::ClusterApi => &*self.cluster_api,
         }
     }
 }

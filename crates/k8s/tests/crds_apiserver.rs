@@ -337,7 +337,7 @@ spec:
             server.replace("memory: 128Gi}", "memory: 128Gi, gpus: [{model: A100, count: 1, memory: 80Gi}]}"),
             "spec.hardware.gpus[0].memory",
         ),
-        ("no-bmc", server.replace(bmc, ""), "bmc is required unless provider.type is Metal3 or External"),
+        ("no-bmc", server.replace(bmc, ""), "bmc is required unless provider.type is Metal3, External or ClusterAPI"),
         ("ftp", server.replace("https://", "ftp://"), "spec.bmc.address"),
         ("watts", format!("{server}  power: {{idleWatts: 500, peakWatts: 300}}\n"), "peakWatts must be at least idleWatts"),
         ("pool-selecter", pool.replace("template: {labels", "template: {nodeSelecter: {a: b}, labels"), "spec.template.nodeSelecter"),

@@ -891,10 +891,13 @@ fn objects_the_crds_refuse_are_errors_with_the_crds_reason() {
         "",
     );
     let cases: Vec<(String, &str)> = vec![
-        (no_bmc.clone(), "inventory.yaml:1: document 1 (Server r1-u10): spec: bmc is required unless provider.type is Metal3 or External"),
+        (
+            no_bmc.clone(),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec: bmc is required unless provider.type is Metal3, External or ClusterAPI",
+        ),
         (
             format!("{no_bmc}  provider: {{type: Redfish}}\n"),
-            "inventory.yaml:1: document 1 (Server r1-u10): spec: bmc is required unless provider.type is Metal3 or External",
+            "inventory.yaml:1: document 1 (Server r1-u10): spec: bmc is required unless provider.type is Metal3, External or ClusterAPI",
         ),
         (
             SERVER.replace("redfish+https://10.0.1.10/redfish/v1/Systems/1", "ftp://10.0.1.10"),

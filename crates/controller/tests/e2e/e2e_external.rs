@@ -121,23 +121,13 @@ async fn a_pending_pod_powers_a_server_on_through_an_external_command_and_idle_p
             }
         }),
     );
-    apply(
-        &env,
-        &json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
-            "metadata": {"name": "ext"},
-            "spec": {
-                "weight": 100,
-                "requirements": [{"key": "e2e.ironclaim.dev/pool", "operator": "In", "values": ["ext"]}],
-                "disruption": {"budgets": [{"nodes": "100%"}]}
-            }
-        }),
-    );
+    apply(&env, &labelled_pool("ext"));
     let playing = machine(client.clone(), dir.clone(), "ext-1", Duration::from_secs(1));
     let power = Arc::new(ProviderRouter {
         redfish: redfish(&client),
         metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(20))),
         external: Arc::new(external),
+        cluster_api: Arc::new(ironclaim_controller::ClusterApiPower::new(client.clone(), Duration::from_secs(20))),
     });
     let controller = Controller::new(client.clone(), power, settings("external"));
     let metrics = controller.metrics();

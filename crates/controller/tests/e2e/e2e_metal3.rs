@@ -180,6 +180,7 @@ fn router(client: &Client) -> Arc<ProviderRouter> {
         redfish: redfish(client),
         metal3: Arc::new(Metal3Power::new(client.clone(), Duration::from_secs(20)).with_poll(Duration::from_millis(200))),
         external: Arc::new(ironclaim_controller::ExternalPower::none()),
+        cluster_api: Arc::new(ironclaim_controller::ClusterApiPower::new(client.clone(), Duration::from_secs(20))),
     })
 }
 
@@ -190,18 +191,7 @@ async fn a_pending_pod_powers_a_baremetalhost_on_through_spec_online_and_idle_po
     create_host(&client, "worker-1", "provisioned").await;
     let played = vec![Played { host: "worker-1".into(), server: "m3-1".into(), cpu: 16, memory_gi: 32 }];
     apply(&env, &metal3_server("m3-1", "worker-1", 16, 32, "m3"));
-    apply(
-        &env,
-        &json!({
-            "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
-            "metadata": {"name": "m3"},
-            "spec": {
-                "weight": 100,
-                "requirements": [{"key": "e2e.ironclaim.dev/pool", "operator": "In", "values": ["m3"]}],
-                "disruption": {"budgets": [{"nodes": "100%"}]}
-            }
-        }),
-    );
+    apply(&env, &labelled_pool("m3"));
     let operator = Operator::start(client.clone(), played, Duration::from_secs(1), Duration::from_secs(1));
     let controller = Controller::new(client.clone(), router(&client), settings("metal3"));
     let metrics = controller.metrics();
@@ -365,7 +355,7 @@ async fn the_metal3_provider_refuses_unprovisioned_hosts_reads_transitions_and_t
     let mut no_bmc = metal3_server("m3-no-bmc", "x", 8, 16, "none");
     no_bmc["spec"].as_object_mut().unwrap().remove("provider");
     let err = env.kubectl_with_stdin(["apply", "-f", "-"], &no_bmc.to_string()).expect_err("a Redfish server without bmc");
-    assert!(err.to_string().contains("bmc is required unless provider.type is Metal3 or External"), "{err}");
+    assert!(err.to_string().contains("bmc is required unless provider.type is Metal3, External or ClusterAPI"), "{err}");
     // And valid: stored and read back typed (in maintenance, so nothing claims it).
     let mut ok = metal3_server("m3-valid", "x", 8, 16, "none");
     ok["spec"]["maintenance"] = json!(true);

@@ -22,6 +22,7 @@ mod deploy_rbac;
 mod e2e_bmc_config;
 mod e2e_bmc_failure;
 mod e2e_claim_race;
+mod e2e_cluster_api;
 mod e2e_dry_run;
 mod e2e_external;
 mod e2e_leader;

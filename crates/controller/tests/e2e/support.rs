@@ -504,6 +504,20 @@ pub async fn claims(client: &Client) -> Vec<ServerClaim> {
     Api::<ServerClaim>::all(client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default()
 }
 
+/// A ServerPool of the servers labelled `e2e.ironclaim.dev/pool: NAME`,
+/// weight 100, every node disruptable.
+pub fn labelled_pool(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool",
+        "metadata": {"name": name},
+        "spec": {
+            "weight": 100,
+            "requirements": [{"key": "e2e.ironclaim.dev/pool", "operator": "In", "values": [name]}],
+            "disruption": {"budgets": [{"nodes": "100%"}]}
+        }
+    })
+}
+
 /// The status of the claim on `server` once it is Serving, having walked
 /// every stage and passed each.
 pub async fn served_claim(client: &Client, server: &str) -> ironclaim_k8s::api::serverclaim::ServerClaimStatus {

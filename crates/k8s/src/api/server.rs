@@ -42,18 +42,20 @@ pub const DEFAULT_GPU_RESOURCE: &str = ironclaim_core::GPU;
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "has(self.bmc) || (has(self.provider) && self.provider.type in ['Metal3', 'External'])",
-        "message": "bmc is required unless provider.type is Metal3 or External"
+        "rule": "has(self.bmc) || (has(self.provider) && self.provider.type in ['Metal3', 'External', 'ClusterAPI'])",
+        "message": "bmc is required unless provider.type is Metal3, External or ClusterAPI"
     }
 ]))]
 pub struct ServerSpec {
     /// The machine's own BMC, which the Redfish provider powers it through.
-    /// Required unless `provider.type` is `Metal3` or `External`.
+    /// Required unless `provider.type` is `Metal3`, `External` or
+    /// `ClusterAPI`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmc: Option<Bmc>,
     /// What powers the machine on and off: its BMC over Redfish (the
-    /// default), Metal3 through a BareMetalHost, or an external provider
-    /// (a command or an HTTPS endpoint the controller is configured with).
+    /// default), Metal3 through a BareMetalHost, an external provider (a
+    /// command or an HTTPS endpoint the controller is configured with), or
+    /// a Cluster API MachineDeployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<Provider>,
     pub hardware: Hardware,
@@ -144,12 +146,17 @@ pub struct Bmc {
     {
         "rule": "self.type == 'External' ? has(self.external) : !has(self.external)",
         "message": "external is required when type is External, and only then"
+    },
+    {
+        "rule": "self.type == 'ClusterAPI' ? has(self.clusterAPI) : !has(self.clusterAPI)",
+        "message": "clusterAPI is required when type is ClusterAPI, and only then"
     }
 ]))]
 pub struct Provider {
     /// `Redfish` (the default: the machine's own BMC, `spec.bmc`),
-    /// `Metal3` (`spec.online` of the BareMetalHost `metal3` names) or
-    /// `External` (the external provider `external` names).
+    /// `Metal3` (`spec.online` of the BareMetalHost `metal3` names),
+    /// `External` (the external provider `external` names) or
+    /// `ClusterAPI` (a Machine of the MachineDeployment `clusterAPI` names).
     #[serde(default, rename = "type")]
     pub type_: ProviderType,
     /// The BareMetalHost to power, with `type: Metal3`.
@@ -159,6 +166,23 @@ pub struct Provider {
     /// with `type: External`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalProvider>,
+    /// The MachineDeployment whose Machine this server is, with
+    /// `type: ClusterAPI`.
+    #[serde(default, rename = "clusterAPI", skip_serializing_if = "Option::is_none")]
+    pub cluster_api: Option<MachineDeploymentRef>,
+}
+
+/// A Cluster API MachineDeployment (`cluster.x-k8s.io`), by namespace and
+/// name. A Server of it is one of its Machines to be: powering it on adds
+/// a replica and takes the new Machine; powering it off marks that Machine
+/// for deletion and removes the replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDeploymentRef {
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: String,
+    #[schemars(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub machine_deployment: String,
 }
 
 /// Which provider powers a machine.
@@ -174,6 +198,12 @@ pub enum ProviderType {
     /// a command it runs, or an HTTPS endpoint it calls, for each power
     /// action and read (docs/providers.md).
     External,
+    /// One Machine of a Cluster API MachineDeployment: powered on by
+    /// adding a replica, off by marking the Machine for deletion and
+    /// removing the replica (docs/providers.md).
+    #[serde(rename = "ClusterAPI")]
+    #[schemars(rename = "ClusterAPI")]
+    ClusterApi,
 }
 
 /// A Server's external provider: which one, and the parameters it gets
@@ -206,6 +236,12 @@ impl ServerSpec {
     /// The BareMetalHost that powers this server, when its provider is Metal3.
     pub fn metal3_host(&self) -> Option<&Metal3Host> {
         self.provider.as_ref().filter(|p| p.type_ == ProviderType::Metal3).and_then(|p| p.metal3.as_ref())
+    }
+
+    /// The MachineDeployment whose Machine this server is, when its
+    /// provider is ClusterAPI.
+    pub fn machine_deployment(&self) -> Option<&MachineDeploymentRef> {
+        self.provider.as_ref().filter(|p| p.type_ == ProviderType::ClusterApi).and_then(|p| p.cluster_api.as_ref())
     }
 
     /// The external provider that powers this server, when its provider

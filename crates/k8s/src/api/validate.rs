@@ -502,7 +502,7 @@ mod tests {
         assert_eq!(problems("Server", ok), Vec::<String>::new());
         // provider.type defaults to Redfish before the rule reads it.
         let provider_without_type = server(json!({"provider": {}, "hardware": {"cpu": 32, "memory": "128Gi"}}));
-        assert_eq!(problems("Server", provider_without_type), ["spec: bmc is required unless provider.type is Metal3 or External"]);
+        assert_eq!(problems("Server", provider_without_type), ["spec: bmc is required unless provider.type is Metal3, External or ClusterAPI"]);
         assert!(validate("Rack", &json!({})).is_none());
     }
 
@@ -528,6 +528,22 @@ mod tests {
             json!({"provider": {"type": "External", "external": {"name": "ipmi", "parameters": {"k": "x".repeat(1025)}}}, "hardware": hardware}),
         );
         assert!(problems("Server", too_long).iter().any(|p| p.starts_with("spec.provider.external.parameters.k")), "at most 1,024 characters");
+    }
+
+    #[test]
+    fn a_cluster_api_server_names_its_machine_deployment_and_needs_no_bmc() {
+        let hardware = json!({"cpu": 8, "memory": "16Gi"});
+        let ok = server(
+            json!({"provider": {"type": "ClusterAPI", "clusterAPI": {"namespace": "lab", "machineDeployment": "workers"}}, "hardware": hardware}),
+        );
+        assert_eq!(problems("Server", ok), Vec::<String>::new());
+        let without = server(json!({"provider": {"type": "ClusterAPI"}, "hardware": hardware}));
+        assert_eq!(problems("Server", without), ["spec.provider: clusterAPI is required when type is ClusterAPI, and only then"]);
+        let stray = server(json!({
+            "provider": {"type": "Metal3", "metal3": {"namespace": "h", "name": "x"}, "clusterAPI": {"namespace": "lab", "machineDeployment": "workers"}},
+            "hardware": hardware,
+        }));
+        assert_eq!(problems("Server", stray), ["spec.provider: clusterAPI is required when type is ClusterAPI, and only then"]);
     }
 
     #[test]
@@ -578,7 +594,7 @@ mod tests {
     #[test]
     fn nulls_of_fields_that_are_not_nullable_are_dropped_before_required_is_checked() {
         let with_null = server(json!({"bmc": null, "hardware": {"cpu": 1, "memory": "1Gi"}, "labels": null}));
-        assert_eq!(problems("Server", with_null), ["spec: bmc is required unless provider.type is Metal3 or External"]);
+        assert_eq!(problems("Server", with_null), ["spec: bmc is required unless provider.type is Metal3, External or ClusterAPI"]);
         let missing = server(json!({"bmc": {"address": BMC, "credentialsSecretRef": {"name": "b", "namespace": "n"}}}));
         assert_eq!(problems("Server", missing), ["spec.hardware: required"]);
     }
