@@ -32,6 +32,7 @@ use url::Url;
 use crate::bmc::{bad_or_world, row_error};
 use crate::exit::Failure;
 
+mod cluster_api;
 mod metal3;
 
 /// The labels a chassis's place in the rack becomes.
@@ -58,7 +59,7 @@ pub struct Args {
     /// BMC endpoints: https://host[:port] (every system it serves), or an
     /// address naming one system, such as
     /// redfish+https://host/redfish/v1/Systems/ID.
-    #[arg(value_name = "ENDPOINT", required_unless_present_any = ["endpoints_file", "metal3"])]
+    #[arg(value_name = "ENDPOINT", required_unless_present_any = ["endpoints_file", "metal3", "cluster_api"])]
     endpoints: Vec<String>,
     /// Read Metal3 instead of BMCs: each provisioned or externally
     /// provisioned BareMetalHost (metal3.io/v1alpha1) of the cluster, with
@@ -72,15 +73,30 @@ pub struct Args {
         ]
     )]
     metal3: bool,
-    /// With --metal3: the namespace of the BareMetalHosts; without it, the
-    /// kubeconfig context's namespace.
+    /// Read Cluster API instead of BMCs: each MachineDeployment that is a
+    /// node group (it has the Cluster Autoscaler's max-size annotation)
+    /// becomes one Server per replica it may have
+    /// (spec.provider.type: ClusterAPI), with the capacity its
+    /// scale-from-zero annotations or its infrastructure template give.
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "metal3", "endpoints", "endpoints_file", "username", "password_file", "credentials_dir", "ca_file",
+            "insecure_skip_verify", "auth", "concurrency", "request_timeout", "credentials_secret",
+        ]
+    )]
+    cluster_api: bool,
+    /// With --metal3 or --cluster-api: the namespace of the BareMetalHosts
+    /// or MachineDeployments; without it, the kubeconfig context's
+    /// namespace.
     #[arg(short, long, value_name = "NAMESPACE")]
     namespace: Option<String>,
-    /// With --metal3: the BareMetalHosts of every namespace.
+    /// With --metal3 or --cluster-api: every namespace.
     #[arg(short = 'A', long, conflicts_with = "namespace")]
     all_namespaces: bool,
-    /// With --metal3: only the BareMetalHosts whose labels match this
-    /// selector (rack=r7,role!=storage).
+    /// With --metal3 or --cluster-api: only the BareMetalHosts or
+    /// MachineDeployments whose labels match this selector
+    /// (rack=r7,role!=storage).
     #[arg(short = 'l', long, value_name = "SELECTOR")]
     selector: Option<String>,
     /// A file of endpoints, one per line; blank lines and lines starting
@@ -154,8 +170,10 @@ struct Found {
     failed_systems: usize,
     applied: usize,
     failed_applies: usize,
-    /// With `--metal3`: the BareMetalHosts that cannot be Servers (a row
-    /// each). Not a failure: a host waiting to be provisioned is normal.
+    /// With `--metal3`: the BareMetalHosts that cannot be Servers; with
+    /// `--cluster-api`, the MachineDeployments that are no node group (a
+    /// row each). Not a failure: a host waiting to be provisioned is
+    /// normal.
     unusable_hosts: usize,
 }
 
@@ -165,9 +183,14 @@ pub fn run(args: Args, cluster: &crate::cluster::ClusterArgs) -> Result<(), Fail
     if args.metal3 {
         return metal3::run(&args, cluster);
     }
+    if args.cluster_api {
+        return cluster_api::run(&args, cluster);
+    }
     // clap's `requires` is met by a flag's default: checked here.
     if args.namespace.is_some() || args.all_namespaces || args.selector.is_some() {
-        return Err(Failure::bad_input(anyhow!("--namespace, --all-namespaces and --selector choose BareMetalHosts: they go with --metal3")));
+        return Err(Failure::bad_input(anyhow!(
+            "--namespace, --all-namespaces and --selector choose BareMetalHosts or MachineDeployments: they go with --metal3 or --cluster-api"
+        )));
     }
     if args.request_timeout.is_zero() {
         return Err(Failure::bad_input(anyhow!("--request-timeout must be longer than 0s")));
@@ -238,11 +261,62 @@ pub fn run(args: Args, cluster: &crate::cluster::ClusterArgs) -> Result<(), Fail
     report(&args, &found, Source::Redfish)
 }
 
+/// The runtime of the cluster-reading sources.
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| Failure::world(anyhow!("cannot start the async runtime: {e}")))
+}
+
+/// The namespace `--namespace` or `--all-namespaces` chooses (None: every
+/// one), else the kubeconfig context's.
+fn chosen_namespace(args: &Args, connection: &crate::cluster::Connection) -> Option<String> {
+    match (&args.namespace, args.all_namespaces) {
+        (Some(namespace), _) => Some(namespace.clone()),
+        (None, true) => None,
+        (None, false) => Some(connection.client.default_namespace().to_owned()),
+    }
+}
+
+/// Says on stderr that nothing of `kind` was found where `args` looked.
+fn say_none_found(kind: &str, namespace: Option<&str>, args: &Args) {
+    let place = namespace.map_or_else(|| "in any namespace".to_owned(), |ns| format!("in namespace {ns}"));
+    let selector = args.selector.as_ref().map(|s| format!(" matching {s:?}")).unwrap_or_default();
+    eprintln!("no {kind} {place}{selector}");
+}
+
+/// A failed list of a peer's objects, typed: not served is the world
+/// (`served` names the resource and its CRDs), a refused selector bad
+/// input, an API server that does not answer the world with the fix.
+fn list_failure(err: &kube::Error, connection: &crate::cluster::Connection, selector: Option<&str>, plural: &str, served: &str) -> Failure {
+    match err {
+        kube::Error::Api(status) if status.code == 404 => {
+            Failure::world(anyhow!("the cluster at {} serves no {served} are not installed there", connection.server))
+        }
+        kube::Error::Api(status) if status.code == 400 && selector.is_some() => {
+            Failure::bad_input(anyhow!("--selector {:?}: {}", selector.unwrap_or_default(), status.message))
+        }
+        kube::Error::Api(_) => Failure::world(anyhow!("cannot list the {plural} of {}: {}", connection.server, one_line(err))),
+        other => Failure::world(anyhow!(
+            "the API server {} does not answer ({}): check --kubeconfig, --context and the network path to it",
+            connection.server,
+            crate::cluster::root_cause(other)
+        )),
+    }
+}
+
+/// An API error in one line.
+fn one_line(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string().lines().next().unwrap_or_default().to_owned(),
+    }
+}
+
 /// Where the machines were read from, which decides the table's columns.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Source {
     Redfish,
     Metal3,
+    ClusterApi,
 }
 
 /// Prints the manifests, the table and the summary, and says the exit code.
@@ -263,6 +337,17 @@ fn report(args: &Args, found: &Found, source: Source) -> Result<(), Failure> {
             crate::render::count(hosts as u64, "BareMetalHost", "BareMetalHosts"),
             crate::render::count(found.manifests.len() as u64, "Server written", "Servers written"),
             crate::render::count(found.unusable_hosts as u64, "host not used", "hosts not used"),
+            if found.unusable_hosts > 0 { " (see the table)" } else { "" },
+        );
+    }
+    if source == Source::ClusterApi {
+        let deployments =
+            found.unusable_hosts + found.manifests.iter().map(|m| m["spec"]["provider"]["clusterAPI"].to_string()).collect::<BTreeSet<_>>().len();
+        eprintln!(
+            "read {}: {}, {}{}",
+            crate::render::count(deployments as u64, "MachineDeployment", "MachineDeployments"),
+            crate::render::count(found.manifests.len() as u64, "Server written", "Servers written"),
+            crate::render::count(found.unusable_hosts as u64, "deployment not used", "deployments not used"),
             if found.unusable_hosts > 0 { " (see the table)" } else { "" },
         );
     }
@@ -665,11 +750,12 @@ fn table(gaps: &[Gap], source: Source) -> String {
     let mut table = match source {
         Source::Redfish => crate::render::table(&["ENDPOINT", "SYSTEM", "SERVER", "FIELD", "WHY"]),
         Source::Metal3 => crate::render::table(&["BAREMETALHOST", "SERVER", "FIELD", "WHY"]),
+        Source::ClusterApi => crate::render::table(&["MACHINEDEPLOYMENT", "SERVER", "FIELD", "WHY"]),
     };
     for gap in gaps {
         match source {
             Source::Redfish => table.add_row(vec![&gap.endpoint, &gap.system, &gap.server, &gap.field, &gap.why]),
-            Source::Metal3 => table.add_row(vec![&gap.system, &gap.server, &gap.field, &gap.why]),
+            Source::Metal3 | Source::ClusterApi => table.add_row(vec![&gap.system, &gap.server, &gap.field, &gap.why]),
         };
     }
     format!("{table}\n")

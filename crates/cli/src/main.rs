@@ -121,7 +121,7 @@ mod tests {
     }
 
     #[test]
-    fn servers_discover_reads_bmcs_or_metal3_not_both() {
+    fn servers_discover_reads_bmcs_metal3_or_cluster_api_one_at_a_time() {
         use clap::error::ErrorKind;
         let parse = |args: &[&str]| Cli::try_parse_from(["ironclaim", "servers", "discover"].iter().chain(args)).map(|_| ()).map_err(|e| e.kind());
         assert_eq!(parse(&["--metal3", "-A", "-l", "rack=r7", "--apply"]), Ok(()));
@@ -129,6 +129,9 @@ mod tests {
         assert_eq!(parse(&["--metal3", "--username", "a", "--password-file", "p"]), Err(ErrorKind::ArgumentConflict));
         assert_eq!(parse(&["--metal3", "--request-timeout", "5s"]), Err(ErrorKind::ArgumentConflict));
         assert_eq!(parse(&["--metal3", "-n", "fleet", "-A"]), Err(ErrorKind::ArgumentConflict));
-        assert_eq!(parse(&[]), Err(ErrorKind::MissingRequiredArgument), "an endpoint or --metal3");
+        assert_eq!(parse(&["--cluster-api", "-n", "lab", "--apply"]), Ok(()));
+        assert_eq!(parse(&["--cluster-api", "--metal3"]), Err(ErrorKind::ArgumentConflict));
+        assert_eq!(parse(&["--cluster-api", "https://10.0.0.1"]), Err(ErrorKind::ArgumentConflict));
+        assert_eq!(parse(&[]), Err(ErrorKind::MissingRequiredArgument), "an endpoint, --metal3 or --cluster-api");
     }
 }

@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     Args, Found, Gap, MAC_ADDRESSES_ANNOTATION, SERIAL_NUMBER_ANNOTATION, SYSTEM_UUID_ANNOTATION, Source, apply_all, check_against_crd, dns_label,
-    memory_quantity, unique_name,
+    memory_quantity, one_line, unique_name,
 };
 use crate::cluster::{ClusterArgs, Connection};
 use crate::exit::Failure;
@@ -76,24 +76,14 @@ fn host_of(server: &Server) -> Option<HostKey> {
 }
 
 pub(super) fn run(args: &Args, cluster: &ClusterArgs) -> Result<(), Failure> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::world(anyhow!("cannot start the async runtime: {e}")))?;
-    let found = runtime.block_on(async {
+    let found = super::runtime()?.block_on(async {
         let connection = crate::cluster::connect(cluster).await?;
-        let namespace = match (&args.namespace, args.all_namespaces) {
-            (Some(namespace), _) => Some(namespace.clone()),
-            (None, true) => None,
-            (None, false) => Some(connection.client.default_namespace().to_owned()),
-        };
+        let namespace = super::chosen_namespace(args, &connection);
         let read = read_cluster(&connection, namespace.as_deref(), args.selector.as_deref()).await?;
         let mut found = Found::default();
         add_hosts(&mut found, &read);
         if read.hosts.is_empty() {
-            let place = namespace.map_or_else(|| "in any namespace".to_owned(), |ns| format!("in namespace {ns}"));
-            let selector = args.selector.as_ref().map(|s| format!(" matching {s:?}")).unwrap_or_default();
-            eprintln!("no BareMetalHost {place}{selector}");
+            super::say_none_found("BareMetalHost", namespace.as_deref(), args);
         }
         if args.apply {
             let origin = |manifest: &Value| {
@@ -128,21 +118,9 @@ async fn read_cluster(connection: &Connection, namespace: Option<&str>, selector
     if let Some(selector) = selector {
         params = params.labels(selector);
     }
-    let hosts = list(connection, &baremetalhost_resource(), namespace, &params).await.map_err(|err| match &err {
-        kube::Error::Api(status) if status.code == 404 => Failure::world(anyhow!(
-            "the cluster at {} serves no BareMetalHosts (metal3.io/v1alpha1): Metal3's CRDs are not installed there",
-            connection.server
-        )),
-        kube::Error::Api(status) if status.code == 400 && selector.is_some() => {
-            Failure::bad_input(anyhow!("--selector {:?}: {}", selector.unwrap_or_default(), status.message))
-        }
-        kube::Error::Api(_) => Failure::world(anyhow!("cannot list the BareMetalHosts of {}: {}", connection.server, one_line(&err))),
-        other => Failure::world(anyhow!(
-            "the API server {} does not answer ({}): check --kubeconfig, --context and the network path to it",
-            connection.server,
-            crate::cluster::root_cause(other)
-        )),
-    })?;
+    let hosts = list(connection, &baremetalhost_resource(), namespace, &params)
+        .await
+        .map_err(|err| super::list_failure(&err, connection, selector, "BareMetalHosts", "BareMetalHosts (metal3.io/v1alpha1): Metal3's CRDs"))?;
     let hardware = match list(connection, &hardwaredata_resource(), namespace, &ListParams::default()).await {
         Ok(items) => items,
         Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
@@ -171,13 +149,6 @@ async fn list(connection: &Connection, resource: &ApiResource, namespace: Option
     };
     let list = api.list(params).await?;
     Ok(list.items.iter().filter_map(|item| serde_json::to_value(item).ok()).collect())
-}
-
-fn one_line(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
-        other => other.to_string().lines().next().unwrap_or_default().to_owned(),
-    }
 }
 
 /// A manifest for each host that can be a Server, a row for each that
