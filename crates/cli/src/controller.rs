@@ -85,6 +85,10 @@ pub struct Args {
     /// docs/providers.md. Unset: such Servers are held, misconfigured.
     #[arg(long, value_name = "FILE")]
     external_providers: Option<std::path::PathBuf>,
+    /// Serve the dashboard, /ui (and its data, /ui/state), read-only on
+    /// the metrics address (docs/dashboard.md).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    dashboard: bool,
 }
 
 /// The external providers of `--external-providers`, or none; a file that
@@ -121,6 +125,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             instance: identity.clone(),
             dry_run: args.dry_run,
             power_budget_watts: args.power_budget_watts,
+            dashboard: args.dashboard,
             transition_limits: ironclaim_core::transitions::TransitionLimits {
                 rates: args.transition_rate.clone(),
                 max_cycles_per_day: args.max_cycles_per_day,

@@ -348,38 +348,23 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: Con
         pool,
         left_s: (entry.pod.created_s + after) as i64 - now as i64,
     });
+    let summary = outcome.map_or_else(|| "the core does not count it as pending demand".to_string(), timeline::outcome_note);
     explanation.decision = Some(match outcome {
-        Some(Outcome::Existing { node }) => DecisionView {
-            outcome: "existing",
-            node: Some(node.clone()),
-            eta_s: Some(0),
-            summary: format!("it fits Ready node {node} now: the scheduler should bind it; if it does not, capacity or request accounting is stale"),
-            ..empty
-        },
-        Some(Outcome::InFlight { claim, server, eta_s }) => DecisionView {
-            outcome: "in_flight",
-            claim: Some(claim.clone()),
-            server: Some(server.clone()),
-            eta_s: Some(*eta_s),
-            summary: format!("it waits for claim {claim} on server {server}: ready in about {}", timeline::human(*eta_s)),
-            ..empty
-        },
-        Some(Outcome::NewClaim { server, path, eta_s, .. }) => DecisionView {
-            outcome: "new_claim",
-            server: Some(server.clone()),
-            path: Some(path.to_string()),
-            eta_s: Some(*eta_s),
-            summary: format!("the next decision claims server {server} ({path}) for it: ready in about {}", timeline::human(*eta_s)),
-            ..empty
-        },
+        Some(Outcome::Existing { node }) => DecisionView { outcome: "existing", node: Some(node.clone()), eta_s: Some(0), summary, ..empty },
+        Some(Outcome::InFlight { claim, server, eta_s }) => {
+            DecisionView { outcome: "in_flight", claim: Some(claim.clone()), server: Some(server.clone()), eta_s: Some(*eta_s), summary, ..empty }
+        }
+        Some(Outcome::NewClaim { server, path, eta_s, .. }) => {
+            DecisionView { outcome: "new_claim", server: Some(server.clone()), path: Some(path.to_string()), eta_s: Some(*eta_s), summary, ..empty }
+        }
         Some(Outcome::Unschedulable { reason }) => DecisionView {
             outcome: "unschedulable",
             reason: Some(reason.to_string()),
             reason_detail: serde_json::to_value(reason).ok(),
-            summary: format!("nothing can be provisioned for it: {reason}"),
+            summary,
             ..empty
         },
-        None => DecisionView { summary: "the core does not count it as pending demand".into(), ..empty },
+        None => DecisionView { summary, ..empty },
     });
     Ok(explanation)
 }

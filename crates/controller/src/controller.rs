@@ -82,6 +82,8 @@ pub struct Settings {
     pub power_budget_watts: Option<f64>,
     /// How often servers may change power (`Snapshot::transition_limits`).
     pub transition_limits: ironclaim_core::transitions::TransitionLimits,
+    /// Serve `/ui` and `/ui/state` beside `/metrics`.
+    pub dashboard: bool,
 }
 
 impl Default for Settings {
@@ -102,6 +104,7 @@ impl Default for Settings {
             dry_run: false,
             power_budget_watts: None,
             transition_limits: Default::default(),
+            dashboard: true,
         }
     }
 }
@@ -350,11 +353,16 @@ impl Controller {
         heartbeat.beat();
         if let Some(address) = self.settings.metrics_address {
             let mut rx = stop_rx.clone();
-            let bound = crate::http::serve(address, self.metrics.clone(), self.ready.clone(), heartbeat.clone(), async move {
+            let dashboard = self
+                .settings
+                .dashboard
+                .then(|| Arc::new(crate::dashboard::Source::new(self.index.clone(), self.decisions.clone(), self.settings.power_budget_watts)));
+            let serving = if dashboard.is_some() { "/metrics, /healthz, /readyz and /ui" } else { "/metrics, /healthz and /readyz" };
+            let bound = crate::http::serve(address, self.metrics.clone(), self.ready.clone(), heartbeat.clone(), dashboard, async move {
                 let _ = rx.wait_for(|s| *s).await;
             })
             .await?;
-            tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
+            tracing::info!(%bound, "serving {serving}");
         }
         let notify = Arc::new(Notify::new());
         let synced = Arc::new(AtomicUsize::new(0));

@@ -1,4 +1,5 @@
-//! `/metrics`, `/healthz` and `/readyz`.
+//! `/metrics`, `/healthz` and `/readyz`; `/ui` and `/ui/state`, the
+//! dashboard ([`crate::dashboard`]), when it is on.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,11 +59,12 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     ready: Readiness,
     heartbeat: Arc<Heartbeat>,
+    dashboard: Option<Arc<crate::dashboard::Source>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(address).await.map_err(|source| Error::ServeFailed { address: address.to_string(), source })?;
     let bound = listener.local_addr().map_err(|source| Error::ServeFailed { address: address.to_string(), source })?;
-    let app = Router::new()
+    let mut app = Router::new()
         .route(
             "/metrics",
             get(move || {
@@ -97,6 +99,32 @@ pub async fn serve(
                 }
             }),
         );
+    if let Some(source) = dashboard {
+        app = app
+            .route(
+                "/ui",
+                get(|| async {
+                    (
+                        [
+                            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                            // The page loads nothing from anywhere else.
+                            (header::CONTENT_SECURITY_POLICY, "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"),
+                        ],
+                        crate::dashboard::PAGE,
+                    )
+                }),
+            )
+            .route(
+                "/ui/state",
+                get(move || {
+                    let source = source.clone();
+                    async move {
+                        let json = tokio::task::spawn_blocking(move || source.json()).await.map(|j| (*j).clone()).unwrap_or_default();
+                        ([(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")], json)
+                    }
+                }),
+            );
+    }
     tokio::spawn(async move {
         if let Err(err) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
             tracing::warn!(error = %err, "the metrics server stopped");

@@ -174,6 +174,23 @@ pub fn fold_start(measured: Option<&MeasuredDurations>, start: [Seconds; 4], tai
     }
 }
 
+/// What a pending pod is told of the core's outcome for it, in one line:
+/// what it waits for and when it should be ready. `ironclaim explain` and
+/// the dashboard say the same.
+pub fn outcome_note(outcome: &ironclaim_core::outcome::Outcome) -> String {
+    use ironclaim_core::outcome::Outcome;
+    match outcome {
+        Outcome::Existing { node } => {
+            format!("it fits Ready node {node} now: the scheduler should bind it; if it does not, capacity or request accounting is stale")
+        }
+        Outcome::InFlight { claim, server, eta_s } => format!("it waits for claim {claim} on server {server}: ready in about {}", human(*eta_s)),
+        Outcome::NewClaim { server, path, eta_s, .. } => {
+            format!("the next decision claims server {server} ({path}) for it: ready in about {}", human(*eta_s))
+        }
+        Outcome::Unschedulable { reason } => format!("nothing can be provisioned for it: {reason}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -410,16 +410,3 @@ async fn the_installed_chart_runs_the_controller_under_its_own_service_account()
     let cluster_role = env.kubectl(["get", "clusterrole", "ironclaim", "--ignore-not-found", "-o", "name"]).expect("get clusterrole");
     assert_eq!(cluster_role.trim(), "");
 }
-
-/// The body of an HTTP/1.0 GET on loopback.
-async fn http_get(port: u16, path: &str) -> Result<String, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
-    match response.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200") => Ok(body.to_string()),
-        _ => Err(response),
-    }
-}

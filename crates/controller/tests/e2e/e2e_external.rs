@@ -129,7 +129,10 @@ async fn a_pending_pod_powers_a_server_on_through_an_external_command_and_idle_p
         external: Arc::new(external),
         cluster_api: Arc::new(ironclaim_controller::ClusterApiPower::new(client.clone(), Duration::from_secs(20))),
     });
-    let controller = Controller::new(client.clone(), power, settings("external"));
+    let port = free_port();
+    let mut settings = settings("external");
+    settings.metrics_address = Some(([127, 0, 0, 1], port).into());
+    let controller = Controller::new(client.clone(), power, settings);
     let metrics = controller.metrics();
     let running = run(controller);
 
@@ -163,6 +166,11 @@ async fn a_pending_pod_powers_a_server_on_through_an_external_command_and_idle_p
     })
     .await;
 
+    // The dashboard shows what the API holds: the server on and serving.
+    assert!(http_get(port, "/ui").await.expect("the page").contains("ironclaim: the rack"));
+    let tile = dashboard_tile(port, "ext-1").await;
+    assert_eq!((tile.0.as_str(), tile.1.as_str()), ("on", "serving"), "power and tile of ext-1 on /ui/state");
+
     // The workload leaves: after break-even the idle server is powered off
     // by the command.
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
@@ -180,10 +188,22 @@ async fn a_pending_pod_powers_a_server_on_through_an_external_command_and_idle_p
     .await;
     let off_after = emptied.elapsed();
     assert_eq!(actions(&dir), ["power-on ext-1", "power-off ext-1"]);
+    let tile = dashboard_tile(port, "ext-1").await;
+    assert_eq!((tile.0.as_str(), tile.1.as_str()), ("off", "off"), "the dashboard follows the API");
     let text = metrics.render();
     assert!(!text.contains("ironclaim_power_failures_total{"), "{text}");
     println!("external: pod bound {bound_after:?} after creation; server powered off {off_after:?} after the pod left");
     running.stop().await;
     playing.abort();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The inventory's power and the tile's state of `server` on the running
+/// controller's `/ui/state` (read again after its one-second cache).
+async fn dashboard_tile(port: u16, server: &str) -> (String, String) {
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let body = http_get(port, "/ui/state").await.expect("/ui/state answers");
+    let state: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let at = state["tiles"].as_array().expect("tiles").iter().position(|t| t["name"] == server).expect("a tile for the server");
+    (state["inventory"]["servers"][at]["power"].as_str().unwrap_or_default().into(), state["tiles"][at]["state"].as_str().unwrap_or_default().into())
 }

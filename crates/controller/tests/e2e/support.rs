@@ -466,7 +466,26 @@ pub fn settings(instance: &str) -> Settings {
         dry_run: false,
         power_budget_watts: None,
         transition_limits: Default::default(),
+        dashboard: true,
     }
+}
+
+/// The body of `GET path` on 127.0.0.1:`port`, when it answers 200.
+pub async fn http_get(port: u16, path: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
+    match response.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200") => Ok(body.to_string()),
+        _ => Err(response),
+    }
+}
+
+/// A free port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
 
 pub fn redfish(client: &Client) -> Arc<dyn Power> {
