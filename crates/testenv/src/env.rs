@@ -342,6 +342,26 @@ pub fn helm_path() -> Result<PathBuf> {
     if path.is_file() { Ok(path) } else { Err(Error::HelmNotBuilt { path }) }
 }
 
+/// The headless Chromium the browser tests drive: `$IRONCLAIM_CHROMIUM`
+/// when set, else `chromium-headless-shell` or `chromium` on `PATH`
+/// (`hack/testenv browser` installs Debian's chromium-headless-shell).
+///
+/// # Errors
+/// [`Error::BrowserMissing`], naming the command that installs it: the
+/// tests fail rather than skip.
+pub fn chromium_path() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("IRONCLAIM_CHROMIUM").map(PathBuf::from) {
+        return if path.is_file() { Ok(path) } else { Err(Error::BrowserMissing { looked: path.display().to_string() }) };
+    }
+    let names = ["chromium-headless-shell", "chromium"];
+    let dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    names
+        .iter()
+        .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
+        .find(|path| path.is_file())
+        .ok_or_else(|| Error::BrowserMissing { looked: format!("{} on PATH", names.join(" and ")) })
+}
+
 /// Runs helm without a cluster (lint, template) and returns its stdout.
 ///
 /// # Errors

@@ -29,6 +29,10 @@ pub enum Error {
     #[error("helm is not built: run `hack/testenv helm` (a few minutes on 2 cores the first time); looked for {path}")]
     HelmNotBuilt { path: PathBuf },
 
+    /// No headless Chromium for the browser tests.
+    #[error("no headless Chromium: run `hack/testenv browser` (Debian's chromium-headless-shell), or set IRONCLAIM_CHROMIUM; looked for {looked}")]
+    BrowserMissing { looked: String },
+
     /// helm ran and exited non-zero.
     #[error("helm {args} failed ({status}): {stderr}")]
     HelmFailed { args: String, status: ExitStatus, stderr: String },
@@ -64,6 +68,7 @@ impl Error {
             Error::PeerCrdsFailed { .. } => "peer_crds_failed",
             Error::HelmNotBuilt { .. } => "helm_not_built",
             Error::HelmFailed { .. } => "helm_failed",
+            Error::BrowserMissing { .. } => "browser_missing",
             Error::NoKubeconfigLine { .. } => "no_kubeconfig_line",
             Error::KubectlFailed { .. } => "kubectl_failed",
             Error::ReadKubeconfig { .. } => "read_kubeconfig",

@@ -24,6 +24,6 @@ mod error;
 pub mod sushy;
 mod wait;
 
-pub use env::{FAKE_NODE_ANNOTATION, TestEnv, helm, helm_path};
+pub use env::{FAKE_NODE_ANNOTATION, TestEnv, chromium_path, helm, helm_path};
 pub use error::{Error, Result};
 pub use wait::eventually;

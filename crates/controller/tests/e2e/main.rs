@@ -23,6 +23,7 @@ mod e2e_bmc_config;
 mod e2e_bmc_failure;
 mod e2e_claim_race;
 mod e2e_cluster_api;
+mod e2e_dashboard;
 mod e2e_dry_run;
 mod e2e_external;
 mod e2e_leader;
