@@ -190,6 +190,8 @@ pub struct Controller {
     claims: Arc<Claims>,
     ready: Arc<AtomicBool>,
     decisions: Arc<Mutex<Vec<Decision>>>,
+    /// The last Events sent, for the dashboard.
+    journal: crate::events::Journal,
 }
 
 fn now_s() -> Seconds {
@@ -321,10 +323,24 @@ impl Controller {
             settings.scaledown.repair = false;
         }
         let metrics = Arc::new(Metrics::new());
-        let events = if settings.publish_events { Events::new(client.clone(), "ironclaim", &settings.instance) } else { Events::disabled() };
+        let journal = crate::events::Journal::default();
+        let events = if settings.publish_events {
+            Events::new(client.clone(), "ironclaim", &settings.instance, journal.clone())
+        } else {
+            Events::disabled_into(journal.clone())
+        };
         let gate = if settings.lease.is_some() { Gate::closed() } else { Gate::always() };
         let claims = Arc::new(Claims::new(client.clone(), power, settings.claims.clone(), metrics.clone(), events).with_gate(gate));
-        Controller { client, settings, metrics, index: Arc::default(), claims, ready: Arc::default(), decisions: Arc::default() }
+        Controller { client, settings, metrics, index: Arc::default(), claims, ready: Arc::default(), decisions: Arc::default(), journal }
+    }
+
+    /// Events on nodes, servers and pools, kept in the journal too.
+    fn notes(&self) -> Notes {
+        if self.settings.publish_events {
+            Notes::new(self.client.clone(), "ironclaim", &self.settings.instance, self.journal.clone())
+        } else {
+            Notes::disabled_into(self.journal.clone())
+        }
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
@@ -353,10 +369,14 @@ impl Controller {
         heartbeat.beat();
         if let Some(address) = self.settings.metrics_address {
             let mut rx = stop_rx.clone();
-            let dashboard = self
-                .settings
-                .dashboard
-                .then(|| Arc::new(crate::dashboard::Source::new(self.index.clone(), self.decisions.clone(), self.settings.power_budget_watts)));
+            let dashboard = self.settings.dashboard.then(|| {
+                Arc::new(crate::dashboard::Source::new(
+                    self.index.clone(),
+                    self.decisions.clone(),
+                    self.journal.clone(),
+                    self.settings.power_budget_watts,
+                ))
+            });
             let serving = if dashboard.is_some() { "/metrics, /healthz, /readyz and /ui" } else { "/metrics, /healthz and /readyz" };
             let bound = crate::http::serve(address, self.metrics.clone(), self.ready.clone(), heartbeat.clone(), dashboard, async move {
                 let _ = rx.wait_for(|s| *s).await;
@@ -400,7 +420,11 @@ impl Controller {
             self.claims.clone(),
             self.metrics.clone(),
             self.settings.failure_backoff,
-            &self.settings.instance,
+            if self.settings.scaledown.publish_events {
+                Notes::new(self.client.clone(), "ironclaim", &self.settings.instance, self.journal.clone())
+            } else {
+                Notes::disabled_into(self.journal.clone())
+            },
             self.settings.scaledown.clone(),
             maintenance_tx,
         ))
@@ -408,8 +432,7 @@ impl Controller {
 
         let mut autoscaler = Autoscaler::new(self.driver_settings());
         let (report_tx, mut report_rx) = tokio::sync::mpsc::unbounded_channel();
-        let notes =
-            if self.settings.publish_events { Notes::new(self.client.clone(), "ironclaim", &self.settings.instance) } else { Notes::disabled() };
+        let notes = self.notes();
         let executor = Executor::new(self.claims.clone(), self.index.clone(), notes, report_tx, self.settings.open_concurrency)
             .with_eviction_timeout(self.settings.scaledown.drain.attempt_timeout)
             .with_dry_run(self.settings.dry_run);
@@ -600,11 +623,7 @@ impl Controller {
             index: self.index.clone(),
             claims: self.claims.clone(),
             metrics: self.metrics.clone(),
-            notes: if self.settings.publish_events {
-                Notes::new(self.client.clone(), "ironclaim", &self.settings.instance)
-            } else {
-                Notes::disabled()
-            },
+            notes: self.notes(),
         }
     }
 }

@@ -48,6 +48,9 @@ pub struct State {
     pub pending: Vec<PendingGroup>,
     /// The last decisions, newest first.
     pub decisions: Vec<DecisionLine>,
+    /// The last Events this replica sent, newest first: why a server was
+    /// powered on or kept on, why a drain waits.
+    pub events: Vec<crate::events::Recorded>,
 }
 
 /// A server as its tile shows it.
@@ -239,7 +242,11 @@ pub fn read(index: &Index, now: Seconds, decisions: &[Decision], power_budget_wa
             latency_ms: d.latency.as_millis(),
         })
         .collect();
-    Read { state: State { now, inventory, tiles, all_on_watts, power_budget_watts, claims, pending: Vec::new(), decisions }, snapshot, waiting }
+    Read {
+        state: State { now, inventory, tiles, all_on_watts, power_budget_watts, claims, pending: Vec::new(), decisions, events: Vec::new() },
+        snapshot,
+        waiting,
+    }
 }
 
 /// What is read under the index's lock: the state but its pending pods,
@@ -287,13 +294,19 @@ fn waiting_pods(index: &Index) -> Vec<(String, Seconds)> {
 pub struct Source {
     pub index: Arc<Mutex<Index>>,
     pub decisions: Arc<Mutex<Vec<Decision>>>,
+    pub journal: crate::events::Journal,
     pub power_budget_watts: Option<f64>,
     cached: Mutex<Option<(Instant, Arc<String>)>>,
 }
 
 impl Source {
-    pub fn new(index: Arc<Mutex<Index>>, decisions: Arc<Mutex<Vec<Decision>>>, power_budget_watts: Option<f64>) -> Self {
-        Source { index, decisions, power_budget_watts, cached: Mutex::default() }
+    pub fn new(
+        index: Arc<Mutex<Index>>,
+        decisions: Arc<Mutex<Vec<Decision>>>,
+        journal: crate::events::Journal,
+        power_budget_watts: Option<f64>,
+    ) -> Self {
+        Source { index, decisions, journal, power_budget_watts, cached: Mutex::default() }
     }
 
     /// The state as JSON.
@@ -310,7 +323,8 @@ impl Source {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             read(&index, now, &decisions, self.power_budget_watts)
         };
-        let state = read.decide();
+        let mut state = read.decide();
+        state.events = self.journal.newest_first();
         let json = Arc::new(serde_json::to_string(&state).unwrap_or_else(|err| format!("{{\"error\": \"{err}\"}}")));
         *cached = Some((Instant::now(), json.clone()));
         json

@@ -11,22 +11,73 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 /// Tries to publish one event this many times.
 const PUBLISH_ATTEMPTS: u32 = 3;
 
+/// The last Events this controller sent, newest last, for the dashboard.
+#[derive(Clone, Default)]
+pub struct Journal(Arc<Mutex<std::collections::VecDeque<Recorded>>>);
+
+/// One Event as the journal keeps it.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recorded {
+    /// Seconds since the epoch.
+    pub at: u64,
+    /// `Pod`, `Node`, `Server` or `ServerPool`.
+    pub kind: &'static str,
+    /// `NAMESPACE/NAME` for a pod, else the name.
+    pub object: String,
+    pub reason: String,
+    pub note: String,
+    pub warning: bool,
+}
+
+impl Journal {
+    /// How many Events it keeps.
+    pub const KEPT: usize = 50;
+
+    pub fn record(&self, kind: &'static str, object: &str, reason: &str, note: &str, warning: bool) {
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() >= Journal::KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(Recorded {
+            at,
+            kind,
+            object: object.to_string(),
+            reason: reason.to_string(),
+            note: note.chars().take(300).collect(),
+            warning,
+        });
+    }
+
+    /// The Events kept, newest first.
+    pub fn newest_first(&self) -> Vec<Recorded> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).iter().rev().cloned().collect()
+    }
+}
+
 /// Publishes Events; the same note for the same pod and reason is sent once.
 #[derive(Clone)]
 pub struct Events {
     recorder: Option<Recorder>,
     last: Arc<Mutex<HashMap<(String, String), String>>>,
+    journal: Journal,
 }
 
 impl Events {
-    pub fn new(client: Client, controller: &str, instance: &str) -> Self {
+    pub fn new(client: Client, controller: &str, instance: &str, journal: Journal) -> Self {
         let reporter = Reporter { controller: controller.to_string(), instance: Some(instance.to_string()) };
-        Events { recorder: Some(Recorder::new(client, reporter)), last: Arc::default() }
+        Events { recorder: Some(Recorder::new(client, reporter)), last: Arc::default(), journal }
     }
 
-    /// Events that go nowhere (benchmarks).
+    /// Events that go nowhere (benchmarks) but into `journal`.
+    pub fn disabled_into(journal: Journal) -> Self {
+        Events { recorder: None, last: Arc::default(), journal }
+    }
+
+    /// Events that go nowhere.
     pub fn disabled() -> Self {
-        Events { recorder: None, last: Arc::default() }
+        Events::disabled_into(Journal::default())
     }
 
     pub async fn pod(&self, namespace: &str, name: &str, uid: Option<&str>, reason: &str, note: &str) {
@@ -38,7 +89,6 @@ impl Events {
     }
 
     async fn publish(&self, namespace: &str, name: &str, uid: Option<&str>, reason: &str, note: &str, type_: EventType) {
-        let Some(recorder) = &self.recorder else { return };
         let key = (format!("{namespace}/{name}"), reason.to_string());
         {
             let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
@@ -47,6 +97,8 @@ impl Events {
             }
             last.insert(key.clone(), note.to_string());
         }
+        self.journal.record("Pod", &key.0, reason, note, type_ == EventType::Warning);
+        let Some(recorder) = &self.recorder else { return };
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
@@ -87,5 +139,22 @@ impl Events {
     /// Forgets pods that are gone, so the memory stays bounded.
     pub fn retain_pods(&self, alive: impl Fn(&str) -> bool) {
         self.last.lock().unwrap_or_else(PoisonError::into_inner).retain(|(pod, _), _| alive(pod));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_journal_keeps_the_last_events_newest_first() {
+        let journal = Journal::default();
+        for i in 0..(Journal::KEPT + 5) {
+            journal.record("Server", &format!("s{i}"), "SparePoweredOn", "floor 1", false);
+        }
+        let kept = journal.newest_first();
+        assert_eq!(kept.len(), Journal::KEPT);
+        assert_eq!(kept[0].object, format!("s{}", Journal::KEPT + 4));
+        assert_eq!(kept.last().map(|r| r.object.as_str()), Some("s5"));
     }
 }

@@ -141,8 +141,8 @@ fn now_s() -> Seconds {
 
 impl ScaleDown {
     /// Builds it on the controller's index, claims (for the power provider
-    /// and server release) and metrics; maintenance drains are asked for
-    /// on `maintenance`.
+    /// and server release) and metrics, telling by `notes`; maintenance
+    /// drains are asked for on `maintenance`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: Client,
@@ -150,11 +150,10 @@ impl ScaleDown {
         claims: Arc<Claims>,
         metrics: Arc<Metrics>,
         backoff: FailureBackoff,
-        instance: &str,
+        notes: Notes,
         settings: ScaleDownSettings,
         maintenance: UnboundedSender<MaintenanceDrain>,
     ) -> Self {
-        let notes = if settings.publish_events { Notes::new(client.clone(), "ironclaim", instance) } else { Notes::disabled() };
         let drainer = Drainer { client, power: claims.power(), claims, notes, metrics: metrics.scaledown.clone(), settings: settings.drain.clone() };
         ScaleDown { index, metrics, backoff, settings, drainer, maintenance, state: Mutex::default() }
     }

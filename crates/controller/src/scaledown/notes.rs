@@ -30,16 +30,22 @@ type Sent = HashMap<(String, String), (String, Instant)>;
 pub struct Notes {
     recorder: Option<Recorder>,
     last: Arc<Mutex<Sent>>,
+    journal: crate::events::Journal,
 }
 
 impl Notes {
-    pub fn new(client: Client, controller: &str, instance: &str) -> Self {
+    pub fn new(client: Client, controller: &str, instance: &str, journal: crate::events::Journal) -> Self {
         let reporter = Reporter { controller: controller.to_string(), instance: Some(instance.to_string()) };
-        Notes { recorder: Some(Recorder::new(client, reporter)), last: Arc::default() }
+        Notes { recorder: Some(Recorder::new(client, reporter)), last: Arc::default(), journal }
+    }
+
+    /// Notes that go nowhere but into `journal`.
+    pub fn disabled_into(journal: crate::events::Journal) -> Self {
+        Notes { recorder: None, last: Arc::default(), journal }
     }
 
     pub fn disabled() -> Self {
-        Notes { recorder: None, last: Arc::default() }
+        Notes::disabled_into(crate::events::Journal::default())
     }
 
     pub async fn normal(&self, kind: Kind, name: &str, reason: &str, note: &str) {
@@ -52,7 +58,6 @@ impl Notes {
 
     async fn publish(&self, kind: Kind, name: &str, reason: &str, note: &str, type_: EventType) {
         tracing::info!(object = %format!("{kind:?}/{name}"), reason, note, "scale-down");
-        let Some(recorder) = &self.recorder else { return };
         {
             let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
             let key = (format!("{kind:?}/{name}"), reason.to_string());
@@ -69,6 +74,13 @@ impl Notes {
             }
             last.insert(key, (note.to_string(), Instant::now()));
         }
+        let kind_name = match kind {
+            Kind::Node => "Node",
+            Kind::Server => "Server",
+            Kind::ServerPool => "ServerPool",
+        };
+        self.journal.record(kind_name, name, reason, note, type_ == EventType::Warning);
+        let Some(recorder) = &self.recorder else { return };
         let reference = match kind {
             Kind::Node => {
                 ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.into()), ..Default::default() }

@@ -257,5 +257,11 @@ async fn the_page_shows_the_power_the_api_holds_and_a_server_powered_on_lights_u
     println!("server {on} On in the API; its tile showed {:?} {lit_after:?} later", shown[&on]);
     assert!(lit_after < Duration::from_secs(10), "{lit_after:?}");
     screenshot(&url, "powered-on").await;
+    // The Events it sent are on the page's state: the pod told which
+    // server it got.
+    let body = http_get(port, "/ui/state").await.expect("/ui/state");
+    let state: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let events = state["events"].as_array().expect("events");
+    assert!(events.iter().any(|e| e["reason"] == "ServerClaimed" && e["object"].as_str().is_some_and(|o| o.ends_with("/ui-app"))), "{events:?}");
     running.stop().await;
 }
