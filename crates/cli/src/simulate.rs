@@ -401,6 +401,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
         cfg.batch_max_s
     );
     eprintln!("faults: {} quarantine_after_failures={}", cfg.faults, cfg.quarantine_after_failures);
+    // The report replays the rack: each server's state at each sample.
+    let mut cfg = cfg;
+    cfg.record_states = args.report.is_some();
     // One bar per run, as the runs go on side by side.
     let bars = std::io::stderr().is_terminal().then(indicatif::MultiProgress::new);
     let style = indicatif::ProgressStyle::with_template("{prefix:>24} [{bar:40}] {percent:>3}% {elapsed}")

@@ -157,7 +157,14 @@ pub fn compare_sweep(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], axe
             })
             .collect(),
     };
-    let (classes, _) = w.hardware_classes();
+    let (classes, class_of) = w.hardware_classes();
+    let replayed = runs.iter().find(|r| r.policy == PolicyKind::Ironclaim).or(runs.first());
+    let replay = replayed.filter(|r| !r.timeline.states.is_empty()).map(|r| crate::report::Replay {
+        policy: r.policy.name(),
+        servers: w.servers.iter().map(|s| s.server.name.clone()).collect(),
+        classes: class_of.iter().map(|&c| classes[c].name.clone()).collect(),
+        states: r.timeline.states.clone(),
+    });
     Report {
         seed: cfg.seed,
         workload: WorkloadSummary {
@@ -176,5 +183,6 @@ pub fn compare_sweep(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], axe
         unplaceable,
         timeline,
         sweep,
+        replay,
     }
 }

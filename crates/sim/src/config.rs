@@ -323,6 +323,10 @@ pub struct SimConfig {
     pub policy: PolicySettings,
     /// Samples kept per time series for plots.
     pub timeline_points: usize,
+    /// Also keep each server's state at each sample, for the report's
+    /// replay ([`crate::engine::Timeline::states`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_states: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broken: Option<Broken>,
     /// Controller replicas. With more than one they elect a leader
@@ -371,6 +375,7 @@ impl Default for SimConfig {
             duration_s: None,
             policy: PolicySettings::default(),
             timeline_points: 480,
+            record_states: false,
             broken: None,
             transition_limits: TransitionLimits::default(),
             replicas: 1,

@@ -508,6 +508,39 @@ pub struct Timeline {
     pub powered: Vec<u32>,
     pub watts: Vec<f64>,
     pub pending: Vec<u32>,
+    /// With [`SimConfig::record_states`]: at each sample, one character
+    /// per server of the workload, in its order (see [`ServerState`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<String>,
+}
+
+/// A server's state in a replay, as the character [`Timeline::states`]
+/// holds for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerState {
+    /// `0`: powered off.
+    Off,
+    /// `1`: on, not yet a schedulable node, no pod: powering on, booting,
+    /// joining.
+    Booting,
+    /// `2`: a schedulable node running no pod: a warm spare, or idle.
+    Idle,
+    /// `3`: a schedulable node running pods.
+    Busy,
+    /// `4`: running pods but not schedulable: being drained.
+    Draining,
+}
+
+impl ServerState {
+    pub fn code(self) -> char {
+        match self {
+            ServerState::Off => '0',
+            ServerState::Booting => '1',
+            ServerState::Idle => '2',
+            ServerState::Busy => '3',
+            ServerState::Draining => '4',
+        }
+    }
 }
 
 /// Whether `request` fits next to `used` on `capacity`, with the rules of
@@ -938,6 +971,30 @@ impl<'a> Engine<'a> {
         self.finish()
     }
 
+    /// Each server's [`ServerState`] now, as [`Timeline::states`] keeps it.
+    fn server_states(&self) -> String {
+        let mut running = vec![false; self.w.servers.len()];
+        for pod in &self.pods {
+            if let PodState::Bound { server } = pod.state
+                && let Some(r) = running.get_mut(server)
+            {
+                *r = true;
+            }
+        }
+        (0..self.w.servers.len())
+            .map(|i| {
+                let state = match (self.powered.contains(&i), self.ready.contains(&i), running[i]) {
+                    (false, _, _) => ServerState::Off,
+                    (true, true, true) => ServerState::Busy,
+                    (true, true, false) => ServerState::Idle,
+                    (true, false, true) => ServerState::Draining,
+                    (true, false, false) => ServerState::Booting,
+                };
+                state.code()
+            })
+            .collect()
+    }
+
     fn advance(&mut self, t: Seconds) {
         while self.next_sample <= t && self.next_sample <= self.end {
             let at = self.next_sample;
@@ -945,6 +1002,10 @@ impl<'a> Engine<'a> {
             self.timeline.powered.push(self.powered.len() as u32);
             self.timeline.watts.push(self.fleet_watts);
             self.timeline.pending.push(self.pending.len() as u32);
+            if self.cfg.record_states {
+                let states = self.server_states();
+                self.timeline.states.push(states);
+            }
             self.next_sample += self.sample_every;
         }
         if t > self.last_t {

@@ -1,10 +1,13 @@
 //! The HTML report: one self-contained page (inline SVG and CSS, no
-//! scripts, no network) with the comparison table and six plots: demand
+//! network; one inline script, for the replay) with the comparison table
+//! and six plots: demand
 //! against powered servers, fleet watts, pending pods over time, the
 //! pending-time distribution per policy, on a log time axis (seconds to a
 //! day: on a linear one everything but the slowest pods sits in a corner),
 //! and energy against deadline misses and against p99 pending, the Pareto
-//! picture, with the ironclaim policy's sweep when there is one.
+//! picture, with the ironclaim policy's sweep when there is one; and,
+//! when the run recorded each server's state, a replay of the rack with a
+//! time slider.
 //!
 //! Axis labels never overlap: a tick whose label would touch the one
 //! before is left out, and the y-axis title sits above the axis, clear of
@@ -438,6 +441,9 @@ pub fn render(report: &Report) -> String {
     if !failures.is_empty() {
         let _ = write!(out, "<h2>Claim failures by reason and stage</h2><ul>{}</ul>", failures.join(""));
     }
+    if let Some(replay) = &report.replay {
+        replay_section(&mut out, replay, &report.timeline.at_s);
+    }
     if !report.unplaceable.is_empty() {
         out.push_str("<h2>Pods no server can host</h2><ul>");
         for g in &report.unplaceable {
@@ -447,6 +453,67 @@ pub fn render(report: &Report) -> String {
     }
     out.push_str("</body></html>\n");
     out
+}
+
+/// The states of a replay, in the order of their codes, with their
+/// colours (Okabe-Ito, safe for colour-blind readers, each also named in
+/// the legend and counted in words).
+const REPLAY_STATES: [(&str, &str); 5] =
+    [("off", "#e0e0e0"), ("booting", "#e69f00"), ("idle, warm", "#56b4e9"), ("running pods", "#009e73"), ("draining", "#cc79a7")];
+
+/// The rack over the run: a square per server, grouped by hardware class,
+/// coloured by its state at the slider's sample.
+fn replay_section(out: &mut String, replay: &crate::report::Replay, at_s: &[Seconds]) {
+    let _ = write!(
+        out,
+        "<h2>Replay: the rack under the {} policy</h2><p>A square per server, grouped by hardware class; drag the slider (or use the arrow keys on it) or press play.</p>",
+        esc(replay.policy)
+    );
+    let side = if replay.servers.len() <= 200 { 16 } else { 9 };
+    let _ = write!(out, "<style>#rack i{{display:inline-block;width:{side}px;height:{side}px;margin:1px;border:1px solid #888}}");
+    for (code, (_, colour)) in REPLAY_STATES.iter().enumerate() {
+        let _ = write!(out, "#rack i.q{code}{{background:{colour}}}");
+    }
+    out.push_str("#rack h3{font-size:12px;margin:6px 0 2px;color:#555}</style>");
+    out.push_str("<p class=\"legend\">");
+    for (name, colour) in REPLAY_STATES {
+        let _ = write!(out, "<span><i style=\"background:{colour};height:10px\"></i>{name}</span>");
+    }
+    let last = replay.states.len().saturating_sub(1);
+    let _ = write!(
+        out,
+        "</p><p><button id=\"play\" type=\"button\">play</button> <input id=\"slider\" type=\"range\" min=\"0\" max=\"{last}\" value=\"0\" style=\"width:520px\" aria-label=\"time in the run\"> <b id=\"at\"></b></p><p id=\"counts\" role=\"status\"></p><div id=\"rack\">"
+    );
+    let mut by_class: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, class) in replay.classes.iter().enumerate() {
+        match by_class.iter_mut().find(|(c, _)| *c == class.as_str()) {
+            Some((_, members)) => members.push(i),
+            None => by_class.push((class, vec![i])),
+        }
+    }
+    for (class, members) in &by_class {
+        let _ = write!(out, "<h3>{} ({})</h3><div>", esc(class), members.len());
+        for &i in members {
+            let _ = write!(out, "<i data-i=\"{i}\" title=\"{}\"></i>", esc(&replay.servers[i]));
+        }
+        out.push_str("</div>");
+    }
+    out.push_str("</div><script>\n\"use strict\";\n");
+    let states = serde_json::to_string(&replay.states).unwrap_or_else(|_| "[]".into());
+    let times = serde_json::to_string(at_s).unwrap_or_else(|_| "[]".into());
+    let names = serde_json::to_string(&REPLAY_STATES.iter().map(|(n, _)| *n).collect::<Vec<_>>()).unwrap_or_else(|_| "[]".into());
+    let _ = writeln!(out, "const S={states},T={times},N={names};");
+    out.push_str(
+        "const squares=[...document.querySelectorAll('#rack i')].map(e=>[+e.dataset.i,e]);\n\
+         const slider=document.getElementById('slider'),at=document.getElementById('at'),counts=document.getElementById('counts'),play=document.getElementById('play');\n\
+         function clock(s){const d=Math.floor(s/86400),h=Math.floor(s%86400/3600),m=Math.floor(s%3600/60);return (d?'day '+d+' ':'')+String(h).padStart(2,'0')+':'+String(m).padStart(2,'0');}\n\
+         function show(k){const s=S[k];const n=[0,0,0,0,0];for(const [i,e] of squares){const c=s.charCodeAt(i)-48;e.className='q'+c;n[c]++;}\n\
+         at.textContent=clock(T[k]||0);counts.textContent=N.map((name,c)=>n[c]+' '+name).join(', ');document.body.dataset.frame=k;}\n\
+         slider.addEventListener('input',()=>show(+slider.value));\n\
+         let timer=null;play.addEventListener('click',()=>{if(timer){clearInterval(timer);timer=null;play.textContent='play';return;}\n\
+         play.textContent='pause';timer=setInterval(()=>{const k=(+slider.value+1)%S.length;slider.value=k;show(k);},80);});\n\
+         const asked=/frame=(\\d+)/.exec(location.hash);const first=asked?Math.min(+asked[1],S.length-1):0;slider.value=first;show(first);\n</script>",
+    );
 }
 
 #[cfg(test)]

@@ -23,6 +23,23 @@ pub struct Report {
     /// The ironclaim policy over `--sweep`'s settings, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sweep: Option<crate::pareto::Sweep>,
+    /// Each server's state over the ironclaim policy's run (else the first
+    /// policy's), when the settings record them
+    /// (`SimConfig::record_states`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Replay>,
+}
+
+/// The rack over a run, for the report's replay: at each of the
+/// timeline's samples, a character per server (`0` off, `1` booting, `2`
+/// idle, `3` running pods, `4` draining; `crate::engine::ServerState`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Replay {
+    pub policy: &'static str,
+    pub servers: Vec<String>,
+    /// Each server's hardware class, by which the replay groups them.
+    pub classes: Vec<String>,
+    pub states: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -1,4 +1,5 @@
-//! The dashboard in a real browser: Debian's headless Chromium
+//! The dashboard in a real browser, and the simulator's replay of the
+//! rack: Debian's headless Chromium
 //! (`hack/testenv browser`) loads `/ui` from a controller on the real
 //! control plane, with sushy-tools BMCs, runs the page's script and hands
 //! back the DOM it drew; each tile's state is checked against the power
@@ -264,4 +265,55 @@ async fn the_page_shows_the_power_the_api_holds_and_a_server_powered_on_lights_u
     let events = state["events"].as_array().expect("events");
     assert!(events.iter().any(|e| e["reason"] == "ServerClaimed" && e["object"].as_str().is_some_and(|o| o.ends_with("/ui-app"))), "{events:?}");
     running.stop().await;
+}
+
+/// The simulator's report replays the rack: at a chosen sample the page
+/// colours each server as the run recorded it, and says the counts in
+/// words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulators_replay_shows_each_server_as_the_run_recorded_it() {
+    use ironclaim_sim::compare::compare;
+    use ironclaim_sim::{PolicyKind, SimConfig};
+    let workload = ironclaim_sim::embedded::default_day(1);
+    let cfg = SimConfig { record_states: true, ..SimConfig::default() };
+    let report = compare(&workload, &cfg, &[PolicyKind::Reactive, PolicyKind::Ironclaim], &|_, _| {});
+    let replay = report.replay.as_ref().expect("the run recorded the rack");
+    assert_eq!(replay.policy, "ironclaim");
+    assert_eq!(replay.states.len(), report.timeline.at_s.len());
+    // The busiest sample: the most servers on.
+    let frame = (0..replay.states.len()).max_by_key(|&k| replay.states[k].chars().filter(|&c| c != '0').count()).expect("samples");
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay.html");
+    std::fs::write(&path, ironclaim_sim::html::render(&report)).expect("the report");
+    let url = format!("file://{}#frame={frame}", path.display());
+    let page = dom(&url).await;
+    let squares: Vec<(usize, char)> = page
+        .split("<i data-i=\"")
+        .skip(1)
+        .filter_map(|rest| {
+            let i = rest.split('"').next()?.parse().ok()?;
+            let class = attribute(rest, "class")?;
+            Some((i, class.strip_prefix('q')?.chars().next()?))
+        })
+        .collect();
+    assert_eq!(squares.len(), replay.servers.len(), "a square per server");
+    let recorded: Vec<char> = replay.states[frame].chars().collect();
+    for (i, shown) in &squares {
+        assert_eq!(*shown, recorded[*i], "server {} at sample {frame}", replay.servers[*i]);
+    }
+    let on = recorded.iter().filter(|&&c| c != '0').count();
+    let off = recorded.len() - on;
+    assert!(
+        page.contains(&format!("{off} off, ")),
+        "the counts in words: {}",
+        page.split("id=\"counts\"").nth(1).unwrap_or("").chars().take(120).collect::<String>()
+    );
+    println!("replay: sample {frame} of {}, {on} servers on", replay.states.len());
+    // Tall enough to show the replay below the plots.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-replay.png");
+    chromium(&url, &["--window-size=1000,3400".into(), format!("--screenshot={}", shot.display())]).await;
+    assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000));
+    if let Some(dir) = std::env::var_os("IRONCLAIM_SCREENSHOTS") {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(dir);
+        std::fs::copy(&shot, dir.join("simulate-replay.png")).expect("copy the screenshot");
+    }
 }
