@@ -65,6 +65,12 @@ struct Args {
     /// With --check: how long the pods of the burst may take to be bound.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     timeout: u64,
+    /// Save a screenshot of the controller's dashboard (/ui) here once,
+    /// mid-burst (some pods bound, not all), with headless Chromium
+    /// (`$IRONCLAIM_CHROMIUM`, else chromium-headless-shell on PATH;
+    /// `hack/testenv browser` installs it).
+    #[arg(long, value_name = "PNG")]
+    screenshot: Option<PathBuf>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -193,7 +199,7 @@ async fn run(args: Args) -> Result<()> {
     where_to_look(&env, &args, &metrics);
 
     let result = tokio::select! {
-        result = drive(&admin, &clock, &args, &mut rack_events, &mut controller) => result,
+        result = drive(&admin, &clock, &args, &mut rack_events, &mut controller, &metrics) => result,
         _ = tokio::signal::ctrl_c() => {
             println!("\n{} interrupted", clock.stamp());
             Ok(())
@@ -365,14 +371,23 @@ fn where_to_look(env: &TestEnv, args: &Args, metrics: &str) {
     println!("  {} servers", args.ironclaim.display());
     println!("  {} explain pod {}/<pod>", args.ironclaim.display(), workload::NAMESPACE);
     println!("  curl -s http://{metrics}/metrics | grep '^ironclaim_'");
+    println!("  the rack, live: http://{metrics}/ui");
     println!("Ctrl-C stops everything.");
     let _ = std::io::stdout().flush();
 }
 
 /// Bursts and quiets, telling what happens, until interrupted (or, with
 /// `--check`, until the first burst is bound).
-async fn drive(client: &Client, clock: &Clock, args: &Args, events: &mut mpsc::UnboundedReceiver<RackEvent>, controller: &mut Child) -> Result<()> {
+async fn drive(
+    client: &Client,
+    clock: &Clock,
+    args: &Args,
+    events: &mut mpsc::UnboundedReceiver<RackEvent>,
+    controller: &mut Child,
+    metrics: &str,
+) -> Result<()> {
     let mut round = 0;
+    let mut screenshot = args.screenshot.clone();
     loop {
         round += 1;
         step(clock, &format!("burst {round}: {}", workload::describe()));
@@ -394,6 +409,15 @@ async fn drive(client: &Client, clock: &Clock, args: &Args, events: &mut mpsc::U
                 first_bound = Some(after);
                 first_bound_since_asked = Some(clock.since_asked());
                 println!("{} first pod bound, {} after the burst began", clock.stamp(), short(after));
+            }
+            if state.bound > 0
+                && state.bound < state.total
+                && let Some(path) = screenshot.take()
+            {
+                match dashboard_screenshot(metrics, &path).await {
+                    Ok(()) => println!("{} the dashboard mid-burst: {}", clock.stamp(), path.display()),
+                    Err(err) => eprintln!("{} no screenshot of the dashboard: {err:#}", clock.stamp()),
+                }
             }
             if all_bound.is_none() && state.bound == state.total && state.total > 0 {
                 all_bound = Some(started.elapsed());
@@ -442,6 +466,23 @@ async fn drive(client: &Client, clock: &Clock, args: &Args, events: &mut mpsc::U
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
+}
+
+/// A screenshot of the controller's `/ui` at `metrics`, saved at `path`.
+async fn dashboard_screenshot(metrics: &str, path: &Path) -> Result<()> {
+    let browser = ironclaim_testenv::chromium_path()?;
+    let url = format!("http://{metrics}/ui");
+    let target = format!("--screenshot={}", path.display());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(browser)
+            .args(["--no-sandbox", "--disable-gpu", "--virtual-time-budget=3000", "--window-size=1400,1300", target.as_str(), url.as_str()])
+            .output()
+    })
+    .await??;
+    if !out.status.success() {
+        bail!("the browser failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or_default());
+    }
+    Ok(())
 }
 
 fn tell_rack(clock: &Clock, events: &mut mpsc::UnboundedReceiver<RackEvent>) {
