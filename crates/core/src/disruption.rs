@@ -126,6 +126,10 @@ pub struct Held {
 pub struct Disruption {
     pub actions: Vec<Action>,
     pub held: Vec<Held>,
+    /// [`next_candidate_s`] of the same snapshot, reckoned with what the
+    /// pass already worked out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_candidate_s: Option<Seconds>,
 }
 
 /// Seconds of idling that cost as much energy as one power cycle.
@@ -149,6 +153,12 @@ pub fn empty_node_threshold_s(server: &Server, pool: &ServerPool) -> Seconds {
 /// runner that asks [`disrupt`] only when something changed asks again by
 /// then.
 pub fn next_candidate_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> {
+    let m = Membership::of(snapshot);
+    next_candidate_with(snapshot, now_s, &last_growth_by_pool(snapshot, &m))
+}
+
+/// [`next_candidate_s`], given each pool's last growth.
+fn next_candidate_with(snapshot: &Snapshot, now_s: Seconds, last_growth: &HashMap<&str, Seconds>) -> Option<Seconds> {
     let nodes: HashMap<&str, &Node> = snapshot.nodes.iter().filter_map(|n| Some((n.server.as_deref()?, n))).collect();
     snapshot
         .servers
@@ -163,15 +173,15 @@ pub fn next_candidate_s(snapshot: &Snapshot, now_s: Seconds) -> Option<Seconds> 
             (at > now_s).then_some(at)
         })
         .chain(snapshot.pods.iter().filter_map(|p| p.do_not_disrupt_until_s.filter(|&t| t > now_s)))
-        .chain(growth_quiet_ends(snapshot, now_s))
+        .chain(
+            // When each pool's quiet time after its last growth ends.
+            snapshot
+                .pools
+                .iter()
+                .filter_map(|p| last_growth.get(p.name.as_str()).map(|&t| t.saturating_add(growth_quiet_s(p))))
+                .filter(|&t| t > now_s),
+        )
         .min()
-}
-
-/// When each pool's quiet time after its last growth ends, after `now_s`.
-fn growth_quiet_ends(snapshot: &Snapshot, now_s: Seconds) -> impl Iterator<Item = Seconds> + '_ {
-    let m = Membership::of(snapshot);
-    let last = last_growth_by_pool(snapshot, &m);
-    snapshot.pools.iter().filter_map(move |p| last.get(p.name.as_str()).map(|&t| t.saturating_add(growth_quiet_s(p)))).filter(move |&t| t > now_s)
 }
 
 /// How many more nodes of the pool may be disrupted now for this reason.
@@ -1010,6 +1020,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
             out.actions.push(Action::PowerOnForHeadroom { server: s.name.clone(), pool: pool.name.clone(), short });
         }
     }
+    out.next_candidate_s = next_candidate_with(snapshot, now_s, &last_growth);
     out
 }
 
@@ -1049,6 +1060,9 @@ mod tests {
         // consolidateAfter of an hour runs out at 3700.
         assert_eq!(next_candidate_s(&snap, 1_000), Some(1_900));
         assert_eq!(next_candidate_s(&snap, 1_900), Some(3_700));
+        for now in [1_000, 1_900, 3_700] {
+            assert_eq!(disrupt(&snap, now).next_candidate_s, next_candidate_s(&snap, now), "a pass says the same at {now}");
+        }
         assert_eq!(next_candidate_s(&snap, 3_700), None);
         // Just before each time disrupt holds; at it, disrupt acts.
         let acts = |t| disrupt(&snap, t).actions.len();

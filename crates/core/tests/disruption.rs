@@ -847,6 +847,13 @@ proptest! {
         check_plan(seed)?;
     }
 
+    /// The wake time a pass carries is the one the snapshot alone gives.
+    #[test]
+    fn a_pass_wakes_when_the_snapshot_says(seed in any::<u64>()) {
+        let (snap, now) = random_fleet(seed);
+        prop_assert_eq!(disrupt(&snap, now).next_candidate_s, ironclaim_core::disruption::next_candidate_s(&snap, now));
+    }
+
     #[test]
     fn the_adaptive_floor_is_at_least_the_static_one_and_grows_with_arrivals(seed in any::<u64>(), more in 1usize..40) {
         let (mut snap, now) = random_fleet(seed);

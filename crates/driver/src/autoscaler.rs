@@ -906,6 +906,7 @@ impl Autoscaler {
         // serves only for pool settings after this.
         pacing::hold_cooling(&mut snap, &cooling);
         let mut plan = disrupt(&snap, now_s);
+        let next_candidate_s = plan.next_candidate_s;
         pacing::drop_cooling(&mut plan.actions, &mut plan.held, &cooling, now_s);
         let (go, waiting) = self.settling.settle(plan.actions, now_s, sd.revalidate_after.as_secs());
         if let Some(cap) = sd.quiet_max
@@ -918,7 +919,7 @@ impl Autoscaler {
             // answer or a change, each of which brings the pass forward.
             let cool_ends = cooling.values().copied();
             let proposals = waiting.iter().map(|w| now_s.saturating_add(w.left_s));
-            let next_s = ironclaim_core::disruption::next_candidate_s(&snap, now_s)
+            let next_s = next_candidate_s
                 .into_iter()
                 .chain(ironclaim_core::warm::next_change_s(&snap, now_s))
                 .chain(ironclaim_core::transitions::next_change_s(&snap, now_s))
