@@ -215,6 +215,37 @@ impl Action {
     }
 }
 
+/// Clears a server's action in flight when dropped.
+struct InFlight<'a> {
+    power: &'a ExternalPower,
+    server: &'a str,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.power.slot(self.server, |slot| slot.in_flight = None);
+    }
+}
+
+/// Kills a command's whole process group when dropped armed: on a
+/// timeout, and when the call is cancelled (a task aborted because the
+/// lease was lost), so that nothing the command started acts on the
+/// machine afterwards.
+struct GroupKill {
+    group: Option<rustix::process::Pid>,
+    armed: bool,
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if self.armed
+            && let Some(group) = self.group
+        {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 /// Every external provider of the controller, by name.
 pub struct ExternalPower {
     providers: BTreeMap<String, Provider>,
@@ -392,7 +423,10 @@ impl ExternalPower {
             return Err(error(
                 FailureReason::PowerActionFailed,
                 "bad_answer",
-                format!("{what} answered powerState {:?}: expected On, Off, PoweringOn, PoweringOff or Unknown", clip(state)),
+                format!(
+                    "{what} answered a powerState of {} characters that is none of On, Off, PoweringOn, PoweringOff, Unknown",
+                    state.chars().count()
+                ),
             ));
         }
         if let Some(w) = answer.watts
@@ -423,9 +457,10 @@ impl ExternalPower {
             return Ok(());
         }
         self.slot(&name, |slot| slot.in_flight = Some(action));
-        let result = self.act_and_confirm(provider, server, action, want).await;
-        self.slot(&name, |slot| slot.in_flight = None);
-        result
+        // Cleared however the action ends, a cancelled one included, so
+        // that reads go back to asking the provider.
+        let _clear = InFlight { power: self, server: &name };
+        self.act_and_confirm(provider, server, action, want).await
     }
 
     async fn act_and_confirm(&self, provider: &Provider, server: &Server, action: Action, want: PowerState) -> Result<(), PowerError> {
@@ -484,10 +519,22 @@ fn parse_answer(bytes: &[u8], what: &str) -> Result<Answer, PowerError> {
         ));
     }
     serde_json::from_slice(bytes).map_err(|err| {
+        // serde's own message may quote the answer's values or field
+        // names: only its kind and place are said.
+        let kind = match err.classify() {
+            serde_json::error::Category::Io | serde_json::error::Category::Eof => "it ends too soon",
+            serde_json::error::Category::Syntax => "it is not JSON",
+            serde_json::error::Category::Data => "a field is unknown or of the wrong type",
+        };
         error(
             FailureReason::PowerActionFailed,
             "bad_answer",
-            format!("{what} answered {} bytes that are not an answer ({err}): expected one JSON object, see docs/providers.md", bytes.len()),
+            format!(
+                "{what} answered {} bytes that are not an answer ({kind}, line {} column {}): expected one JSON object, see docs/providers.md",
+                bytes.len(),
+                err.line(),
+                err.column()
+            ),
         )
     })
 }
@@ -500,6 +547,20 @@ async fn run_command(
     timeout: Duration,
     what: &str,
 ) -> Result<Answer, PowerError> {
+    let mut variables: BTreeMap<String, &str> = BTreeMap::new();
+    for key in request.server.parameters.keys() {
+        if key.is_empty() {
+            return Err(error(FailureReason::BmcConfigInvalid, "invalid_parameters", format!("{what}: a parameter has an empty name")));
+        }
+        let variable = parameter_variable(key);
+        if let Some(other) = variables.insert(variable.clone(), key) {
+            return Err(error(
+                FailureReason::BmcConfigInvalid,
+                "invalid_parameters",
+                format!("{what}: parameters {other:?} and {key:?} are both {variable} in the environment: rename one"),
+            ));
+        }
+    }
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
@@ -545,16 +606,18 @@ async fn run_command(
         let ((), out, err) = tokio::join!(write, read(stdout), read_err);
         child.wait().await.map(|status| (status, out, err))
     };
-    let (status, stdout, stderr) = match tokio::time::timeout(timeout, run).await {
-        Ok(Ok(output)) => output,
+    let run = tokio::time::timeout(timeout, run);
+    // Declared after the run, so dropped before it: the group is killed
+    // while its leader is still there to hold the group's id.
+    let mut kill = GroupKill { group, armed: true };
+    let (status, stdout, stderr) = match run.await {
+        Ok(Ok(output)) => {
+            kill.armed = false;
+            output
+        }
         Ok(Err(err)) => return Err(error(FailureReason::PowerActionFailed, "cannot_run", format!("{what}: {err}"))),
         Err(_) => {
-            // The leader was killed when the run was dropped; the rest of
-            // its group (a shell's children) go with it, so that nothing
-            // it started acts on the machine after the call failed.
-            if let Some(group) = group {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-            }
+            // Dropping `kill` kills the group, the leader with it.
             return Err(error(FailureReason::BmcUnreachable, "timed_out", format!("{what} did not answer within {timeout:?}; it was killed")));
         }
     };
@@ -605,7 +668,23 @@ fn https_client(url: &str, ca_bundle_file: Option<&Path>) -> Result<reqwest::Cli
         .map_err(|err| format!("cannot build an HTTPS client: {err}"))
 }
 
+/// `url` without its query and fragment, for messages: a token there is
+/// not repeated.
+fn shown_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            let _ = u.set_password(None);
+            let _ = u.set_username("");
+            u.to_string()
+        }
+        Err(_) => "the endpoint".into(),
+    }
+}
+
 async fn post(client: &reqwest::Client, url: &str, request: &Request, timeout: Duration, what: &str) -> Result<Answer, PowerError> {
+    let shown = shown_url(url);
     let body = serde_json::to_vec(request).unwrap_or_default();
     let sent =
         client.post(url).timeout(timeout).header(reqwest::header::CONTENT_TYPE, "application/json").body(body).send().await.map_err(|err| {
@@ -621,8 +700,15 @@ async fn post(client: &reqwest::Client, url: &str, request: &Request, timeout: D
     match parse_answer(&bytes, what) {
         Ok(Answer { error: Some(e), .. }) => Ok(Answer { error: Some(e), ..Answer::default() }),
         _ => {
-            let reason = if status.is_server_error() { FailureReason::BmcUnreachable } else { FailureReason::PowerActionFailed };
-            Err(error(reason, "failed", format!("{what}: {url} answered HTTP {status} and no error answer")))
+            // Without an error answer: a missing endpoint is configuration,
+            // refused credentials are the endpoint's, a 5xx passes.
+            let reason = match status.as_u16() {
+                404 | 405 => FailureReason::BmcConfigInvalid,
+                401 | 403 => FailureReason::BmcAuthenticationFailed,
+                _ if status.is_server_error() => FailureReason::BmcUnreachable,
+                _ => FailureReason::PowerActionFailed,
+            };
+            Err(error(reason, "failed", format!("{what}: {shown} answered HTTP {status} and no error answer")))
         }
     }
 }
@@ -808,7 +894,18 @@ echo "something went wrong" >&2; exit 7
         )
         .unwrap();
         let err = power.power_state(&server("g")).await.unwrap_err();
-        assert!(err.message.contains("Sideways") && err.message.contains("expected On, Off"), "{}", err.message);
+        assert!(!err.message.contains("Sideways") && err.message.contains("none of On, Off"), "{}", err.message);
+        // JSON whose values or field names hold a secret: serde would quote
+        // them; the message does not.
+        for (i, answer) in
+            [r#"{"watts": "password=hunter2"}"#, r#""hunter2""#, r#"{"hunter2": 1}"#, r#"{"powerState": "hunter2"}"#].iter().enumerate()
+        {
+            let script = write(&dir, &format!("secret-{i}.sh"), &format!("printf '%s' '{answer}'\n"));
+            let power = super::ExternalPower::parse("p.yaml", &format!("providers:\n- name: test\n  command: [/bin/sh, {script}]\n")).unwrap();
+            let err = power.power_state(&server("g")).await.unwrap_err();
+            assert!(!err.message.contains("hunter2"), "{answer}: {}", err.message);
+            assert_eq!(err.label, "bad_answer");
+        }
         let power = super::ExternalPower::parse(
             "p.yaml",
             &format!("providers:\n- name: test\n  command: [/bin/sh, {}]\n", write(&dir, "t.sh", "printf '{\"watts\": 12}'")),
@@ -849,6 +946,44 @@ echo "something went wrong" >&2; exit 7
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(!alive(), "the hung command's child {child} still runs");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A call cancelled (its task aborted when the lease is lost) kills
+    /// what the command started, and leaves no action in flight behind.
+    #[tokio::test]
+    async fn a_cancelled_call_kills_its_process_group_and_clears_the_action_in_flight() {
+        let dir = scratch("cancel");
+        let script = format!(
+            "if [ \"$1\" = status ]; then printf '{{\"powerState\": \"Off\"}}'; exit 0; fi\nsleep 30 &\necho $! > {}/child\nwait\n",
+            dir.display()
+        );
+        let power = Arc::new(power(&dir, &script, "  timeout: 60s\n"));
+        let s = server("c");
+        let call = {
+            let (power, s) = (power.clone(), s.clone());
+            tokio::spawn(async move { power.power_on(&s).await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !dir.join("child").exists() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(power.power_state(&s).await.unwrap(), PowerState::PoweringOn);
+        call.abort();
+        let _ = call.await;
+        let child = std::fs::read_to_string(dir.join("child")).expect("the child's pid").trim().to_string();
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+                .unwrap_or(false)
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while alive() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(), "the cancelled command's child {child} still runs");
+        assert_eq!(power.power_state(&s).await.unwrap(), PowerState::Off, "read from the provider again, not from a dead action");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -229,6 +229,7 @@ fn every_controller_flag_is_a_chart_value_that_reaches_the_flag() {
     assert_eq!(config["data"]["ipmi.sh"], "#!/bin/sh\necho hi\n");
     let volume = template["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "external-providers").expect("the volume");
     assert_eq!(volume["configMap"]["defaultMode"], 0o555);
+    assert_eq!(template["spec"]["shareProcessNamespace"], true, "PID 1 reaps what a killed command leaves");
     assert_eq!(container["image"], "ghcr.io/ironclaim/ironclaim@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
     assert_eq!(container["ports"][0]["containerPort"], 9090);
     assert!(container["env"].as_array().unwrap().contains(&json!({"name": "RUST_LOG", "value": "debug"})), "{}", container["env"]);
