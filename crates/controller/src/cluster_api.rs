@@ -18,8 +18,15 @@
 //!   power-on of the deployment instead of adding another. A running
 //!   Machine no server took is never taken, so never removed.
 //! - Scaling one MachineDeployment is one at a time in this controller.
-//! - The Machine's Node gets the label `ironclaim.dev/server`, which links
-//!   it to the server as a bootstrap's label would.
+//! - The Machine taken also gets the label
+//!   `node.cluster.x-k8s.io/ironclaim-server`, which Cluster API's Machine
+//!   controller copies onto the Machine's Node: it links the node to its
+//!   server as a bootstrap's label would, with no write of ironclaim's to
+//!   the Node and nothing lost to a restart.
+//! - A power-off marks its Machine only once the node group may shrink,
+//!   and a mark whose replica was not removed (a restart in between) is
+//!   finished by the next power-off or taken back by the next power-on;
+//!   never is a Machine left marked for the MachineSet to take later.
 //!
 //! Machine phases: `Pending` and `Provisioning` read as `PoweringOn`,
 //! `Provisioned`, `Running` and `Updating` as `On` (a power-on is
@@ -35,8 +42,7 @@ use std::time::Duration;
 use ironclaim_k8s::api::Server;
 use ironclaim_k8s::api::server::{MachineDeploymentRef, PowerState};
 use ironclaim_k8s::api::serverclaim::FailureReason;
-use ironclaim_k8s::node::SERVER_LABEL;
-use k8s_openapi::api::core::v1::Node;
+use ironclaim_k8s::node::CLUSTER_API_SERVER_LABEL;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -274,7 +280,20 @@ impl ClusterApiPower {
 
     /// Takes `machine` for `server`; false when it changed first.
     async fn take(&self, api: &Api<DynamicObject>, machine: &MachineView, server: &str) -> Result<bool, PowerError> {
-        let patch = json!({"metadata": {"resourceVersion": machine.resource_version, "annotations": {MACHINE_SERVER_ANNOTATION: server}}});
+        if server.len() > 63 {
+            return Err(error(
+                FailureReason::BmcConfigInvalid,
+                "server_name_too_long",
+                format!(
+                    "server {server} has a name of more than 63 characters: it cannot be the label {CLUSTER_API_SERVER_LABEL} of its Machine's Node"
+                ),
+            ));
+        }
+        let patch = json!({"metadata": {
+            "resourceVersion": machine.resource_version,
+            "annotations": {MACHINE_SERVER_ANNOTATION: server},
+            "labels": {CLUSTER_API_SERVER_LABEL: server}
+        }});
         match api.patch(&machine.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => Ok(true),
             Err(err) if conflict(&err) => Ok(false),
@@ -282,63 +301,79 @@ impl ClusterApiPower {
         }
     }
 
+    /// The MachineDeployment's replicas and bounds, read now.
+    async fn read_scale(&self, api: &Api<DynamicObject>, md: &MachineDeploymentRef) -> Result<Scale, PowerError> {
+        let key = format!("{}/{}", md.namespace, md.machine_deployment);
+        let deployment =
+            api.get(&md.machine_deployment).await.map_err(|err| api_error(&err, format!("cannot read MachineDeployment {key}: {err}")))?;
+        Scale::of(&deployment)
+            .map_err(|why| error(FailureReason::BmcConfigInvalid, "invalid_node_group_size", format!("MachineDeployment {key}: {why}")))
+    }
+
+    /// Takes the delete mark off `machine`, on its resourceVersion.
+    async fn unmark(&self, api: &Api<DynamicObject>, machine: &MachineView) -> Result<(), PowerError> {
+        let patch = json!({"metadata": {"resourceVersion": machine.resource_version, "annotations": {DELETE_MACHINE_ANNOTATION: Value::Null}}});
+        api.patch(&machine.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|err| api_error(&err, format!("cannot take the delete mark off Machine {}: {err}", machine.name)))
+    }
+
     /// The Machine of `server`, taking one (and adding a replica for it
-    /// when none is free).
+    /// when none is free). The scale lock is held for each look and
+    /// change, never across the wait for the MachineSet.
     async fn machine_for(&self, server: &str, md: &MachineDeploymentRef) -> Result<String, PowerError> {
         let (deployments, machines) = self.apis(md);
         let lock = self.lock(md);
-        let _one_at_a_time = lock.lock().await;
-        let mut scaled = false;
         let deadline = tokio::time::Instant::now() + self.confirm_timeout;
         loop {
-            let all = self.machines(&machines, md).await?;
-            if let Some(mine) = all.iter().find(|m| m.server.as_deref() == Some(server) && !m.deleting) {
-                return Ok(mine.name.clone());
-            }
-            // A free Machine not yet running is a replica added for a
-            // server that never took it (before a restart): take it rather
-            // than add another. A running one that no server took is left
-            // alone: its work is not ironclaim's to end.
-            let fresh = |m: &&MachineView| matches!(m.phase.as_str(), "Pending" | "Provisioning" | "Provisioned");
-            if let Some(free) = all.iter().filter(fresh).find(|m| m.server.is_none() && !m.deleting && !m.marked_for_deletion) {
-                if self.take(&machines, free, server).await? {
-                    tracing::info!(server, machine = %free.name, "took a Machine for the server");
-                    return Ok(free.name.clone());
+            {
+                let _one_at_a_time = lock.lock().await;
+                let all = self.machines(&machines, md).await?;
+                let live = all.iter().filter(|m| !m.deleting).count() as i64;
+                if let Some(mine) = all.iter().find(|m| m.server.as_deref() == Some(server) && !m.deleting) {
+                    if !mine.marked_for_deletion {
+                        return Ok(mine.name.clone());
+                    }
+                    // Marked by a power-off that did not finish: if its
+                    // replica was not removed, the mark is taken back and
+                    // the Machine kept; if it was, the MachineSet is about
+                    // to delete it, and a new one is waited for.
+                    if self.read_scale(&deployments, md).await?.replicas >= live {
+                        self.unmark(&machines, mine).await?;
+                        tracing::info!(server, machine = %mine.name, "took back the delete mark of a power-off that did not finish");
+                        return Ok(mine.name.clone());
+                    }
+                } else {
+                    // A free Machine not yet running is a replica added for
+                    // a server that never took it (a restart, a timed-out
+                    // power-on): take it rather than add another. A running
+                    // one that no server took is left alone: its work is not
+                    // ironclaim's to end.
+                    let fresh = |m: &&MachineView| matches!(m.phase.as_str(), "Pending" | "Provisioning" | "Provisioned");
+                    if let Some(free) = all.iter().filter(fresh).find(|m| m.server.is_none() && !m.deleting && !m.marked_for_deletion) {
+                        if self.take(&machines, free, server).await? {
+                            tracing::info!(server, machine = %free.name, "took a Machine for the server");
+                            return Ok(free.name.clone());
+                        }
+                    } else if self.read_scale(&deployments, md).await?.replicas <= live {
+                        // No replica on its way: add one. One already added
+                        // (replicas above the Machines) is waited for.
+                        self.scale(&deployments, md, 1).await?;
+                    }
                 }
-                continue;
-            }
-            if !scaled {
-                self.scale(&deployments, md, 1).await?;
-                scaled = true;
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(error(
                     FailureReason::PowerOnTimedOut,
                     "no_machine",
                     format!(
-                        "MachineDeployment {}/{} made no Machine for server {server} within {:?} of adding a replica",
+                        "MachineDeployment {}/{} gave server {server} no Machine within {:?}",
                         md.namespace, md.machine_deployment, self.confirm_timeout
                     ),
                 ));
             }
             tokio::time::sleep(self.poll).await;
-        }
-    }
-
-    /// Labels the Machine's Node with its server, when it has one.
-    async fn link_node(&self, server: &str, machine: &MachineView) {
-        let Some(node) = &machine.node else { return };
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        match nodes.get_opt(node).await {
-            Ok(Some(n)) if n.labels().get(SERVER_LABEL).map(String::as_str) == Some(server) => {}
-            Ok(Some(_)) => {
-                let patch = json!({"metadata": {"labels": {SERVER_LABEL: server}}});
-                if let Err(err) = nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    tracing::warn!(server, node, error = %err, "cannot label the Machine's node with its server");
-                }
-            }
-            Ok(None) => {}
-            Err(err) => tracing::warn!(server, node, error = %err, "cannot read the Machine's node"),
         }
     }
 
@@ -368,7 +403,6 @@ impl ClusterApiPower {
                 ));
             }
             if view.power_state() == PowerState::On {
-                self.link_node(&name, &view).await;
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
@@ -390,22 +424,53 @@ impl ClusterApiPower {
         let machine = {
             let lock = self.lock(md);
             let _one_at_a_time = lock.lock().await;
-            let Some(mine) = self.machines(&machines, md).await?.into_iter().find(|m| m.server.as_deref() == Some(&*name)) else {
+            let all = self.machines(&machines, md).await?;
+            let live = all.iter().filter(|m| !m.deleting).count() as i64;
+            let Some(mine) = all.into_iter().find(|m| m.server.as_deref() == Some(&*name)) else {
                 return Ok(());
             };
-            if !mine.deleting && !mine.marked_for_deletion {
-                // Mark first: lowering replicas deletes a marked Machine
-                // before any other, so the one removed is this one.
-                let patch = json!({"metadata": {"resourceVersion": mine.resource_version, "annotations": {DELETE_MACHINE_ANNOTATION: "ironclaim"}}});
-                machines.patch(&mine.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|err| {
-                    api_error(&err, format!("cannot mark Machine {}/{} of server {name} for deletion: {err}", md.namespace, mine.name))
-                })?;
-                if let Err(err) = self.scale(&deployments, md, -1).await {
-                    // Unmark: a Machine left marked would be the next one
-                    // removed whatever scaled the deployment down.
-                    let unmark = json!({"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: Value::Null}}});
-                    let _ = machines.patch(&mine.name, &PatchParams::default(), &Patch::Merge(&unmark)).await;
-                    return Err(err);
+            if !mine.deleting {
+                let scale = self.read_scale(&deployments, md).await?;
+                if !mine.marked_for_deletion {
+                    // The bounds first: a Machine is marked only when the
+                    // group may shrink, so no mark waits for a scale-down
+                    // that is refused.
+                    if scale.replicas - 1 < scale.min {
+                        return Err(error(
+                            FailureReason::ServerUnavailable,
+                            "at_min_size",
+                            format!(
+                                "MachineDeployment {}/{} is at its minimum size ({} replicas, {MIN_SIZE_ANNOTATION})",
+                                md.namespace, md.machine_deployment, scale.replicas
+                            ),
+                        ));
+                    }
+                    // Mark, then lower replicas: a MachineSet deletes a
+                    // marked Machine before any other, so the one removed
+                    // is this one.
+                    let patch =
+                        json!({"metadata": {"resourceVersion": mine.resource_version, "annotations": {DELETE_MACHINE_ANNOTATION: "ironclaim"}}});
+                    let marked = machines.patch(&mine.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|err| {
+                        api_error(&err, format!("cannot mark Machine {}/{} of server {name} for deletion: {err}", md.namespace, mine.name))
+                    })?;
+                    if let Err(err) = self.scale(&deployments, md, -1).await {
+                        // Unmark: a Machine left marked would be the next one
+                        // removed whatever scaled the deployment down.
+                        return match self.unmark(&machines, &MachineView::of(&marked)).await {
+                            Ok(()) => Err(err),
+                            Err(unmark) => Err(PowerError {
+                                message: format!(
+                                    "{}; and the mark could not be taken back ({}): the next power-off of this server finishes it",
+                                    err.message, unmark.message
+                                ),
+                                ..err
+                            }),
+                        };
+                    }
+                } else if scale.replicas >= live {
+                    // Marked by a power-off that did not finish: its
+                    // replica was never removed.
+                    self.scale(&deployments, md, -1).await?;
                 }
             }
             mine.name
@@ -437,10 +502,7 @@ impl ClusterApiPower {
         let mine: Vec<&MachineView> = all.iter().filter(|m| m.server.as_deref() == Some(&*name)).collect();
         match mine.as_slice() {
             [] => Ok(PowerState::Off),
-            [one] => {
-                self.link_node(&name, one).await;
-                Ok(one.power_state())
-            }
+            [one] => Ok(one.power_state()),
             many => {
                 // One server, two Machines: someone copied the annotation.
                 // Unknown holds the server until a person looks.

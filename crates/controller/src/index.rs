@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use ironclaim_core::identity::{self, Links};
 use ironclaim_core::model::{self as core, Health, Seconds, Snapshot};
 use ironclaim_k8s::api::{Server, ServerClaim, ServerPool};
-use ironclaim_k8s::node::SERVER_LABEL;
+use ironclaim_k8s::node::{CLUSTER_API_SERVER_LABEL, SERVER_LABEL};
 use ironclaim_k8s::pod::{pod_from_k8s, pod_from_template};
 use ironclaim_k8s::{node_from_k8s, pdb_from_k8s, server_to_core, serverclaim_in_flight, serverpool_to_core};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -163,7 +163,8 @@ pub struct BadPod {
 }
 
 /// The server a node says it is: `spec.providerID` `ironclaim://NAME`, else
-/// the `ironclaim.dev/server` label its bootstrap set.
+/// the `ironclaim.dev/server` label its bootstrap set, else the label a
+/// Cluster API Machine taken for a server passes to its Node.
 pub fn node_server(node: &Node) -> Option<String> {
     node_says(node).server.map(str::to_string)
 }
@@ -193,7 +194,9 @@ pub fn node_says_with<'a>(node: &'a Node, metal3_server: impl Fn(&str, &str) -> 
     let metal3 = || provider_id.and_then(metal3_host_of).and_then(|(ns, host)| metal3_server(ns, host));
     identity::NodeSays {
         node: node.metadata.name.as_deref().unwrap_or_default(),
-        server: named.or_else(metal3).or_else(|| node.labels().get(SERVER_LABEL).map(String::as_str)),
+        server: named
+            .or_else(metal3)
+            .or_else(|| node.labels().get(SERVER_LABEL).or_else(|| node.labels().get(CLUSTER_API_SERVER_LABEL)).map(String::as_str)),
         system_uuid: node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.system_uuid.as_str()).filter(|u| !u.trim().is_empty()),
     }
 }

@@ -12,6 +12,11 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 /// The label that names the inventory Server behind a node, set by the
 /// machine's bootstrap.
 pub const SERVER_LABEL: &str = "ironclaim.dev/server";
+/// The label that names the Server a Cluster API Machine was taken for:
+/// ironclaim puts it on the Machine, and Cluster API's Machine controller
+/// copies labels of the `node.cluster.x-k8s.io/` domain onto the Machine's
+/// Node, where it links the node to its server as [`SERVER_LABEL`] does.
+pub const CLUSTER_API_SERVER_LABEL: &str = "node.cluster.x-k8s.io/ironclaim-server";
 /// On a Node, `"true"`: Karpenter's, keep it from consolidation.
 pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 /// On a Node, `"true"`: Cluster Autoscaler's, never scale it down.
@@ -57,7 +62,7 @@ pub fn node_from_k8s(node: &k8s::Node) -> Result<ironclaim_core::Node> {
     Ok(ironclaim_core::Node {
         do_not_disrupt: says(KARPENTER_DO_NOT_DISRUPT) || says(SCALE_DOWN_DISABLED),
         disrupting: taints.iter().any(|t| t.key == ironclaim_core::DISRUPTING_TAINT),
-        server: labels.get(SERVER_LABEL).cloned(),
+        server: labels.get(SERVER_LABEL).or_else(|| labels.get(CLUSTER_API_SERVER_LABEL)).cloned(),
         name,
         labels: labels.into(),
         taints,

@@ -9,9 +9,11 @@
 //! first, else the newest, as a MachineSet does), walks each new Machine
 //! through Pending, Provisioning and Provisioned (setting a providerID) to
 //! Running, registering a kwok Node for it and setting `status.nodeRef`.
-//! It fakes the MachineSet and Machine controllers, the infrastructure
-//! provider and the kubelet; what ironclaim writes (replicas, annotations,
-//! node labels) goes through the real API server and CRD schemas.
+//! Like Cluster API's Machine controller, it copies the Machine's labels
+//! of the `node.cluster.x-k8s.io/` domain onto the Node. It fakes the
+//! MachineSet and Machine controllers, the infrastructure provider and the
+//! kubelet; what ironclaim writes (replicas, annotations, labels) goes
+//! through the real API server and CRD schemas.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -22,7 +24,8 @@ use ironclaim_controller::cluster_api::{
     DELETE_MACHINE_ANNOTATION, DEPLOYMENT_NAME_LABEL, MACHINE_SERVER_ANNOTATION, machine_resource, machinedeployment_resource,
 };
 use ironclaim_controller::{ClusterApiPower, Controller, ExternalPower, Metal3Power, ProviderRouter};
-use ironclaim_k8s::node::SERVER_LABEL;
+use ironclaim_k8s::api::Server;
+use ironclaim_k8s::node::CLUSTER_API_SERVER_LABEL;
 use ironclaim_testenv::{TestEnv, eventually};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -46,6 +49,26 @@ async fn install_cluster_api_crds(env: &TestEnv) {
         env.kubectl(["wait", "--for=condition=Established", crd, "--timeout=30s"]).expect("established");
     }
     let _ = env.kubectl(["create", "namespace", NS]);
+    // What an earlier test of this binary left, gone; and the fresh CRDs'
+    // storage ready (it answers 429 while it initializes).
+    let client = env.client().await.expect("client");
+    for resource in [machinedeployment_resource(), machine_resource()] {
+        let all = api(&client, &resource);
+        eventually("the Cluster API objects of earlier tests gone", Duration::from_secs(30), || {
+            let all = all.clone();
+            async move {
+                let left = all.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+                if left.items.is_empty() {
+                    return Ok(());
+                }
+                for object in &left.items {
+                    let _ = all.delete(&object.name_any(), &DeleteParams::default()).await;
+                }
+                Err(format!("{} left", left.items.len()))
+            }
+        })
+        .await;
+    }
 }
 
 fn api(client: &Client, resource: &kube::api::ApiResource) -> Api<DynamicObject> {
@@ -58,7 +81,7 @@ async fn create(api: &Api<DynamicObject>, object: serde_json::Value) {
     for _ in 0..50 {
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => return,
-            Err(kube::Error::Api(s)) if s.code == 404 => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 429 => tokio::time::sleep(Duration::from_millis(200)).await,
             Err(err) => panic!("create {}: {err}", object.name_any()),
         }
     }
@@ -163,6 +186,9 @@ impl StandIn {
                         "Provisioned" => {
                             let mut n = existing_node(&node, 16, 32, &[], 0, &[]);
                             n["spec"]["providerID"] = json!(provider_id);
+                            for (k, v) in m.labels().iter().filter(|(k, _)| k.starts_with("node.cluster.x-k8s.io/")) {
+                                n["metadata"]["labels"][k] = json!(v);
+                            }
                             let n: Node = serde_json::from_value(n).expect("node");
                             if !matches!(nodes.create(&PostParams::default(), &n).await, Ok(_) | Err(kube::Error::Api(_))) {
                                 continue;
@@ -258,7 +284,8 @@ async fn pending_pods_scale_a_machinedeployment_up_and_an_idle_server_removes_ex
     })
     .await;
     let bound_after = created.elapsed();
-    let slot_a = Api::<Node>::all(client.clone()).get(&node_a).await.expect("node a").labels().get(SERVER_LABEL).cloned().expect("linked");
+    let slot_a =
+        Api::<Node>::all(client.clone()).get(&node_a).await.expect("node a").labels().get(CLUSTER_API_SERVER_LABEL).cloned().expect("linked");
     served_claim(&client, &slot_a).await;
     let machine_a = machine_of(&client, &slot_a).await.expect("the Machine of pod a's server");
     assert_eq!(node_a, format!("{machine_a}-node"));
@@ -300,4 +327,66 @@ async fn pending_pods_scale_a_machinedeployment_up_and_an_idle_server_removes_ex
     assert!(!text.contains("ironclaim_power_failures_total{"), "{text}");
     println!("cluster-api: pod a bound {bound_after:?} after creation");
     running.stop().await;
+}
+
+/// A power-off cut short between its mark and its scale-down (a restart,
+/// a lost lease) leaves a Machine marked with its replica still there:
+/// the next power-on takes the mark back, the next power-off finishes the
+/// scale-down; and a group at its minimum size is never marked at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_off_cut_short_is_taken_back_or_finished_and_the_minimum_size_marks_nothing() {
+    use ironclaim_controller::Power;
+    let (env, client) = setup().await;
+    install_cluster_api_crds(&env).await;
+    create(
+        &api(&client, &machinedeployment_resource()),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": MD, "namespace": NS, "annotations": {"cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "2"}},
+            "spec": {
+                "clusterName": "lab", "replicas": 0,
+                "selector": {"matchLabels": {DEPLOYMENT_NAME_LABEL: MD}},
+                "template": {"metadata": {"labels": {DEPLOYMENT_NAME_LABEL: MD}}, "spec": {
+                    "clusterName": "lab", "bootstrap": {"dataSecretName": "bootstrap"},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "workers"}
+                }}
+            }
+        }),
+    )
+    .await;
+    let _stand_in = StandIn::start(client.clone(), Duration::from_millis(300));
+    let power = ClusterApiPower::new(client.clone(), Duration::from_secs(30)).with_poll(Duration::from_millis(200));
+    let server: Server = serde_json::from_value(cluster_api_server("capi-x")).expect("server");
+    let machines = api(&client, &machine_resource());
+    let mark = |value: serde_json::Value| json!({"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: value}}});
+
+    power.power_on(&server).await.expect("power on");
+    let machine = machine_of(&client, "capi-x").await.expect("taken");
+    let labels = machines.get(&machine).await.expect("machine").labels().clone();
+    assert_eq!(labels.get(CLUSTER_API_SERVER_LABEL).map(String::as_str), Some("capi-x"), "the label its Node gets");
+    assert_eq!(replicas(&client).await, 1);
+
+    // Cut short after the mark: the next power-on takes the mark back.
+    machines.patch(&machine, &PatchParams::default(), &Patch::Merge(&mark(json!("ironclaim")))).await.expect("mark");
+    power.power_on(&server).await.expect("power on again");
+    let kept = machines.get(&machine).await.expect("kept");
+    assert!(!kept.annotations().contains_key(DELETE_MACHINE_ANNOTATION), "the mark is taken back");
+    assert_eq!(replicas(&client).await, 1);
+
+    // Cut short again; this time a power-off comes next and finishes it.
+    machines.patch(&machine, &PatchParams::default(), &Patch::Merge(&mark(json!("ironclaim")))).await.expect("mark");
+    power.power_off(&server).await.expect("power off");
+    assert_eq!(replicas(&client).await, 0);
+    assert!(machines.get_opt(&machine).await.expect("read").is_none(), "the marked Machine went");
+
+    // At its minimum size a group is not shrunk, and nothing is marked.
+    power.power_on(&server).await.expect("power on");
+    let machine = machine_of(&client, "capi-x").await.expect("taken");
+    let min = json!({"metadata": {"annotations": {"cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "1"}}});
+    api(&client, &machinedeployment_resource()).patch(MD, &PatchParams::default(), &Patch::Merge(&min)).await.expect("min size");
+    let err = power.power_off(&server).await.expect_err("at its minimum");
+    assert_eq!(err.label, "at_min_size", "{}", err.message);
+    let still = machines.get(&machine).await.expect("still there");
+    assert!(!still.annotations().contains_key(DELETE_MACHINE_ANNOTATION), "not marked");
+    assert_eq!(replicas(&client).await, 1);
 }
