@@ -223,6 +223,27 @@ async fn replicas(client: &Client) -> i64 {
     api(client, &machinedeployment_resource()).get(MD).await.expect("the MachineDeployment").data["spec"]["replicas"].as_i64().unwrap_or(-1)
 }
 
+/// The MachineDeployment of the tests, at 0 replicas, with `annotations`.
+fn machine_deployment(annotations: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+        "metadata": {"name": MD, "namespace": NS, "annotations": annotations},
+        "spec": {
+            "clusterName": "lab",
+            "replicas": 0,
+            "selector": {"matchLabels": {DEPLOYMENT_NAME_LABEL: MD}},
+            "template": {
+                "metadata": {"labels": {DEPLOYMENT_NAME_LABEL: MD}},
+                "spec": {
+                    "clusterName": "lab",
+                    "bootstrap": {"dataSecretName": "bootstrap"},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "workers"}
+                }
+            }
+        }
+    })
+}
+
 /// The Machine ironclaim took for `server`, by its annotation.
 async fn machine_of(client: &Client, server: &str) -> Option<String> {
     let list = api(client, &machine_resource()).list(&ListParams::default()).await.ok()?;
@@ -233,32 +254,13 @@ async fn machine_of(client: &Client, server: &str) -> Option<String> {
 async fn pending_pods_scale_a_machinedeployment_up_and_an_idle_server_removes_exactly_its_own_machine() {
     let (env, client) = setup().await;
     install_cluster_api_crds(&env).await;
-    create(
-        &api(&client, &machinedeployment_resource()),
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-            "metadata": {"name": MD, "namespace": NS, "annotations": {
-                "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "0",
-                "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "2",
-                "capacity.cluster-autoscaler.kubernetes.io/cpu": "16",
-                "capacity.cluster-autoscaler.kubernetes.io/memory": "32Gi"
-            }},
-            "spec": {
-                "clusterName": "lab",
-                "replicas": 0,
-                "selector": {"matchLabels": {DEPLOYMENT_NAME_LABEL: MD}},
-                "template": {
-                    "metadata": {"labels": {DEPLOYMENT_NAME_LABEL: MD}},
-                    "spec": {
-                        "clusterName": "lab",
-                        "bootstrap": {"dataSecretName": "bootstrap"},
-                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "workers"}
-                    }
-                }
-            }
-        }),
-    )
-    .await;
+    let annotations = json!({
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "0",
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "2",
+        "capacity.cluster-autoscaler.kubernetes.io/cpu": "16",
+        "capacity.cluster-autoscaler.kubernetes.io/memory": "32Gi"
+    });
+    create(&api(&client, &machinedeployment_resource()), machine_deployment(annotations)).await;
     for slot in ["capi-1", "capi-2"] {
         apply(&env, &cluster_api_server(slot));
     }
@@ -338,22 +340,8 @@ async fn a_power_off_cut_short_is_taken_back_or_finished_and_the_minimum_size_ma
     use ironclaim_controller::Power;
     let (env, client) = setup().await;
     install_cluster_api_crds(&env).await;
-    create(
-        &api(&client, &machinedeployment_resource()),
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-            "metadata": {"name": MD, "namespace": NS, "annotations": {"cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "2"}},
-            "spec": {
-                "clusterName": "lab", "replicas": 0,
-                "selector": {"matchLabels": {DEPLOYMENT_NAME_LABEL: MD}},
-                "template": {"metadata": {"labels": {DEPLOYMENT_NAME_LABEL: MD}}, "spec": {
-                    "clusterName": "lab", "bootstrap": {"dataSecretName": "bootstrap"},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "workers"}
-                }}
-            }
-        }),
-    )
-    .await;
+    let annotations = json!({"cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "2"});
+    create(&api(&client, &machinedeployment_resource()), machine_deployment(annotations)).await;
     let _stand_in = StandIn::start(client.clone(), Duration::from_millis(300));
     let power = ClusterApiPower::new(client.clone(), Duration::from_secs(30)).with_poll(Duration::from_millis(200));
     let server: Server = serde_json::from_value(cluster_api_server("capi-x")).expect("server");
