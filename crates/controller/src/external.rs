@@ -933,8 +933,14 @@ echo "something went wrong" >&2; exit 7
         let err = power.power_state(&server("h")).await.unwrap_err();
         assert_eq!((err.reason, err.label), (FailureReason::BmcUnreachable, "timed_out"));
         assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert_killed(&dir, "the hung command's").await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Asserts that the process whose pid the script wrote to `child` in
+    /// `dir` is killed within 2 s: gone, or a zombie waiting for a reaper.
+    async fn assert_killed(dir: &Path, whose: &str) {
         let child = std::fs::read_to_string(dir.join("child")).expect("the child's pid").trim().to_string();
-        // Killed: gone, or a zombie waiting for a reaper.
         let alive = || {
             std::fs::read_to_string(format!("/proc/{child}/stat"))
                 .ok()
@@ -945,8 +951,7 @@ echo "something went wrong" >&2; exit 7
         while alive() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(!alive(), "the hung command's child {child} still runs");
-        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!alive(), "{whose} child {child} still runs");
     }
 
     /// A call cancelled (its task aborted when the lease is lost) kills
@@ -971,18 +976,7 @@ echo "something went wrong" >&2; exit 7
         assert_eq!(power.power_state(&s).await.unwrap(), PowerState::PoweringOn);
         call.abort();
         let _ = call.await;
-        let child = std::fs::read_to_string(dir.join("child")).expect("the child's pid").trim().to_string();
-        let alive = || {
-            std::fs::read_to_string(format!("/proc/{child}/stat"))
-                .ok()
-                .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-                .unwrap_or(false)
-        };
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while alive() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(!alive(), "the cancelled command's child {child} still runs");
+        assert_killed(&dir, "the cancelled command's").await;
         assert_eq!(power.power_state(&s).await.unwrap(), PowerState::Off, "read from the provider again, not from a dead action");
         let _ = std::fs::remove_dir_all(&dir);
     }
