@@ -85,7 +85,8 @@ pub fn parse_pod(text: &str) -> anyhow::Result<(String, String)> {
 #[derive(Serialize)]
 struct Explanation {
     pod: String,
-    /// `bound`, `waiting` (pending demand) or `not_waiting`.
+    /// `bound`, `waiting` (pending demand), `resize_waiting` (runs, and
+    /// waits for an in-place resize its node did not apply) or `not_waiting`.
     state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
@@ -305,11 +306,13 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: Con
         index.claims.values().filter(|c| c.spec.pods.iter().any(|p| p.namespace == namespace && p.name == name)).collect();
     claims.sort_by_key(|c| (c.metadata.creation_timestamp.as_ref().map(|t| t.0), c.name_any()));
     explanation.claims = claims.into_iter().map(|c| claim_view(index, c, now)).collect();
-    if entry.pod.node_name.is_some() {
+    if entry.pod.is_resize_demand() {
+        explanation.state = "resize_waiting";
+    } else if entry.pod.node_name.is_some() {
         explanation.state = "bound";
         return Ok(explanation);
     }
-    if !entry.pod.is_pending_demand() {
+    if !entry.pod.is_demand() {
         explanation.state = "not_waiting";
         return Ok(explanation);
     }
@@ -346,9 +349,13 @@ fn explain(index: &Index, namespace: &str, name: &str, now: u64, controller: Con
         after_creation_s: after,
         source: if pool.is_some() { "pool" } else { "annotation" },
         pool,
-        left_s: (entry.pod.created_s + after) as i64 - now as i64,
+        // A resize's deadline runs from when it started waiting.
+        left_s: (entry.pod.resize.as_ref().map_or(entry.pod.created_s, |r| r.since_s) + after) as i64 - now as i64,
     });
-    let summary = outcome.map_or_else(|| "the core does not count it as pending demand".to_string(), timeline::outcome_note);
+    let mut summary = outcome.map_or_else(|| "the core does not count it as pending demand".to_string(), timeline::outcome_note);
+    if let Some(wait) = plan.decision(&key).and_then(|d| d.resize.as_ref()) {
+        summary = format!("{wait}; {summary}");
+    }
     explanation.decision = Some(match outcome {
         Some(Outcome::Existing { node }) => DecisionView { outcome: "existing", node: Some(node.clone()), eta_s: Some(0), summary, ..empty },
         Some(Outcome::InFlight { claim, server, eta_s }) => {
@@ -402,6 +409,7 @@ fn table(e: &Explanation) -> String {
     let mut out = String::new();
     match (e.state, &e.node) {
         ("bound", Some(node)) => _ = writeln!(out, "pod {} is bound to node {node}", e.pod),
+        ("resize_waiting", Some(node)) => _ = writeln!(out, "pod {} runs on node {node} and waits for an in-place resize", e.pod),
         ("not_waiting", _) => _ = writeln!(out, "pod {} does not wait for a node (phase {})", e.pod, e.phase.as_deref().unwrap_or("?")),
         _ => {}
     }

@@ -104,6 +104,10 @@ struct PodView {
     deadline_missed: bool,
     reason: Option<String>,
     reason_kind: Option<&'static str>,
+    /// The pod runs and waits for an in-place resize its node did not
+    /// apply: `resize to 12 CPU infeasible on node-3`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resize: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -144,6 +148,7 @@ impl PlanView {
                 deadline_missed: false,
                 reason: None,
                 reason_kind: None,
+                resize: d.resize.as_ref().map(ToString::to_string),
             };
             match &d.outcome {
                 Outcome::Existing { node } => {
@@ -151,7 +156,10 @@ impl PlanView {
                     // plan reads manifests, a what-if: a pod that fits a
                     // Ready node there needs no server. (explain, which reads
                     // a live cluster, says the scheduler should bind it.)
-                    pod.reason = Some(format!("fits Ready node {node}: no server needed"));
+                    pod.reason = Some(match &d.resize {
+                        Some(wait) => format!("{wait}; fits Ready node {node} once moved: no server needed"),
+                        None => format!("fits Ready node {node}: no server needed"),
+                    });
                 }
                 Outcome::InFlight { claim, server, .. } => {
                     pod.claim = Some(claim.clone());
@@ -164,6 +172,7 @@ impl PlanView {
                     pod.node = Some(server.clone());
                     pod.path = Some(*path);
                     pod.deadline_missed = *deadline_missed;
+                    pod.reason = d.resize.as_ref().map(|wait| format!("{wait}; server {server} powering on"));
                 }
                 Outcome::Unschedulable { reason } => {
                     pod.reason = Some(reason.to_string());
@@ -209,6 +218,11 @@ fn plan_table(view: &PlanView, plan: &Provisioning) -> String {
                 "existing" | "unschedulable" => p.reason.clone().unwrap_or_default(),
                 _ if p.deadline_missed => "misses its deadline".to_string(),
                 _ => String::new(),
+            };
+            // A pod waiting for a resize says which, unless its note does.
+            let note = match &p.resize {
+                Some(r) if !note.starts_with(r.as_str()) => [r.as_str(), note.as_str()].join("; ").trim_end_matches("; ").to_string(),
+                _ => note,
             };
             pods.add_row(vec![
                 w.name.clone(),
@@ -330,7 +344,7 @@ mod tests {
     use super::*;
 
     fn decision(pod: &str, workload: Option<&str>) -> PodDecision {
-        PodDecision { pod: pod.into(), workload: workload.map(String::from), outcome: Outcome::Existing { node: "n1".into() } }
+        PodDecision { pod: pod.into(), workload: workload.map(String::from), outcome: Outcome::Existing { node: "n1".into() }, resize: None }
     }
 
     #[test]

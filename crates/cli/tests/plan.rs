@@ -416,3 +416,48 @@ fn every_outcome_is_reachable_from_manifests() {
     assert_eq!((got.0.as_str(), got.1.as_deref()), ("in_flight", None));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_pod_waiting_for_an_in_place_resize_is_planned_at_its_new_size() {
+    let example = std::fs::read_to_string(repo_file("examples/worked-example.yaml")).unwrap();
+    let dir = std::env::temp_dir().join(format!("ironclaim-resize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Runs on general-a with 1 CPU; its kubelet finds 20 CPU infeasible
+    // (or 6, deferred: more than general-a has free, less than general-b).
+    let resizing = |cpu: &str, reason: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: db-0, namespace: default, ownerReferences: [{{apiVersion: apps/v1, kind: StatefulSet, name: db, uid: u, controller: true}}]}}\nspec:\n  nodeName: general-a\n  containers:\n  - {{name: db, image: x, resources: {{requests: {{cpu: \"{cpu}\", memory: 1Gi}}}}}}\nstatus:\n  phase: Running\n  conditions:\n  - {{type: PodResizePending, status: \"True\", reason: {reason}}}\n  containerStatuses:\n  - {{name: db, image: x, imageID: \"\", ready: true, restartCount: 0, resources: {{requests: {{cpu: \"1\", memory: 1Gi}}}}, allocatedResources: {{cpu: \"1\", memory: 1Gi}}}}\n"
+        )
+    };
+    let plan = |name: &str, doc: String| -> (Value, String) {
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, format!("{example}\n{doc}")).unwrap();
+        let (code, out, err) = ironclaim(&["plan", "-f", path.to_str().unwrap(), "--output", "json"]);
+        assert_eq!(code, 0, "{err}");
+        let json: Value = serde_json::from_str(&out).unwrap();
+        let pod =
+            json["workloads"].as_array().unwrap().iter().flat_map(|w| w["pods"].as_array().unwrap().clone()).find(|p| p["name"] == "default/db-0");
+        let (code, table, err) = ironclaim(&["plan", "-f", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        (pod.unwrap_or_else(|| panic!("db-0 not planned: {out}")), table)
+    };
+    let (pod, table) = plan("infeasible", resizing("20", "Infeasible"));
+    assert_eq!(pod["outcome"], "new_claim", "{pod}");
+    assert_eq!(pod["resize"], "resize to 20 CPU infeasible on general-a");
+    let server = pod["server"].as_str().unwrap();
+    assert!(table.contains("resize to 20 CPU infeasible on general-a"), "{table}");
+    assert!(pod["reason"].as_str().unwrap().ends_with(&format!("server {server} powering on")), "{pod}");
+    // general-b has room for 6 CPU once the pod moves: no server.
+    let (pod, _) = plan("deferred", resizing("6", "Deferred"));
+    assert_eq!((pod["outcome"].as_str(), pod["node"].as_str()), (Some("existing"), Some("general-b")), "{pod}");
+    assert_eq!(pod["resize"], "resize to 6 CPU deferred on general-a");
+    // Without the condition, the same pod is just running.
+    let (code, out, err) = ironclaim(&["plan", "-f", dir.join("infeasible.yaml").to_str().unwrap(), "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let plain = std::fs::read_to_string(dir.join("infeasible.yaml")).unwrap().replace("type: PodResizePending", "type: Ready");
+    std::fs::write(dir.join("plain.yaml"), plain).unwrap();
+    let (code, plain_out, err) = ironclaim(&["plan", "-f", dir.join("plain.yaml").to_str().unwrap(), "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("default/db-0") && !plain_out.contains("default/db-0"), "{plain_out}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -286,9 +286,10 @@ impl Index {
         self.claims.values().filter(|c| c.status.as_ref().is_none_or(|s| s.failure_reason.is_none())).map(|c| (c.spec.server.as_str(), c)).collect()
     }
 
-    /// The pending pods the core will plan for, by key.
+    /// The pods the core will plan for, by key: pending, or waiting for an
+    /// in-place resize ([`ironclaim_core::Pod::is_demand`]).
     pub fn pending_pod_keys(&self) -> impl Iterator<Item = &String> {
-        self.pods.iter().filter(|(_, e)| e.pod.is_pending_demand()).map(|(k, _)| k)
+        self.pods.iter().filter(|(_, e)| e.pod.is_demand()).map(|(k, _)| k)
     }
 
     /// The world as the core sees it at `now_s`.

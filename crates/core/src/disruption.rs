@@ -500,7 +500,24 @@ fn best_replacement<'s>(
 }
 
 /// Decides the scale-down half of a plan. Pure: same inputs, same output.
+/// Pods waiting for an in-place resize count as demand for room at their
+/// new size, as pending pods do ([`crate::resize`]).
+/// An empty node such a pod would land on is the room it waits for (it
+/// moves once VPA, or whoever asked, evicts or recreates it): not idle.
 pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
+    let expanded = crate::resize::with_demand(snapshot);
+    let mut awaited: BTreeMap<String, String> = BTreeMap::new();
+    if matches!(expanded, std::borrow::Cow::Owned(_)) {
+        for d in provision(snapshot, now_s).pods {
+            if let (Some(wait), Outcome::Existing { node }) = (&d.resize, d.outcome) {
+                awaited.entry(node).or_insert_with(|| format!("the room pod {} waits for: {wait}", d.pod));
+            }
+        }
+    }
+    disrupt_expanded(&expanded, &awaited, now_s)
+}
+
+fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now_s: Seconds) -> Disruption {
     let mut out = Disruption::default();
     let pools = &snapshot.pools;
     let servers: HashMap<&str, &Server> = snapshot.servers.iter().map(|s| (s.name.as_str(), s)).collect();
@@ -550,6 +567,12 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     // waiting for, not idle capacity.
     let in_flight: Vec<&str> = snapshot.claims.iter().map(|c| c.server.as_str()).collect();
     for (i, c) in candidates.iter().enumerate() {
+        if c.pods.is_empty()
+            && let Some(why) = awaited.get(&c.node.name)
+        {
+            out.held.push(Held { subject: c.node.name.clone(), why: why.clone() });
+            continue;
+        }
         if c.pods.is_empty()
             && let Some(s) = c.server
             && !in_flight.contains(&s.name.as_str())

@@ -15,6 +15,7 @@ pub mod outcome;
 pub mod predicates;
 pub mod provision;
 pub mod quantity;
+pub mod resize;
 pub mod resources;
 pub mod scenario;
 pub mod schedule;

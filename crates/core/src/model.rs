@@ -180,6 +180,43 @@ pub struct Pod {
     /// The workload this pod belongs to, for reports (a Deployment's name).
     #[serde(default)]
     pub workload: Option<String>,
+    /// An in-place resize its node has not applied (`PodResizePending`):
+    /// `requests` are what it holds there now, as kube-scheduler counts
+    /// them; the resize is demand for a node that can host it whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<Resize>,
+}
+
+/// Why the kubelet has not applied a pod's in-place resize: the reason of
+/// its `PodResizePending` condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResizeReason {
+    /// The node can never give it (more than the node's allocatable).
+    Infeasible,
+    /// The node cannot give it now (its other pods hold the room).
+    Deferred,
+}
+
+impl ResizeReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResizeReason::Infeasible => "infeasible",
+            ResizeReason::Deferred => "deferred",
+        }
+    }
+}
+
+/// An in-place resize waiting on the node a pod runs on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Resize {
+    /// The pod's effective requests once resized, one pod slot included.
+    pub desired: Resources,
+    pub reason: ResizeReason,
+    /// Since when the resize has waited (the condition's last transition):
+    /// its deadline runs from here.
+    #[serde(default)]
+    pub since_s: Seconds,
 }
 
 /// Pods with a priority below this neither trigger scale-up nor block
@@ -226,6 +263,18 @@ impl Pod {
             && !self.scheduling_gated
             && !self.is_daemonset_pod()
             && self.priority >= EXPENDABLE_PRIORITY_BELOW
+    }
+
+    /// Running, wanted, and waiting for an in-place resize its node cannot
+    /// give: demand for a node that can host it at its desired size (see
+    /// [`crate::resize`]).
+    pub fn is_resize_demand(&self) -> bool {
+        self.resize.is_some() && self.occupies_node() && !self.terminating && !self.is_daemonset_pod() && self.priority >= EXPENDABLE_PRIORITY_BELOW
+    }
+
+    /// Demand the core plans for: waiting for a node, or for a resize.
+    pub fn is_demand(&self) -> bool {
+        self.is_pending_demand() || self.is_resize_demand()
     }
 
     pub fn with_labels(mut self, pairs: &[(&str, &str)]) -> Self {

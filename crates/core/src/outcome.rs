@@ -183,6 +183,10 @@ pub struct PodDecision {
     pub workload: Option<String>,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// The pod runs and waits for an in-place resize its node did not
+    /// apply: the decision is for the pod at its new size, elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<crate::resize::ResizeWait>,
 }
 
 /// A ServerClaim the plan opens: one server for a set of pending pods.

@@ -46,9 +46,20 @@ pub const SERVER_LABEL: &str = "ironclaim.dev/server";
 /// runs work.
 pub const SPARE_TAINT: &str = "ironclaim.dev/spare";
 
-/// Decides where every pending pod goes. Pure: same inputs, same output.
+/// Decides where every pending pod goes, and every pod waiting for an
+/// in-place resize its node did not apply ([`crate::resize`]). Pure: same
+/// inputs, same output.
 pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
-    Scheduler::new(snapshot, now_s).run()
+    let expanded = crate::resize::with_demand(snapshot);
+    let mut plan = Scheduler::new(&expanded, now_s).run();
+    if matches!(expanded, std::borrow::Cow::Owned(_)) {
+        let waits: HashMap<String, crate::resize::ResizeWait> =
+            snapshot.pods.iter().filter_map(|p| crate::resize::wait_of(p).map(|w| (p.key(), w))).collect();
+        for d in &mut plan.pods {
+            d.resize = waits.get(&d.pod).cloned();
+        }
+    }
+    plan
 }
 
 /// What one ServerPool holds, counted as its limits count it: servers that
@@ -1448,7 +1459,7 @@ impl<'s> Scheduler<'s> {
                     Outcome::Unschedulable { reason }
                 }
             };
-            decisions.push(PodDecision { pod: keys[p].take().unwrap_or_else(|| pod.key()), workload: pod.workload.clone(), outcome });
+            decisions.push(PodDecision { pod: keys[p].take().unwrap_or_else(|| pod.key()), workload: pod.workload.clone(), outcome, resize: None });
         }
         Provisioning { pods: decisions, claims }
     }

@@ -57,7 +57,8 @@ use crate::{Effect, Report, Stage};
 /// What the autoscaler reads of the world. Every method is a read of what
 /// the runner holds now (an index fed by watches, or the simulated rack).
 pub trait World {
-    /// Keys (`namespace/name`) of the pods waiting for a node.
+    /// Keys (`namespace/name`) of the pods waiting for a node, or for a
+    /// node that can give them an in-place resize ([`Pod::is_demand`]).
     fn pending(&self) -> Vec<String>;
     /// The core's snapshot: nodes, pods, pools, PDBs, servers (power
     /// state, health as recorded: healthy, quarantined or maintenance;
@@ -273,15 +274,24 @@ pub struct Autoscaler {
 /// What a pending pod is told of the decision about it.
 fn decision_note(d: &ironclaim_core::outcome::PodDecision) -> Option<Effect> {
     use ironclaim_core::outcome::Outcome;
-    let (reason, message, warning) = match &d.outcome {
-        Outcome::Existing { .. } => return None,
-        Outcome::Unschedulable { reason } => ("NotProvisionable", reason.to_string(), true),
-        Outcome::NewClaim { server, path, eta_s, .. } => {
+    let (reason, message, warning) = match (&d.outcome, &d.resize) {
+        (Outcome::Existing { .. }, None) => return None,
+        (Outcome::Existing { node }, Some(_)) => ("ResizeFits", format!("node {node} has the room once the pod is moved"), false),
+        (Outcome::Unschedulable { reason }, _) => ("NotProvisionable", reason.to_string(), true),
+        (Outcome::NewClaim { server, path, eta_s, .. }, None) => {
             ("ServerClaimed", format!("claimed server {server} ({path}); usually ready in {}", claim::human(*eta_s)), false)
         }
-        Outcome::InFlight { server, eta_s, .. } => {
+        (Outcome::NewClaim { server, path, eta_s, .. }, Some(_)) => {
+            ("ServerClaimed", format!("server {server} powering on ({path}); usually ready in {}", claim::human(*eta_s)), false)
+        }
+        (Outcome::InFlight { server, eta_s, .. }, _) => {
             ("WaitingForServer", format!("waiting for server {server}, already on its way; ready in about {}", claim::human(*eta_s)), false)
         }
+    };
+    // A pod waiting for a resize: which one, first.
+    let message = match &d.resize {
+        Some(wait) => format!("{wait}; {message}"),
+        None => message,
     };
     Some(Effect::Note { subject: d.pod.clone(), reason, message, warning })
 }
@@ -1095,7 +1105,7 @@ mod tests {
 
     impl World for Toy {
         fn pending(&self) -> Vec<String> {
-            self.snap.pods.iter().filter(|p| p.is_pending_demand()).map(Pod::key).collect()
+            self.snap.pods.iter().filter(|p| p.is_demand()).map(Pod::key).collect()
         }
         fn snapshot(&self, _scale_up: Option<usize>) -> Snapshot {
             self.snap.clone()

@@ -54,6 +54,11 @@ pub fn pod_from_k8s(pod: &k8s::Pod) -> Result<ironclaim_core::Pod> {
         }
     };
     out.terminating = meta.deletion_timestamp.is_some();
+    if out.node_name.is_some() {
+        let (holds, resize) = held_and_resize(spec, status, &out.requests, out.created_s)?;
+        out.requests = holds;
+        out.resize = resize;
+    }
     // A do-not-disrupt duration runs from the pod's start, once it has one.
     if let (Some(until), Some(started)) = (out.do_not_disrupt_until_s, status.and_then(|s| s.start_time.as_ref())) {
         let started = started.0.as_second().max(0) as u64;
@@ -154,17 +159,20 @@ fn convert(namespace: &str, name: &str, meta: &ObjectMeta, spec: &k8s::PodSpec, 
 /// # Errors
 /// A quantity that does not parse, or sums beyond any machine.
 pub fn effective_requests(spec: &k8s::PodSpec, spec_path: &str) -> Result<Resources> {
-    let container_requests = |c: &k8s::Container, at: &str| -> Result<Amounts> {
-        let resources = c.resources.as_ref();
-        let mut requests = Amounts::parse(resources.and_then(|r| r.requests.as_ref()), &format!("{at}.resources.requests"))?;
-        let limits = Amounts::parse(resources.and_then(|r| r.limits.as_ref()), &format!("{at}.resources.limits"))?;
-        requests.default_from(&limits);
-        Ok(requests)
-    };
+    effective(spec, spec_path, &[])
+}
+
+/// The effective requests with the containers of `held` (by index) at the
+/// amounts given there instead of their spec's.
+fn effective(spec: &k8s::PodSpec, spec_path: &str, held: &[Option<Amounts>]) -> Result<Resources> {
     let mut sum = Amounts::default();
     for (i, c) in spec.containers.iter().enumerate() {
         let at = format!("{spec_path}.containers[{i}]");
-        sum.add(&container_requests(c, &at)?, &format!("{spec_path}.containers"))?;
+        let requests = match held.get(i) {
+            Some(Some(amounts)) => amounts.clone(),
+            _ => container_requests(c, &at)?,
+        };
+        sum.add(&requests, &format!("{spec_path}.containers"))?;
     }
     // Sidecars (restartable init containers) run beside everything started
     // after them; a plain init container runs alone with the sidecars
@@ -198,6 +206,81 @@ pub fn effective_requests(spec: &k8s::PodSpec, spec_path: &str) -> Result<Resour
     let overhead = Amounts::parse(spec.overhead.as_ref(), &format!("{spec_path}.overhead"))?;
     sum.add(&overhead, &format!("{spec_path}.overhead"))?;
     Ok(Resources { pods: 1, ..sum.to_resources(false) })
+}
+
+/// A container's requests, a limit standing in for a request it does not set.
+fn container_requests(c: &k8s::Container, at: &str) -> Result<Amounts> {
+    let resources = c.resources.as_ref();
+    let mut requests = Amounts::parse(resources.and_then(|r| r.requests.as_ref()), &format!("{at}.resources.requests"))?;
+    let limits = Amounts::parse(resources.and_then(|r| r.limits.as_ref()), &format!("{at}.resources.limits"))?;
+    requests.default_from(&limits);
+    Ok(requests)
+}
+
+/// The kubelet's condition on a pod whose in-place resize it has not
+/// applied.
+pub const RESIZE_PENDING_CONDITION: &str = "PodResizePending";
+
+/// What a bound pod holds on its node, and the resize it waits for, as
+/// kube-scheduler reads them: per container, while the resize is
+/// infeasible, the larger of what the kubelet reports applied and
+/// allocated; otherwise the larger of those and the spec (a resize that
+/// can still be applied is counted at its new size). A resize waits when
+/// the pod's `PodResizePending` condition is True with reason `Infeasible`
+/// or `Deferred` and the spec asks for more than the kubelet applied or
+/// allocated.
+fn held_and_resize(
+    spec: &k8s::PodSpec,
+    status: Option<&k8s::PodStatus>,
+    desired: &Resources,
+    created_s: u64,
+) -> Result<(Resources, Option<ironclaim_core::model::Resize>)> {
+    use ironclaim_core::model::{Resize, ResizeReason};
+    let Some(status) = status else { return Ok((desired.clone(), None)) };
+    let pending = status.conditions.iter().flatten().find(|c| c.type_ == RESIZE_PENDING_CONDITION);
+    let reason = pending.filter(|c| c.status == "True").and_then(|c| match c.reason.as_deref() {
+        Some("Infeasible") => Some(ResizeReason::Infeasible),
+        Some("Deferred") => Some(ResizeReason::Deferred),
+        _ => None,
+    });
+    let infeasible = pending.is_some_and(|c| c.reason.as_deref() == Some("Infeasible"));
+    let statuses = status.container_statuses.as_deref().unwrap_or_default();
+    // What the kubelet applied or allocated, and what kube-scheduler counts.
+    let mut applied_or_allocated: Vec<Option<Amounts>> = Vec::with_capacity(spec.containers.len());
+    let mut held: Vec<Option<Amounts>> = Vec::with_capacity(spec.containers.len());
+    for (i, c) in spec.containers.iter().enumerate() {
+        let Some(cs) = statuses.iter().find(|cs| cs.name == c.name) else {
+            applied_or_allocated.push(None);
+            held.push(None);
+            continue;
+        };
+        let at = format!("status.containerStatuses[{}]", statuses.iter().position(|x| x.name == c.name).unwrap_or(i));
+        let applied = cs.resources.as_ref().and_then(|r| r.requests.as_ref());
+        let allocated = cs.allocated_resources.as_ref();
+        if applied.is_none() && allocated.is_none() {
+            applied_or_allocated.push(None);
+            held.push(None);
+            continue;
+        }
+        let mut amounts = Amounts::parse(applied, &format!("{at}.resources.requests"))?;
+        amounts.max_with(&Amounts::parse(allocated, &format!("{at}.allocatedResources"))?);
+        applied_or_allocated.push(Some(amounts.clone()));
+        if !infeasible {
+            amounts.max_with(&container_requests(c, &format!("spec.containers[{i}]"))?);
+        }
+        held.push(Some(amounts));
+    }
+    if held.iter().all(Option::is_none) {
+        return Ok((desired.clone(), None));
+    }
+    let holds = effective(spec, "spec", &held)?;
+    let given = effective(spec, "spec", &applied_or_allocated)?;
+    let resize = reason.filter(|_| desired.fits_in(&given).is_err()).map(|reason| Resize {
+        desired: desired.clone(),
+        reason,
+        since_s: pending.and_then(|c| c.last_transition_time.as_ref()).map_or(created_s, |t| t.0.as_second().max(0) as u64),
+    });
+    Ok((holds, resize))
 }
 
 fn is_sidecar(c: &k8s::Container) -> bool {

@@ -485,3 +485,58 @@ fn bad_annotations_and_metadata_are_named_by_their_path() {
     let specless = parse("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n");
     assert_eq!(pod_from_k8s(&specless).unwrap_err().to_string(), "spec: required");
 }
+
+/// A pod bound to node-3 whose one container asks for `spec_cpu`, with the
+/// kubelet's status: what it applied and allocated, and the resize condition.
+fn resizing(spec_cpu: &str, applied: &str, allocated: &str, condition: &str) -> ironclaim_core::Pod {
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: db-0\n  namespace: shop\n  creationTimestamp: '2026-01-01T00:00:00Z'\nspec:\n  nodeName: node-3\n  containers:\n  - {{name: db, resources: {{requests: {{cpu: '{spec_cpu}', memory: 4Gi}}}}}}\nstatus:\n  phase: Running\n  conditions:\n{condition}  containerStatuses:\n  - {{name: db, image: db, imageID: '', ready: true, restartCount: 0, resources: {{requests: {{cpu: '{applied}', memory: 4Gi}}}}, allocatedResources: {{cpu: '{allocated}', memory: 4Gi}}}}\n"
+    );
+    pod_from_k8s(&parse(&yaml)).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+}
+
+fn condition(status: &str, reason: &str) -> String {
+    format!("  - {{type: PodResizePending, status: '{status}', reason: {reason}, lastTransitionTime: '2026-01-01T00:10:00Z'}}\n")
+}
+
+#[test]
+fn an_infeasible_resize_holds_what_the_kubelet_applied_and_asks_for_the_spec() {
+    use ironclaim_core::model::ResizeReason;
+    let p = resizing("12", "4", "4", &condition("True", "Infeasible"));
+    assert_eq!(p.requests, req(4000, 4 * GI), "kube-scheduler counts the applied size while the resize is infeasible");
+    let r = p.resize.clone().expect("a resize waits");
+    assert_eq!((r.desired, r.reason), (req(12_000, 4 * GI), ResizeReason::Infeasible));
+    assert_eq!(r.since_s, 1_767_225_600 + 600, "since the condition's last transition");
+    assert!(p.is_resize_demand() && !p.is_pending_demand());
+}
+
+#[test]
+fn a_deferred_resize_is_counted_at_its_new_size_where_it_runs() {
+    use ironclaim_core::model::ResizeReason;
+    let p = resizing("12", "4", "4", &condition("True", "Deferred"));
+    assert_eq!(p.requests, req(12_000, 4 * GI), "kube-scheduler counts the larger of spec and status");
+    assert_eq!(p.resize.map(|r| r.reason), Some(ResizeReason::Deferred));
+}
+
+#[test]
+fn no_resize_waits_without_a_true_condition_a_known_reason_or_growth() {
+    // Applied, or being applied: nothing waits.
+    assert_eq!(resizing("12", "12", "12", "  - {type: Ready, status: 'True'}\n").resize, None);
+    // A condition that no longer holds.
+    assert_eq!(resizing("12", "4", "4", &condition("False", "Infeasible")).resize, None);
+    // A reason this version does not know: not demand.
+    assert_eq!(resizing("12", "4", "4", &condition("True", "Unknown")).resize, None);
+    // A shrink the kubelet has not applied holds the old, larger size.
+    let shrink = resizing("2", "4", "4", &condition("True", "Infeasible"));
+    assert_eq!((shrink.requests, shrink.resize), (req(4000, 4 * GI), None));
+    // The larger of applied and allocated is held.
+    assert_eq!(resizing("1", "2", "3", "  - {type: Ready, status: 'True'}\n").requests, req(3000, 4 * GI));
+}
+
+#[test]
+fn a_bad_quantity_in_the_status_names_its_field() {
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec:\n  nodeName: n\n  containers:\n  - {name: a, resources: {requests: {cpu: '1'}}}\nstatus:\n  containerStatuses:\n  - {name: a, image: a, imageID: '', ready: true, restartCount: 0, allocatedResources: {cpu: 'lots'}}\n";
+    let err = serde_saphyr::from_str::<Pod>(yaml).map_err(|e| e.to_string()).and_then(|p| pod_from_k8s(&p).map_err(|e| e.to_string()));
+    let err = err.expect_err("lots is no quantity");
+    assert!(err.contains("allocatedResources") || err.contains("lots"), "{err}");
+}

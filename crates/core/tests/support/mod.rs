@@ -186,6 +186,20 @@ pub fn random_snapshot(seed: u64) -> Snapshot {
             snap.pods.push(p);
         }
     }
+    // Some running pods wait for an in-place resize their node did not
+    // apply. A generator of its own, so the rest is as before.
+    let mut r = Rng::new(seed ^ 0x5eed_0f4e_512e);
+    for p in snap.pods.iter_mut().filter(|p| p.occupies_node()) {
+        if r.chance(35) {
+            let mut desired = p.requests.clone();
+            desired.cpu_milli *= 2 + r.below(24) as i64;
+            if r.chance(30) {
+                desired.memory_bytes *= 2 + r.below(8) as i64;
+            }
+            let reason = if r.chance(50) { ResizeReason::Infeasible } else { ResizeReason::Deferred };
+            p.resize = Some(Resize { desired, reason, since_s: r.below(100) });
+        }
+    }
     snap
 }
 
@@ -230,12 +244,44 @@ fn term_matches(term: &PodAffinityTerm, owner_ns: &str, other: &Pod) -> bool {
 /// Checks a plan against its snapshot. Returns every violation found.
 pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
     let mut errors = Vec::new();
-    let pods: HashMap<String, &Pod> = snap.pods.iter().map(|p| (p.key(), p)).collect();
     let servers: HashMap<&str, &Server> = snap.servers.iter().map(|s| (s.name.as_str(), s)).collect();
     let pools: HashMap<&str, &ServerPool> = snap.pools.iter().map(|p| (p.name.as_str(), p)).collect();
 
+    // What each decision is for: a pending pod as it is, or a running pod
+    // waiting for a resize at its new size, unbound (where it runs must not
+    // be where it goes).
+    let mut wants: HashMap<String, Pod> = HashMap::new();
+    let mut runs_on: HashMap<String, String> = HashMap::new();
+    for p in &snap.pods {
+        if p.is_pending_demand() {
+            wants.insert(p.key(), p.clone());
+        } else if let (Some(resize), true) = (&p.resize, p.occupies_node() && !p.terminating && p.priority >= -10 && !p.is_daemonset_pod()) {
+            let mut want = p.clone();
+            want.requests = Resources { pods: 1, ..resize.desired.clone() };
+            want.node_name = None;
+            want.phase = PodPhase::Pending;
+            want.resize = None;
+            runs_on.insert(p.key(), p.node_name.clone().unwrap());
+            wants.insert(p.key(), want);
+        }
+    }
+    let pods: HashMap<String, &Pod> = wants.iter().map(|(k, p)| (k.clone(), p)).collect();
+    for d in &plan.pods {
+        if d.resize.as_ref().map(|w| w.node.as_str()) != runs_on.get(&d.pod).map(String::as_str) {
+            errors.push(format!("{} says resize {:?}, but the pod waits for {:?}", d.pod, d.resize, runs_on.get(&d.pod)));
+        }
+        let host = match &d.outcome {
+            Outcome::Existing { node } => Some(node),
+            Outcome::NewClaim { server, .. } | Outcome::InFlight { server, .. } => Some(server),
+            Outcome::Unschedulable { .. } => None,
+        };
+        if host.is_some() && host == runs_on.get(&d.pod) {
+            errors.push(format!("{} resized onto the node that did not resize it", d.pod));
+        }
+    }
+
     // Every pending pod decided exactly once.
-    let pending: BTreeSet<String> = snap.pods.iter().filter(|p| p.is_pending_demand()).map(|p| p.key()).collect();
+    let pending: BTreeSet<String> = wants.keys().cloned().collect();
     let decided: Vec<&str> = plan.pods.iter().map(|d| d.pod.as_str()).collect();
     let decided_set: BTreeSet<String> = decided.iter().map(|s| s.to_string()).collect();
     if decided.len() != decided_set.len() || decided_set != pending {
@@ -360,12 +406,15 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
         for p in pods_on {
             used.add(&p.requests);
         }
-        if used.fits_in(&h.capacity).is_err() && pods_on.iter().any(|p| planned.iter().any(|(q, _)| q.key() == p.key())) {
+        // A pod waiting for a resize shares its key with its new size: the
+        // newcomer is the very object planned.
+        let is_planned = |p: &Pod| planned.iter().any(|(q, _)| std::ptr::eq(*q, p));
+        if used.fits_in(&h.capacity).is_err() && pods_on.iter().any(|p| is_planned(p)) {
             errors.push(format!("{name} overcommitted: {used:?} > {:?}", h.capacity));
         }
         // Only newcomers are the plan's doing; running pods are as they are.
         for (i, p) in pods_on.iter().enumerate() {
-            let is_planned = planned.iter().any(|(q, _)| q.key() == p.key());
+            let is_planned = is_planned(p);
             for (j, q) in pods_on.iter().enumerate() {
                 if i == j || !is_planned {
                     continue;
