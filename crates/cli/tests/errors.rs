@@ -47,6 +47,13 @@ fn every_bad_input_and_every_failure_of_the_world_is_one_line_with_the_place_and
     let inventory = write(&dir, "inventory.yaml", "- name: a\n  address: https://bmc\n  credentials: {}\n  colour: blue\n");
     let missing = dir.join("missing.yaml").to_str().unwrap().to_string();
     let providers = write(&dir, "providers.yaml", "providers:\n- name: ipmi\n  command: [ipmitool.sh]\n");
+    let unsized_resize = write(&dir, "resize.csv", "name,cpu_milli,memory_mib,arrival_s,departure_s,resize_s\na,1000,100,0,600,60\n");
+    let late_resize = write(
+        &dir,
+        "late.yaml",
+        "pods:\n- {name: db, cpu_milli: 1000, memory_mib: 100, arrival_s: 0, departure_s: 600, resize_s: 900, resize_cpu_milli: 2000}\n",
+    );
+    let servers = write(&dir, "servers.csv", "name,cpu_milli,memory_mib\ns,8000,1000\n");
     let cases = [
         // Files and documents.
         case(&["plan", "-f", &missing], 2, &["missing.yaml"]),
@@ -56,6 +63,8 @@ fn every_bad_input_and_every_failure_of_the_world_is_one_line_with_the_place_and
         case(&["plan", "--vary", "colour=red"], 2, &["--vary", "warm, boot, stock, requests"]),
         case(&["simulate", "--trace", &missing, "--servers", &missing], 2, &["--trace", "missing.yaml"]),
         case(&["simulate", "--servers", &bad_yaml], 2, &["--servers needs --trace"]),
+        case(&["simulate", "--trace", &unsized_resize, "--servers", &servers], 2, &["resize.csv:2:6", "resize_s without resize_cpu_milli"]),
+        case(&["simulate", "--trace", &late_resize], 2, &["late.yaml", "pods[0] (db)", "resize_s 900 is not before the departure time 600"]),
         case(&["simulate", "--batch-idle", "10s", "--batch-max", "1s"], 2, &["--batch-max", "--batch-idle"]),
         case(&["bmc", "status", "--inventory", &missing], 2, &["inventory", "missing.yaml"]),
         case(&["bmc", "status", "--inventory", &inventory], 2, &["inventory.yaml:4:3", "unknown field"]),

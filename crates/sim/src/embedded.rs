@@ -110,7 +110,7 @@ fn day(seed: u64, weekend: bool) -> Workload {
         pod.deadline_s = Some(deadline);
         pod.created_s = from;
         pod = pod.with_labels(&[("app", workload)]);
-        pods.push(TracePod { pod, arrival_s: from, departure_s: to });
+        pods.push(TracePod { pod, arrival_s: from, departure_s: to, resize: None });
     };
     for i in 0..6 {
         let pod = Pod::new("platform", &format!("platform-{i}"), pod_requests(2000, 8 * 1024, 0, 0));

@@ -39,7 +39,7 @@ use crate::workload::{HardwareClass, Workload, gpu_milli_of};
 use foldhash::{HashMap, HashMapExt};
 use ironclaim_core::identity::{self, Links, NodeSays};
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint, TaintEffect};
-use ironclaim_core::model::{Arrival, PowerChange};
+use ironclaim_core::model::{Arrival, PowerChange, Resize, ResizeReason};
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
 use ironclaim_core::provision::{SERVER_LABEL, SERVERPOOL_LABEL, SPARE_TAINT};
 use ironclaim_core::transitions::CYCLE_WINDOW_S;
@@ -342,12 +342,34 @@ struct PodRun {
     /// When the pod as it is now was created: its arrival, or the last
     /// eviction, after which its controller made it again.
     created_at: Seconds,
+    /// Its requests since an in-place resize was applied or it was made
+    /// again at its new size; None: as the trace made it.
+    grown: Option<Resources>,
+    /// A resize its node has not applied (deferred): the pod holds its
+    /// requests until it is applied or VPA makes the pod again.
+    resize: Option<Resize>,
+}
+
+/// What became of the in-place resizes a run asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Resizes {
+    pub asked: u64,
+    /// Applied where the pod ran, at once or once the room freed.
+    pub in_place: u64,
+    /// The pod made again at its new size elsewhere: refused (beyond its
+    /// node's allocatable), or deferred past VPA's patience.
+    pub recreated: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
     Arrive(usize),
     Depart(usize),
+    /// The trace's in-place resize of a pod ([`crate::TraceResize`]).
+    Resize(usize),
+    /// VPA's fallback: a resize still deferred is given up, and the pod
+    /// made again at its new size.
+    VpaRecreate(usize),
     PowerOnDone {
         server: usize,
         epoch: u64,
@@ -478,6 +500,10 @@ pub struct RunStats {
     pub drains_done: u64,
     /// Workload pods evicted by drains (their controllers made them again).
     pub pods_evicted: u64,
+    /// In-place resizes the trace asked for: applied where the pod ran (at
+    /// once or once the room freed), and pods made again at their new size
+    /// (refused, or deferred past VPA's patience).
+    pub resizes: Resizes,
     pub provision_calls: u64,
     pub scale_down_passes: u64,
     /// Why the pods still pending at the end wait, as the core says at the end.
@@ -623,6 +649,7 @@ pub struct Engine<'a> {
     /// Per workload pod evicted by a drain, the wait of the pod its
     /// controller made before (pod index, seconds).
     earlier_waits: Vec<(usize, Seconds)>,
+    resizes: Resizes,
     claims_ready: u64,
     power_offs_refused: u64,
     liveness_bound_s: Seconds,
@@ -844,6 +871,8 @@ impl<'a> Engine<'a> {
                     bound_at: None,
                     withdrawn_at: None,
                     created_at: w.pods[i].arrival_s,
+                    grown: None,
+                    resize: None,
                 })
                 .collect(),
             pending: BTreeSet::new(),
@@ -868,6 +897,7 @@ impl<'a> Engine<'a> {
             failed_claims: Vec::new(),
             cold_to_ready: Vec::new(),
             earlier_waits: Vec::new(),
+            resizes: Resizes::default(),
             claims_ready: 0,
             power_offs_refused: 0,
             liveness_bound_s,
@@ -917,6 +947,13 @@ impl<'a> Engine<'a> {
                 && d <= self.end
             {
                 self.push(d, Event::Depart(i));
+            }
+            if let Some(r) = &tp.resize
+                && r.at_s >= tp.arrival_s
+                && r.at_s <= self.end
+                && tp.departure_s.is_none_or(|d| r.at_s < d)
+            {
+                self.push(r.at_s, Event::Resize(i));
             }
         }
         self.start_foreign_workers();
@@ -1023,6 +1060,8 @@ impl<'a> Engine<'a> {
         match event {
             Event::Arrive(p) => self.arrive(p),
             Event::Depart(p) => self.depart(p),
+            Event::Resize(p) => self.resize(p),
+            Event::VpaRecreate(p) => self.vpa_recreate(p),
             Event::PowerOnDone { server, epoch } if live(self, server, epoch) => self.power_on_done(server),
             Event::BootDone { server, epoch } if live(self, server, epoch) => self.boot_done(server),
             Event::Register { server, epoch } if live(self, server, epoch) => self.register(server),
@@ -1839,8 +1878,8 @@ impl<'a> Engine<'a> {
         let srv = &mut self.srv[s];
         srv.allocated = Resources::default();
         srv.daemon_pods.clear();
-        for p in &srv.workload_pods {
-            srv.allocated.add(&self.prep.pods[*p].requests);
+        for &p in &srv.workload_pods {
+            srv.allocated.add(self.pods[p].grown.as_ref().unwrap_or(&self.prep.pods[p].requests));
         }
         for (i, ds) in self.w.daemonsets.iter().enumerate() {
             let t = &ds.template;
@@ -2140,12 +2179,90 @@ impl<'a> Engine<'a> {
     }
 
     fn unbind(&mut self, p: usize, server: usize) {
-        let pod = &self.prep.pods[p];
         let srv = &mut self.srv[server];
-        srv.allocated.sub(&pod.requests);
+        srv.allocated.sub(self.pods[p].grown.as_ref().unwrap_or(&self.prep.pods[p].requests));
         srv.workload_pods.retain(|&x| x != p);
+        self.pods[p].resize = None;
         self.checker.unbound(server);
         self.refresh_watts(server);
+        // The kubelet applies a deferred resize once the room is there.
+        let deferred: Vec<usize> = self.srv[server].workload_pods.iter().copied().filter(|&q| self.pods[q].resize.is_some()).collect();
+        for q in deferred {
+            self.try_resize(q, server);
+        }
+    }
+
+    /// The requests a pod holds or asks for now.
+    fn requests(&self, p: usize) -> &Resources {
+        self.pods[p].grown.as_ref().unwrap_or(&self.prep.pods[p].requests)
+    }
+
+    /// The trace asks a pod for an in-place resize ([`crate::TraceResize`]).
+    fn resize(&mut self, p: usize) {
+        let Some(to) = self.w.pods[p].resize.as_ref().map(|r| Resources { pods: 1, ..r.to.clone() }) else { return };
+        self.resizes.asked += 1;
+        match self.pods[p].state {
+            PodState::Bound { server } => {
+                self.pods[p].resize = Some(Resize { desired: to.clone(), reason: ResizeReason::Deferred, since_s: self.now });
+                if self.try_resize(p, server) {
+                    return;
+                }
+                if !to.fits(&self.w.servers[server].server.capacity) {
+                    // Beyond the node's allocatable, the API server refuses
+                    // the resize: VPA makes the pod again at its new size.
+                    self.recreate(p, server);
+                } else {
+                    self.push(self.now + crate::workload::VPA_DEFERRED_EVICT_S, Event::VpaRecreate(p));
+                }
+            }
+            // Not running yet: it is made at its new size.
+            PodState::Pending => {
+                self.pods[p].grown = Some(to);
+                self.bind_pending();
+            }
+            PodState::NotArrived | PodState::Done => {}
+        }
+    }
+
+    /// Applies a pod's deferred resize where it runs, if the node has the
+    /// room now.
+    fn try_resize(&mut self, p: usize, server: usize) -> bool {
+        let Some(to) = self.pods[p].resize.as_ref().map(|r| r.desired.clone()) else { return false };
+        let mut others = self.srv[server].allocated.clone();
+        others.sub(self.requests(p));
+        if !fits_beside(&to, &others, &self.w.servers[server].server.capacity) {
+            return false;
+        }
+        others.add(&to);
+        self.srv[server].allocated = others;
+        self.pods[p].grown = Some(to);
+        self.pods[p].resize = None;
+        self.resizes.in_place += 1;
+        self.refresh_watts(server);
+        self.changed = true;
+        true
+    }
+
+    /// VPA gives up on a resize still deferred.
+    fn vpa_recreate(&mut self, p: usize) {
+        if let (PodState::Bound { server }, Some(_)) = (self.pods[p].state, &self.pods[p].resize) {
+            self.recreate(p, server);
+        }
+    }
+
+    /// The pod evicted and made again at the size its resize asked for; its
+    /// wait runs from the resize.
+    fn recreate(&mut self, p: usize, server: usize) {
+        let Some(resize) = self.pods[p].resize.clone() else { return };
+        self.unbind(p, server);
+        let run = &mut self.pods[p];
+        let bound_at = run.bound_at.unwrap_or(self.now);
+        self.earlier_waits.push((p, bound_at - run.created_at));
+        run.created_at = resize.since_s;
+        run.grown = Some(resize.desired);
+        self.resizes.recreated += 1;
+        self.requeue(p);
+        self.bind_pending();
     }
 
     fn depart(&mut self, p: usize) {
@@ -2171,11 +2288,12 @@ impl<'a> Engine<'a> {
     /// weight (3) against NodeResourcesFit's (1) makes it.
     fn best_node(&self, p: usize) -> Option<usize> {
         let pod = &self.prep.pods[p];
+        let requests = self.requests(p);
         let mut best: Option<(f64, usize)> = None;
         for &s in &self.ready {
             let srv = &self.srv[s];
             let cap = &self.w.servers[s].server.capacity;
-            if !fits_beside(&pod.requests, &srv.allocated, cap)
+            if !fits_beside(requests, &srv.allocated, cap)
                 || check_node_affinity(pod, &srv.labels, &self.w.servers[s].server.name).is_err()
                 || check_taints(pod, &srv.taints, false).is_err()
             {
@@ -2183,7 +2301,7 @@ impl<'a> Engine<'a> {
             }
             let soft =
                 srv.taints.iter().filter(|t| t.effect == TaintEffect::PreferNoSchedule && !pod.tolerations.iter().any(|o| o.tolerates(t))).count();
-            let score = node_score(self.cfg.scoring, &pod.requests, &srv.allocated, cap) - 10.0 * soft as f64;
+            let score = node_score(self.cfg.scoring, requests, &srv.allocated, cap) - 10.0 * soft as f64;
             if best.is_none_or(|(b, _)| score > b) {
                 best = Some((score, s));
             }
@@ -2204,9 +2322,8 @@ impl<'a> Engine<'a> {
             let arrival = Arrival { at_s: self.pods[p].created_at, server: self.w.servers[s].server.name.clone(), deadline_s: pod.deadline_s };
             self.arrivals.insert(holder.clone(), arrival);
         }
-        let pod = &self.prep.pods[p];
         let srv = &mut self.srv[s];
-        srv.allocated.add(&pod.requests);
+        srv.allocated.add(self.pods[p].grown.as_ref().unwrap_or(&self.prep.pods[p].requests));
         srv.workload_pods.push(p);
         self.checker.bound(s);
         self.set_state(p, PodState::Bound { server: s });
@@ -2300,6 +2417,10 @@ impl<'a> Engine<'a> {
                 pod.created_s = self.pods[p].created_at;
                 pod.node_name = Some(name.clone());
                 pod.phase = PodPhase::Running;
+                if let Some(grown) = &self.pods[p].grown {
+                    pod.requests = grown.clone();
+                }
+                pod.resize = self.pods[p].resize.clone();
                 out.push(pod);
             }
         }
@@ -2383,8 +2504,9 @@ impl<'a> Engine<'a> {
             if links.mismatch(&sim.name).is_some() || links.node_of(&sim.name).is_some_and(|n| n != sim.name) {
                 continue;
             }
+            let requests = self.requests(p);
             let fits = if self.ready.contains(&s) {
-                pod.requests.fits(&sim.capacity.minus(&srv.allocated))
+                requests.fits(&sim.capacity.minus(&srv.allocated))
                     && check_node_affinity(pod, &srv.labels, &sim.name).is_ok()
                     && check_taints(pod, &srv.taints, false).is_ok()
             } else if self.free_off(s) && srv.health == Health::Healthy {
@@ -2395,7 +2517,7 @@ impl<'a> Engine<'a> {
                     let mut labels = sim.labels.clone();
                     labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
                     labels.insert(SERVERPOOL_LABEL.to_string(), pool.name.clone());
-                    pod.requests.fits(&sim.capacity)
+                    requests.fits(&sim.capacity)
                         && check_node_affinity(pod, &labels, &sim.name).is_ok()
                         && check_taints(pod, &pool.taints, false).is_ok()
                 })
@@ -2498,7 +2620,8 @@ impl<'a> Engine<'a> {
             failures,
             power_offs_refused: self.power_offs_refused,
             drains_done: counters.drains_done,
-            pods_evicted: self.earlier_waits.len() as u64,
+            pods_evicted: self.earlier_waits.len() as u64 - self.resizes.recreated,
+            resizes: self.resizes,
             provision_calls: counters.decisions,
             scale_down_passes: counters.scale_down_passes,
             waiting_reasons,
@@ -2540,6 +2663,9 @@ impl<'a> Engine<'a> {
         for p in self.shown_pending() {
             let mut pod = self.prep.pods[p].clone();
             pod.created_s = self.pods[p].created_at;
+            if let Some(grown) = &self.pods[p].grown {
+                pod.requests = grown.clone();
+            }
             snap.pods.push(pod);
         }
         let per_group = scale_up.map_or(COLD_PER_GROUP_FOR_SCALE_DOWN, |n| n.max(1));
@@ -2610,7 +2736,11 @@ impl<'a> Engine<'a> {
 
 impl World for Engine<'_> {
     fn pending(&self) -> Vec<String> {
-        self.shown_pending().into_iter().map(|p| self.prep.keys[p].clone()).collect()
+        let mut keys: Vec<String> = self.shown_pending().into_iter().map(|p| self.prep.keys[p].clone()).collect();
+        // Running pods waiting for a resize their node cannot give yet.
+        let resizing = self.srv.iter().flat_map(|s| s.workload_pods.iter().copied()).filter(|&p| self.pods[p].resize.is_some());
+        keys.extend(resizing.map(|p| self.prep.keys[p].clone()));
+        keys
     }
 
     fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {

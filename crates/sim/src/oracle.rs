@@ -420,7 +420,12 @@ mod tests {
     }
 
     fn pod(name: &str, cpu: i64, gpus: i64, from: Seconds, to: Seconds) -> TracePod {
-        TracePod { pod: Pod::new("t", name, pod_requests(cpu, 1024, gpus, if gpus > 0 { 1000 } else { 0 })), arrival_s: from, departure_s: Some(to) }
+        TracePod {
+            pod: Pod::new("t", name, pod_requests(cpu, 1024, gpus, if gpus > 0 { 1000 } else { 0 })),
+            arrival_s: from,
+            departure_s: Some(to),
+            resize: None,
+        }
     }
 
     #[test]

@@ -170,6 +170,10 @@ pub struct PolicyReport {
     /// Workload pods evicted by drains; each waited again as a new pod.
     #[serde(default)]
     pub pods_evicted: u64,
+    /// In-place resizes asked, applied where the pod ran, and pods made
+    /// again at their new size.
+    #[serde(default)]
+    pub resizes: crate::engine::Resizes,
     pub provision_calls: u64,
     pub scale_down_passes: u64,
     pub quarantined_servers: u64,
@@ -269,6 +273,7 @@ impl PolicyReport {
             power_offs_refused: s.power_offs_refused,
             drains_done: s.drains_done,
             pods_evicted: s.pods_evicted,
+            resizes: s.resizes,
             scale_down_passes: s.scale_down_passes,
             provision_calls: s.provision_calls,
             quarantined_servers: s.quarantined,
@@ -419,6 +424,13 @@ impl Report {
             }
             if p.pods_evicted > 0 {
                 out.push_str(&format!("{} drains: {}, moving {} pods (each waited again as a new pod)\n", p.policy, p.drains_done, p.pods_evicted));
+            }
+            if p.resizes.asked > 0 {
+                let r = &p.resizes;
+                out.push_str(&format!(
+                    "{} in-place resizes: {} asked, {} applied where the pod ran, {} made again at the new size\n",
+                    p.policy, r.asked, r.in_place, r.recreated
+                ));
             }
             if !p.violations.is_empty() {
                 out.push_str(&format!("{} CHECKER VIOLATIONS: {}\n", p.policy, p.violations.len()));

@@ -6,7 +6,10 @@
 //! Columns, by header name (aliases after `|`):
 //! `name`, `cpu_milli`, `memory_mib`, `num_gpu`, `gpu_milli`, `gpu_spec`
 //! (allowed GPU models, `|`-separated), `qos`, `creation_time|arrival_s`,
-//! `deletion_time|departure_s` (empty: runs to the end), `deadline_s`.
+//! `deletion_time|departure_s` (empty: runs to the end), `deadline_s`,
+//! and an in-place resize while it runs: `resize_s` (when, as the arrival
+//! is given), `resize_cpu_milli`, `resize_memory_mib` (the new size; a
+//! column left out keeps its size).
 //! Without either time column the list is static ([`PodList::timed`]);
 //! with one, every row needs its arrival time.
 //! Other columns (`pod_phase`, `scheduled_time`) are ignored.
@@ -89,6 +92,14 @@ pub struct PodRow {
     pub departure_s: Option<Seconds>,
     #[serde(default)]
     pub deadline_s: Option<Seconds>,
+    /// An in-place resize asked while it runs: when, and the new cpu and
+    /// memory (None keeps the size).
+    #[serde(default)]
+    pub resize_s: Option<Seconds>,
+    #[serde(default)]
+    pub resize_cpu_milli: Option<i64>,
+    #[serde(default)]
+    pub resize_memory_mib: Option<i64>,
 }
 
 /// One server row, as in the CSV and the YAML document.
@@ -151,8 +162,20 @@ pub fn deadline_for_qos(qos: &str) -> Seconds {
 }
 
 /// Columns only the pod format has: a file with one is a pod list.
-const POD_COLUMNS: [&str; 9] =
-    ["creation_time", "arrival_s", "deletion_time", "departure_s", "gpu_milli", "gpu_spec", "qos", "deadline_s", "pod_phase"];
+const POD_COLUMNS: [&str; 12] = [
+    "creation_time",
+    "arrival_s",
+    "deletion_time",
+    "departure_s",
+    "gpu_milli",
+    "gpu_spec",
+    "qos",
+    "deadline_s",
+    "pod_phase",
+    "resize_s",
+    "resize_cpu_milli",
+    "resize_memory_mib",
+];
 
 /// Columns only the server format has: a file with one is a server list.
 const SERVER_COLUMNS: [&str; 12] =
@@ -317,6 +340,7 @@ pub fn parse_pod_list_csv(path: &Path, data: &str) -> Result<PodList> {
         });
     }
     let deadline = cols.find(&["deadline_s"]);
+    let (resize, resize_cpu, resize_mem) = (cols.find(&["resize_s"]), cols.find(&["resize_cpu_milli"]), cols.find(&["resize_memory_mib"]));
     let mut rows = Vec::new();
     let mut record = csv::StringRecord::new();
     while let Some(line) = next_record(&mut reader, &mut record, &p)? {
@@ -365,7 +389,15 @@ pub fn parse_pod_list_csv(path: &Path, data: &str) -> Result<PodList> {
             arrival_s,
             departure_s,
             deadline_s: row.opt_int(deadline, "deadline_s")?.map(|d| d as Seconds),
+            resize_s: row.opt_int(resize, "resize_s")?.map(|d| d as Seconds),
+            resize_cpu_milli: row.opt_int(resize_cpu, "resize_cpu_milli")?,
+            resize_memory_mib: row.opt_int(resize_mem, "resize_memory_mib")?,
         });
+        let last = rows.last().expect("just pushed");
+        if let Err(message) = check_resize(last) {
+            let col = [resize, resize_cpu, resize_mem].into_iter().flatten().next().unwrap_or(0);
+            return Err(row.bad(col, message));
+        }
     }
     if rows.is_empty() {
         return Err(TraceError::Empty { path: p, what: "pods".into() });
@@ -442,7 +474,13 @@ pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
 
 /// Parses the YAML user document.
 pub fn parse_user_yaml(path: &Path, data: &str) -> Result<UserDocument> {
-    serde_saphyr::from_str::<UserDocument>(data).map_err(|e| TraceError::BadDocument { path: path.display().to_string(), message: e.to_string() })
+    let doc = serde_saphyr::from_str::<UserDocument>(data)
+        .map_err(|e| TraceError::BadDocument { path: path.display().to_string(), message: e.to_string() })?;
+    for (i, r) in doc.pods.iter().enumerate() {
+        check_resize(r)
+            .map_err(|why| TraceError::BadDocument { path: path.display().to_string(), message: format!("pods[{i}] ({}): {why}", r.name) })?;
+    }
+    Ok(doc)
 }
 
 /// Whether a trace file is read as the YAML user document (`.yaml`,
@@ -573,6 +611,25 @@ pub fn servers_from_rows(rows: &[ServerRow]) -> Vec<SimServer> {
     out
 }
 
+/// A row's resize, if it has one, must run while the pod does and say
+/// what it grows to.
+fn check_resize(r: &PodRow) -> std::result::Result<(), String> {
+    let sized = r.resize_cpu_milli.is_some() || r.resize_memory_mib.is_some();
+    match r.resize_s {
+        None if sized => Err("resize_cpu_milli or resize_memory_mib without resize_s: when is the resize asked?".into()),
+        None => Ok(()),
+        Some(_) if !sized => Err("resize_s without resize_cpu_milli or resize_memory_mib: what does the pod resize to?".into()),
+        Some(at) if at < r.arrival_s => Err(format!("resize_s {at} is before the arrival time {}", r.arrival_s)),
+        Some(at) if r.departure_s.is_some_and(|d| at >= d) => {
+            Err(format!("resize_s {at} is not before the departure time {}", r.departure_s.unwrap_or_default()))
+        }
+        Some(_) if r.resize_cpu_milli.is_some_and(|c| c <= 0) || r.resize_memory_mib.is_some_and(|m| m <= 0) => {
+            Err("a resize to zero or less".into())
+        }
+        Some(_) => Ok(()),
+    }
+}
+
 /// Turns pod rows into trace pods, expanding counts. A gpu_spec becomes
 /// required node affinity on the GPU model label.
 pub fn pods_from_rows(rows: &[PodRow]) -> Vec<TracePod> {
@@ -593,7 +650,13 @@ pub fn pods_from_rows(rows: &[PodRow]) -> Vec<TracePod> {
             pod.deadline_s = Some(r.deadline_s.unwrap_or_else(|| deadline_for_qos(&r.qos)));
             pod.created_s = r.arrival_s;
             pod.workload = Some(if r.qos.is_empty() { "trace".to_string() } else { r.qos.clone() });
-            out.push(TracePod { pod, arrival_s: r.arrival_s, departure_s: r.departure_s });
+            let resize = r.resize_s.map(|at_s| {
+                let mut to = pod.requests.clone();
+                to.cpu_milli = r.resize_cpu_milli.unwrap_or(to.cpu_milli);
+                to.memory_bytes = r.resize_memory_mib.map_or(to.memory_bytes, |m| m * 1024 * 1024);
+                crate::workload::TraceResize { at_s, to }
+            });
+            out.push(TracePod { pod, arrival_s: r.arrival_s, departure_s: r.departure_s, resize });
         }
     }
     out

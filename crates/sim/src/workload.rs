@@ -34,7 +34,26 @@ pub struct TracePod {
     pub arrival_s: Seconds,
     /// None: it runs until the end of the run.
     pub departure_s: Option<Seconds>,
+    /// An in-place resize asked of the pod while it runs (as VPA's updater
+    /// asks one).
+    pub resize: Option<TraceResize>,
 }
+
+/// An in-place resize: at `at_s`, the pod asks for `to`. The rack's kubelet
+/// applies it when the pod's node has the room; defers it when the node
+/// could give it once its other pods leave; beyond the node's allocatable
+/// the API server refuses it. The rack's VPA recreates the pod at its new
+/// size at once when refused, and after [`VPA_DEFERRED_EVICT_S`] of a
+/// deferred resize.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceResize {
+    pub at_s: Seconds,
+    pub to: ironclaim_core::Resources,
+}
+
+/// How long VPA (`InPlaceOrRecreate`) leaves a deferred resize before it
+/// evicts the pod to have it recreated at its new size.
+pub const VPA_DEFERRED_EVICT_S: Seconds = 300;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {

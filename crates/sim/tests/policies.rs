@@ -154,7 +154,7 @@ fn consolidating_rack() -> ironclaim_sim::Workload {
         let mut p = Pod::new("app", name, pod_requests(cpu, 1024, 0, 0));
         p.deadline_s = Some(deadline);
         p.workload = Some(name.to_string());
-        ironclaim_sim::TracePod { pod: p, arrival_s: at, departure_s: until }
+        ironclaim_sim::TracePod { pod: p, arrival_s: at, departure_s: until, resize: None }
     };
     let mut pool = ServerPool::new("default");
     pool.disruption.consolidate_after_s = Some(600);
@@ -192,4 +192,62 @@ fn a_pod_moved_by_a_drain_is_made_again_and_bound_at_once_when_it_fits() {
     assert_eq!(owned.pending_s.iter().filter(|&&s| s == 0).count(), 3, "{:?}", owned.pending_s);
     assert_eq!(owned.deadline_misses, 0);
     assert!(owned.energy_kwh < bare.energy_kwh, "{} vs {}", owned.energy_kwh, bare.energy_kwh);
+}
+
+/// s0 (8 CPU) runs a (2 CPU) and b (5 CPU); s1 (32 CPU) is off. At 2 h, a
+/// asks to grow in place to `to` CPU.
+fn resizing_rack(to: i64, b_leaves: Option<u64>) -> ironclaim_sim::Workload {
+    use ironclaim_core::{Pod, ServerPool};
+    use ironclaim_sim::workload::{hardware_server, pod_requests};
+    let pod = |name: &str, cpu: i64, until: Option<u64>| {
+        let mut p = Pod::new("app", name, pod_requests(cpu, 1024, 0, 0));
+        p.deadline_s = Some(3600);
+        p.workload = Some(name.to_string());
+        ironclaim_sim::TracePod { pod: p, arrival_s: 0, departure_s: until, resize: None }
+    };
+    let mut a = pod("a", 2_000, None);
+    a.resize = Some(ironclaim_sim::TraceResize { at_s: 2 * 3600, to: pod_requests(to, 1024, 0, 0) });
+    ironclaim_sim::Workload {
+        name: "resizing rack".into(),
+        servers: vec![hardware_server("s0", 8_000, 131_072, 0, ""), hardware_server("s1", 32_000, 131_072, 0, "")],
+        pools: vec![ServerPool::new("default")],
+        daemonsets: Vec::new(),
+        pods: vec![a, pod("b", 5_000, b_leaves)],
+        end_s: 6 * 3600,
+    }
+}
+
+#[test]
+fn a_deferred_resize_powers_a_server_on_before_vpa_makes_the_pod_again() {
+    let cfg = SimConfig { seed: 1, faults: Faults::none(), ..Default::default() };
+    let run = |w: &ironclaim_sim::Workload| {
+        let prep = ironclaim_sim::Prepared::new(w, None);
+        let stats = ironclaim_sim::run_policy(w, &prep, &cfg, PolicyKind::Reactive, &mut |_| {});
+        assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+        assert_eq!(stats.pods_pending_at_end, 0);
+        stats
+    };
+    // Deferred: b holds the room on s0. s1 is powered on for the resize at
+    // once, so when VPA makes a again five minutes later at 6 CPU, s1 is
+    // most of the way to Ready: a waits less than s1's cold path from the
+    // resize, not five minutes more.
+    let deferred = run(&resizing_rack(6_000, None));
+    assert_eq!((deferred.resizes.asked, deferred.resizes.in_place, deferred.resizes.recreated), (1, 0, 1));
+    assert_eq!(deferred.pending_s.len(), 3, "a, b, and a again: {:?}", deferred.pending_s);
+    // Waits in the order the pods were made: a and b on s0's cold boot,
+    // then a again, counted from its resize.
+    let (cold, again) = (deferred.pending_s[1], deferred.pending_s[0]);
+    assert!(
+        again <= cold + 90,
+        "a waited {again} s from its resize, against a cold boot of {cold} s: s1 was not powered on for the resize (VPA waits {} s)",
+        ironclaim_sim::VPA_DEFERRED_EVICT_S
+    );
+    assert_eq!(deferred.pods_evicted, 0, "no drain moved a pod");
+    // Refused (beyond s0's 8 CPU): a is made again at once, at 12 CPU.
+    let refused = run(&resizing_rack(12_000, None));
+    assert_eq!((refused.resizes.in_place, refused.resizes.recreated), (0, 1));
+    // Deferred until b leaves a minute later: applied where a runs.
+    let applied = run(&resizing_rack(6_000, Some(2 * 3600 + 60)));
+    assert_eq!((applied.resizes.in_place, applied.resizes.recreated), (1, 0));
+    assert_eq!(applied.pending_s.len(), 2, "{:?}", applied.pending_s);
 }
