@@ -824,8 +824,13 @@ impl Autoscaler {
                 ironclaim_core::Outcome::NewClaim { server, .. } => opened.contains(server),
                 _ => false,
             };
-            self.settled = plan.pods.iter().all(|d| on_its_way(&d.outcome));
-            self.quiet = plan.pods.iter().all(|d| on_its_way(&d.outcome) || matches!(d.outcome, ironclaim_core::Outcome::Unschedulable { .. }));
+            // A pending pod the decision did not cover (its snapshot lagged
+            // the list of pending pods) is decided again, not taken as settled.
+            let covered: BTreeSet<&str> = plan.pods.iter().map(|d| d.pod.as_str()).collect();
+            let all_covered = pending.iter().all(|k| covered.contains(k.as_str()));
+            self.settled = all_covered && plan.pods.iter().all(|d| on_its_way(&d.outcome));
+            self.quiet =
+                all_covered && plan.pods.iter().all(|d| on_its_way(&d.outcome) || matches!(d.outcome, ironclaim_core::Outcome::Unschedulable { .. }));
             self.waiting = !self.settled;
             if self.settings.decision_notes {
                 out.extend(plan.pods.iter().filter_map(decision_note));
@@ -1453,6 +1458,60 @@ mod tests {
         world.snap.pods.clear();
         a.step(&world, s(2_002));
         assert!(a.pending_by_decision().is_empty(), "{:?}", a.pending_by_decision());
+    }
+
+    #[test]
+    fn a_pending_pod_its_snapshot_did_not_show_yet_is_decided_again_soon() {
+        // The list of pending pods names `ns/late` before the snapshot
+        // holds it: the decision covers only `ns/web`.
+        struct Lagging(Toy);
+        impl World for Lagging {
+            fn pending(&self) -> Vec<String> {
+                let mut keys = self.0.pending();
+                if !keys.iter().any(|k| k == "ns/late") {
+                    keys.push("ns/late".into());
+                }
+                keys
+            }
+            fn snapshot(&self, scale_up: Option<usize>) -> Snapshot {
+                self.0.snapshot(scale_up)
+            }
+            fn claims(&self) -> Vec<ClaimView> {
+                self.0.claims()
+            }
+            fn last_failure_s(&self, server: &str) -> Option<Seconds> {
+                self.0.last_failure_s(server)
+            }
+            fn abandoned_drains(&self) -> Vec<(String, Seconds)> {
+                Vec::new()
+            }
+            fn recorded_idle(&self, server: &str) -> (Option<Seconds>, Option<Seconds>) {
+                self.0.recorded_idle(server)
+            }
+            fn pods_on(&self, node: &str) -> Vec<Pod> {
+                self.0.pods_on(node)
+            }
+        }
+        let mut world = Lagging(toy());
+        world.0.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)));
+        let quiet = Settings { scale_down: None, redecide_quiet_max: Some(s(3_600)), ..Settings::default() };
+        let mut a = Autoscaler::new(quiet);
+        let mut taken: Vec<Vec<String>> = Vec::new();
+        let take = |effects: Vec<Effect>, taken: &mut Vec<Vec<String>>| {
+            taken.extend(effects.into_iter().filter_map(|e| if let Effect::TakeServer { claim } = e { Some(claim.pods) } else { None }));
+        };
+        take(a.step(&world, s(2_000)), &mut taken);
+        take(a.step(&world, s(2_001)), &mut taken);
+        assert_eq!(taken, vec![vec!["ns/web".to_string()]]);
+        // The snapshot catches up; nothing else changes.
+        // Too big to join web on its server.
+        world.0.snap.pods.push(Pod::new("ns", "late", Resources::new(16_000, 1 << 30)));
+        // Decided again at the next periodic decision, not only at the cap.
+        for t in 2_002..2_040 {
+            take(a.step(&world, s(t)), &mut taken);
+        }
+        assert_eq!(taken.len(), 2, "ns/late waited for the cap: {taken:?}");
+        assert_eq!(taken[1], vec!["ns/late".to_string()]);
     }
 
     #[test]
