@@ -413,6 +413,8 @@ impl Controller {
         tracing::info!("caches synced");
         let gate = self.claims.gate().clone();
         let renewal = self.settings.lease.clone().map(|lease| leader::spawn_renewal(self.client.clone(), lease, gate.clone(), self.metrics.clone()));
+        let acting = gate.clone();
+        let buffers = crate::buffers::Buffers::new(self.client.clone(), self.index.clone(), Arc::new(move || acting.acting())).spawn();
         let (maintenance_tx, mut maintenance_rx) = tokio::sync::mpsc::unbounded_channel();
         let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(
             self.client.clone(),
@@ -544,6 +546,7 @@ impl Controller {
         if let Some(renewal) = renewal {
             renewal.abort();
         }
+        buffers.abort();
         gate.revoke();
         tasks.abort_all();
         watches.abort_all();

@@ -60,6 +60,9 @@ pub struct Index {
     pub locks: BTreeMap<String, Lock>,
     /// [`Index::links`], made once per change of what the index holds.
     links: std::sync::OnceLock<Links>,
+    /// What the CapacityBuffers add to the pools' headroom, as
+    /// [`crate::buffers`] last resolved them.
+    pub buffer_rooms: Vec<ironclaim_core::buffer::Room>,
 }
 
 /// A kind the index holds.
@@ -407,6 +410,7 @@ impl Index {
             arrivals.dedup_by(|a, b| a.at_s == b.at_s && a.server == b.server);
         }
         snap.arrivals = arrivals;
+        ironclaim_core::buffer::apply(&mut snap, &self.buffer_rooms);
         (snap, problems)
     }
 

@@ -25,6 +25,7 @@
 #![deny(warnings)]
 
 pub mod batch;
+pub mod buffers;
 pub mod claims;
 pub mod cluster;
 pub mod cluster_api;

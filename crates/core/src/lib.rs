@@ -5,6 +5,7 @@
 //! `ironclaim plan`) calls the same functions.
 #![forbid(unsafe_code)]
 
+pub mod buffer;
 pub mod disruption;
 pub mod duration;
 pub mod ffd;

@@ -20,6 +20,7 @@
 #![deny(warnings)]
 
 pub mod api;
+pub mod capacity_buffer;
 pub mod convert;
 pub mod duration;
 pub mod error;

@@ -21,6 +21,7 @@ mod deploy_helm;
 mod deploy_rbac;
 mod e2e_bmc_config;
 mod e2e_bmc_failure;
+mod e2e_capacity_buffer;
 mod e2e_claim_race;
 mod e2e_cluster_api;
 mod e2e_dashboard;
