@@ -82,21 +82,29 @@ impl Buffers {
     pub async fn pass(&self) -> Result<(), kube::Error> {
         let api: Api<CapacityBuffer> = Api::all(self.client.clone());
         let buffers = api.list(&ListParams::default()).await?.items;
+        if buffers.is_empty() {
+            self.index.lock().unwrap_or_else(PoisonError::into_inner).buffer_rooms.clear();
+            return Ok(());
+        }
         let mut resolved = Vec::with_capacity(buffers.len());
         for b in &buffers {
             resolved.push(self.resolve(b).await);
         }
         let now = jiff::Timestamp::now().as_second().max(0) as u64;
-        let (rooms, plan) = {
+        // The snapshot without any buffer's room, taken under the lock; the
+        // rest is worked out without holding it.
+        let mut snapshot = {
             let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-            index.buffer_rooms.clear();
+            let kept = std::mem::take(&mut index.buffer_rooms);
             let (snapshot, _) = index.snapshot(now, ironclaim_driver::backoff::FailureBackoff { base_s: 60, max_s: 3600 });
-            let chunks: Vec<Buffer> = resolved.iter().filter_map(|r| r.outcome.as_ref().ok().map(|(b, _)| b.clone())).collect();
-            let rooms = ironclaim_core::buffer::rooms(&snapshot, &chunks);
-            index.buffer_rooms = rooms.clone();
-            let (snapshot, _) = index.snapshot(now, ironclaim_driver::backoff::FailureBackoff { base_s: 60, max_s: 3600 });
-            (rooms, disrupt(&snapshot, now))
+            index.buffer_rooms = kept;
+            snapshot
         };
+        let chunks: Vec<Buffer> = resolved.iter().filter_map(|r| r.outcome.as_ref().ok().map(|(b, _)| b.clone())).collect();
+        let rooms = ironclaim_core::buffer::rooms(&snapshot, &chunks);
+        self.index.lock().unwrap_or_else(PoisonError::into_inner).buffer_rooms = rooms.clone();
+        ironclaim_core::buffer::apply(&mut snapshot, &rooms);
+        let plan = disrupt(&snapshot, now);
         if !(self.leading)() {
             return Ok(());
         }
