@@ -11,7 +11,6 @@
 //! - `Provisioning`: True with `FitsExistingCapacity` when the pool's free
 //!   capacity holds its headroom, `RequiresNewCapacity` while spares are
 //!   powered on for it; False with `BufferEmpty` for a count of zero.
-//! - `LimitedByQuotas`: True when `limits` cut the count.
 //! - `replicas`, `podTemplateRef` (for a buffer that names one),
 //!   `provisioningStrategy`.
 //!
@@ -36,6 +35,9 @@ use crate::index::Index;
 /// How often the buffers are read and their status written.
 pub const EVERY: Duration = Duration::from_secs(5);
 
+/// The reason of a resolution the API did not answer.
+const UNANSWERED: &str = "Unanswered";
+
 /// A buffer as resolved in one pass.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resolved {
@@ -43,6 +45,9 @@ pub struct Resolved {
     pub name: String,
     /// Its chunk and count, or (reason, message) of why not.
     pub outcome: Result<(Buffer, bool), (&'static str, String)>,
+    /// The API failed to answer (not a 404): the room of the last pass
+    /// stays, and the status is left as it is.
+    pub unanswered: bool,
     pub template_ref: Option<String>,
 }
 
@@ -101,14 +106,22 @@ impl Buffers {
             snapshot
         };
         let chunks: Vec<Buffer> = resolved.iter().filter_map(|r| r.outcome.as_ref().ok().map(|(b, _)| b.clone())).collect();
-        let rooms = ironclaim_core::buffer::rooms(&snapshot, &chunks);
-        self.index.lock().unwrap_or_else(PoisonError::into_inner).buffer_rooms = rooms.clone();
-        ironclaim_core::buffer::apply(&mut snapshot, &rooms);
-        let plan = disrupt(&snapshot, now);
+        let mut rooms = ironclaim_core::buffer::rooms(&snapshot, &chunks);
+        {
+            let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            // A buffer the API did not answer for keeps its last room.
+            for r in resolved.iter().filter(|r| r.unanswered) {
+                let key = format!("{}/{}", r.namespace, r.name);
+                rooms.extend(index.buffer_rooms.iter().filter(|x| x.buffer == key).cloned());
+            }
+            index.buffer_rooms = rooms.clone();
+        }
         if !(self.leading)() {
             return Ok(());
         }
-        for (b, r) in buffers.iter().zip(&resolved) {
+        ironclaim_core::buffer::apply(&mut snapshot, &rooms);
+        let plan = disrupt(&snapshot, now);
+        for (b, r) in buffers.iter().zip(&resolved).filter(|(_, r)| !r.unanswered) {
             let room = rooms.iter().find(|x| x.buffer == format!("{}/{}", r.namespace, r.name));
             let mut status = status_of(b, r, room, &plan);
             // A condition that still holds keeps the time it began to.
@@ -119,7 +132,15 @@ impl Buffers {
             }
             if b.status.as_ref().is_none_or(|old| differs(old, &status)) {
                 let api: Api<CapacityBuffer> = Api::namespaced(self.client.clone(), &r.namespace);
-                let patch = serde_json::json!({"status": status});
+                // Every field named, null when unset: a merge patch clears
+                // what no longer holds.
+                let patch = serde_json::json!({"status": {
+                    "replicas": status.replicas,
+                    "podTemplateRef": status.pod_template_ref,
+                    "podTemplateGeneration": status.pod_template_generation,
+                    "provisioningStrategy": status.provisioning_strategy,
+                    "conditions": status.conditions,
+                }});
                 if let Err(err) = api.patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                     tracing::warn!(buffer = %format!("{}/{}", r.namespace, r.name), error = %err, "writing the CapacityBuffer's status failed");
                 }
@@ -133,7 +154,8 @@ impl Buffers {
         let name = b.name_any();
         let template_ref = b.spec.pod_template_ref.as_ref().map(|r| r.name.clone());
         let outcome = self.chunk_of(b, &namespace, &name).await;
-        Resolved { namespace, name, outcome, template_ref }
+        let unanswered = matches!(&outcome, Err((reason, _)) if *reason == UNANSWERED);
+        Resolved { namespace, name, outcome, template_ref, unanswered }
     }
 
     async fn chunk_of(&self, b: &CapacityBuffer, namespace: &str, name: &str) -> Result<(Buffer, bool), (&'static str, String)> {
@@ -149,7 +171,7 @@ impl Buffers {
                 match api.get(&r.name).await {
                     Ok(t) => (t.template.unwrap_or_default(), None, format!("PodTemplate {namespace}/{}: template", r.name)),
                     Err(e) if missing(&e) => return Err(("PodTemplateNotFound", format!("PodTemplate {namespace}/{} not found", r.name))),
-                    Err(e) => return Err(("ResolutionFailed", format!("reading PodTemplate {namespace}/{}: {e}", r.name))),
+                    Err(e) => return Err((UNANSWERED, format!("reading PodTemplate {namespace}/{}: {e}", r.name))),
                 }
             }
             (None, Some(r)) if r.api_group.is_empty() || r.api_group == "apps" => {
@@ -173,7 +195,7 @@ impl Buffers {
                     Ok(Some((t, n))) => (t, Some(n), format!("{at}: spec.template")),
                     Ok(None) => return Err(("ResolutionFailed", format!("{at} has no template"))),
                     Err(e) if missing(&e) => return Err(("ScalableRefNotFound", format!("{at} not found"))),
-                    Err(e) => return Err(("ResolutionFailed", format!("reading {at}: {e}"))),
+                    Err(e) => return Err((UNANSWERED, format!("reading {at}: {e}"))),
                 }
             }
             (None, Some(r)) => return Err(("ResolutionFailed", format!("scalableRef apiGroup {:?}: apps only", r.api_group))),
@@ -237,13 +259,11 @@ fn status_of(b: &CapacityBuffer, r: &Resolved, room: Option<&Room>, plan: &ironc
                 status.conditions.push(condition(capacity_buffer::PROVISIONING, true, reason, message, generation));
             }
             if *limited {
-                status.conditions.push(condition(
-                    capacity_buffer::LIMITED_BY_QUOTAS,
-                    true,
-                    "LimitsReached",
-                    "spec.limits cut the chunks".into(),
-                    generation,
-                ));
+                // Not LimitedByQuotas: that condition speaks of namespace
+                // ResourceQuotas, which ironclaim does not read.
+                if let Some(ready) = status.conditions.iter_mut().find(|c| c.type_ == capacity_buffer::READY_FOR_PROVISIONING && c.status == "True") {
+                    ready.message.push_str("; spec.limits cut the count");
+                }
             }
         }
     }

@@ -67,10 +67,15 @@ pub fn rooms(snapshot: &Snapshot, buffers: &[Buffer]) -> Vec<Room> {
         .iter()
         .map(|b| {
             let buffer = format!("{}/{}", b.namespace, b.name);
-            let mut adds = Resources::default();
-            for _ in 0..b.chunks {
-                adds.add(&Resources { pods: 0, ..b.chunk.requests.clone() });
-            }
+            let n = i64::from(b.chunks);
+            let each = &b.chunk.requests;
+            let adds = Resources {
+                cpu_milli: each.cpu_milli.saturating_mul(n),
+                memory_bytes: each.memory_bytes.saturating_mul(n),
+                ephemeral_bytes: each.ephemeral_bytes.saturating_mul(n),
+                pods: 0,
+                extended: each.extended.iter().map(|(k, v)| (k.clone(), v.saturating_mul(n))).collect(),
+            };
             if b.chunks == 0 {
                 return Room { buffer, pool: None, adds, unplaceable: None };
             }

@@ -217,6 +217,10 @@ pub struct Resize {
     /// its deadline runs from here.
     #[serde(default)]
     pub since_s: Seconds,
+    /// What the kubelet applied or allocated, when it differs from what
+    /// the pod is counted at (a deferred resize is counted at its new size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub given: Option<Resources>,
 }
 
 /// Pods with a priority below this neither trigger scale-up nor block
@@ -268,8 +272,15 @@ impl Pod {
     /// Running, wanted, and waiting for an in-place resize its node cannot
     /// give: demand for a node that can host it at its desired size (see
     /// [`crate::resize`]).
+    /// Only a pod a controller makes again (VPA acts on those) can move to
+    /// where the room is.
     pub fn is_resize_demand(&self) -> bool {
-        self.resize.is_some() && self.occupies_node() && !self.terminating && !self.is_daemonset_pod() && self.priority >= EXPENDABLE_PRIORITY_BELOW
+        self.resize.is_some()
+            && self.owner.is_some()
+            && self.occupies_node()
+            && !self.terminating
+            && !self.is_daemonset_pod()
+            && self.priority >= EXPENDABLE_PRIORITY_BELOW
     }
 
     /// Demand the core plans for: waiting for a node, or for a resize.

@@ -77,7 +77,8 @@ pub fn wait_of(pod: &Pod) -> Option<ResizeWait> {
         return None;
     }
     let resize = pod.resize.as_ref()?;
-    Some(ResizeWait { node: pod.node_name.clone()?, reason: resize.reason, grows_to: grows_to(&pod.requests, &resize.desired) })
+    let given = resize.given.as_ref().unwrap_or(&pod.requests);
+    Some(ResizeWait { node: pod.node_name.clone()?, reason: resize.reason, grows_to: grows_to(given, &resize.desired) })
 }
 
 /// The pod a resize asks for: at its desired size, unbound, pending since
@@ -131,7 +132,8 @@ mod tests {
     fn resized(node: &str, held: i64, desired: i64, reason: ResizeReason) -> Pod {
         let mut p = Pod::new("ns", "db", Resources::new(held, 1 << 30)).bound_to(node);
         p.created_s = 10;
-        p.resize = Some(Resize { desired: Resources::new(desired, 1 << 30).with_pods(1), reason, since_s: 500 });
+        p.owner = Some(crate::model::Owner { kind: "StatefulSet".into(), name: "db".into() });
+        p.resize = Some(Resize { desired: Resources::new(desired, 1 << 30).with_pods(1), reason, since_s: 500, given: None });
         p
     }
 
@@ -173,7 +175,10 @@ mod tests {
         leaving.terminating = true;
         let mut expendable = resized("a", 1000, 2000, ResizeReason::Infeasible);
         expendable.priority = -11;
-        for p in [pending, finished, leaving, expendable, Pod::new("ns", "plain", Resources::new(1000, 0)).bound_to("a")] {
+        // Nothing would make it again where the room is.
+        let mut bare = resized("a", 1000, 2000, ResizeReason::Infeasible);
+        bare.owner = None;
+        for p in [pending, finished, leaving, expendable, bare, Pod::new("ns", "plain", Resources::new(1000, 0)).bound_to("a")] {
             assert!(stand_in(&p).is_none(), "{p:?}");
             assert!(wait_of(&p).is_none());
         }
@@ -198,6 +203,11 @@ mod tests {
         assert_eq!(wait_of(&p).unwrap().to_string(), "resize to 12 CPU infeasible on node-3");
         p.resize.as_mut().unwrap().desired = Resources::new(4000, 48 << 30).with_extended(crate::GPU, 2);
         p.resize.as_mut().unwrap().reason = ResizeReason::Deferred;
+        assert_eq!(wait_of(&p).unwrap().to_string(), "resize to 48Gi memory, 2 nvidia.com/gpu deferred on node-3");
+        // A deferred resize is counted at its new size: what grows is told
+        // against what the kubelet gave.
+        p.requests = Resources::new(4000, 48 << 30).with_extended(crate::GPU, 2);
+        p.resize.as_mut().unwrap().given = Some(Resources::new(4000, 1 << 30));
         assert_eq!(wait_of(&p).unwrap().to_string(), "resize to 48Gi memory, 2 nvidia.com/gpu deferred on node-3");
     }
 }

@@ -829,8 +829,14 @@ impl Autoscaler {
             let covered: BTreeSet<&str> = plan.pods.iter().map(|d| d.pod.as_str()).collect();
             let all_covered = pending.iter().all(|k| covered.contains(k.as_str()));
             self.settled = all_covered && plan.pods.iter().all(|d| on_its_way(&d.outcome));
-            self.quiet =
-                all_covered && plan.pods.iter().all(|d| on_its_way(&d.outcome) || matches!(d.outcome, ironclaim_core::Outcome::Unschedulable { .. }));
+            // A pod waiting for a resize that fits a Ready node waits for
+            // whoever moves it: nothing to decide again until a change.
+            self.quiet = all_covered
+                && plan.pods.iter().all(|d| {
+                    on_its_way(&d.outcome)
+                        || matches!(d.outcome, ironclaim_core::Outcome::Unschedulable { .. })
+                        || (d.resize.is_some() && matches!(d.outcome, ironclaim_core::Outcome::Existing { .. }))
+                });
             self.waiting = !self.settled;
             if self.settings.decision_notes {
                 out.extend(plan.pods.iter().filter_map(decision_note));

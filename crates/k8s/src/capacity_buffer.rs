@@ -17,8 +17,6 @@ pub const ACTIVE_CAPACITY: &str = "buffer.x-k8s.io/active-capacity";
 pub const READY_FOR_PROVISIONING: &str = "ReadyForProvisioning";
 /// Condition: where the buffer's room is.
 pub const PROVISIONING: &str = "Provisioning";
-/// Condition: `limits` cut the number of chunks.
-pub const LIMITED_BY_QUOTAS: &str = "LimitedByQuotas";
 
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(group = "autoscaling.x-k8s.io", version = "v1beta1", kind = "CapacityBuffer", namespaced, status = "CapacityBufferStatus")]
@@ -100,7 +98,10 @@ pub fn count(spec: &CapacityBufferSpec, workload_replicas: Option<i32>, chunk: &
     };
     let fit = match &spec.limits {
         None => None,
-        Some(limits) => fitting(limits, chunk)?,
+        Some(limits) => match fitting(limits, chunk)? {
+            None => return Err("spec.limits names no resource a chunk requests".to_string()),
+            n => n,
+        },
     };
     let (chunks, limited) = match (wanted, fit) {
         (Some(w), Some(f)) => (w.min(f), f < w),
@@ -161,6 +162,7 @@ mod tests {
         assert_eq!(c(spec(Some(2), None, &[("cpu", "7")]), None), Ok((2, false)));
         assert_eq!(c(spec(None, None, &[("cpu", "7"), ("memory", "8Gi")]), None), Ok((2, false)), "as many as fit");
         assert_eq!(c(spec(None, None, &[]), None), Ok((0, false)));
+        assert!(c(spec(Some(2), None, &[("nvidia.com/gpu", "4")]), None).unwrap_err().contains("names no resource"));
         assert!(c(spec(Some(-1), None, &[]), None).unwrap_err().contains("spec.replicas"));
         assert!(c(spec(None, Some(10), &[]), None).unwrap_err().contains("scalableRef"));
         assert!(c(spec(Some(1), None, &[("cpu", "lots")]), None).unwrap_err().contains("spec.limits"));

@@ -279,6 +279,7 @@ fn held_and_resize(
         desired: desired.clone(),
         reason,
         since_s: pending.and_then(|c| c.last_transition_time.as_ref()).map_or(created_s, |t| t.0.as_second().max(0) as u64),
+        given: (given != holds).then(|| given.clone()),
     });
     Ok((holds, resize))
 }

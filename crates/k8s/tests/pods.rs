@@ -490,7 +490,7 @@ fn bad_annotations_and_metadata_are_named_by_their_path() {
 /// kubelet's status: what it applied and allocated, and the resize condition.
 fn resizing(spec_cpu: &str, applied: &str, allocated: &str, condition: &str) -> ironclaim_core::Pod {
     let yaml = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: db-0\n  namespace: shop\n  creationTimestamp: '2026-01-01T00:00:00Z'\nspec:\n  nodeName: node-3\n  containers:\n  - {{name: db, resources: {{requests: {{cpu: '{spec_cpu}', memory: 4Gi}}}}}}\nstatus:\n  phase: Running\n  conditions:\n{condition}  containerStatuses:\n  - {{name: db, image: db, imageID: '', ready: true, restartCount: 0, resources: {{requests: {{cpu: '{applied}', memory: 4Gi}}}}, allocatedResources: {{cpu: '{allocated}', memory: 4Gi}}}}\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: db-0\n  namespace: shop\n  creationTimestamp: '2026-01-01T00:00:00Z'\n  ownerReferences: [{{apiVersion: apps/v1, kind: StatefulSet, name: db, uid: u, controller: true}}]\nspec:\n  nodeName: node-3\n  containers:\n  - {{name: db, resources: {{requests: {{cpu: '{spec_cpu}', memory: 4Gi}}}}}}\nstatus:\n  phase: Running\n  conditions:\n{condition}  containerStatuses:\n  - {{name: db, image: db, imageID: '', ready: true, restartCount: 0, resources: {{requests: {{cpu: '{applied}', memory: 4Gi}}}}, allocatedResources: {{cpu: '{allocated}', memory: 4Gi}}}}\n"
     );
     pod_from_k8s(&parse(&yaml)).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
 }

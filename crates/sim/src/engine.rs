@@ -97,6 +97,11 @@ impl Prepared {
             pod.created_s = tp.arrival_s;
             pod.node_name = None;
             pod.phase = PodPhase::Pending;
+            // A pod the trace resizes belongs to a controller, which VPA
+            // targets and which makes it again.
+            if tp.resize.is_some() && pod.owner.is_none() {
+                pod.owner = Some(Owner { kind: "ReplicaSet".into(), name: pod.workload.clone().unwrap_or_else(|| pod.name.clone()) });
+            }
             let key = pod.key();
             pod_index.insert(key.clone(), i);
             keys.push(key);
@@ -2203,7 +2208,8 @@ impl<'a> Engine<'a> {
         self.resizes.asked += 1;
         match self.pods[p].state {
             PodState::Bound { server } => {
-                self.pods[p].resize = Some(Resize { desired: to.clone(), reason: ResizeReason::Deferred, since_s: self.now });
+                let given = Some(self.requests(p).clone());
+                self.pods[p].resize = Some(Resize { desired: to.clone(), reason: ResizeReason::Deferred, since_s: self.now, given });
                 if self.try_resize(p, server) {
                     return;
                 }

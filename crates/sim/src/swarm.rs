@@ -11,7 +11,7 @@ use crate::check::Violation;
 use crate::engine::Prepared;
 use crate::policy::PolicyKind;
 use crate::rng;
-use crate::workload::{TracePod, TraceResize, Workload, hardware_server, pod_requests};
+use crate::workload::{TracePod, Workload, hardware_server, pod_requests};
 use crate::{Faults, Scoring, SimConfig, SimServer};
 use ironclaim_core::{Pod, Seconds, ServerPool};
 use rand::RngExt;
@@ -58,18 +58,6 @@ pub fn rack(seed: u64, hours: u64, max_gap_s: u64) -> Workload {
         let life = r.random_range(60..4 * 3600);
         pods.push(TracePod { pod, arrival_s: t, departure_s: Some(t + life), resize: None });
         k += 1;
-    }
-    // Some pods ask to grow in place while they run: applied, deferred,
-    // or refused beyond their node. A stream of its own, so the rest of a
-    // case is drawn as before.
-    let mut r = rng::stream(seed, "swarm-resizes", 0);
-    for tp in &mut pods {
-        if r.random_bool(0.15) {
-            let life = tp.departure_s.unwrap_or(end) - tp.arrival_s;
-            let mut to = tp.pod.requests.clone();
-            to.cpu_milli = (to.cpu_milli * r.random_range(2..5)).min(40_000);
-            tp.resize = Some(TraceResize { at_s: tp.arrival_s + r.random_range(0..life.max(1)), to });
-        }
     }
     Workload { name: "small rack".into(), servers, pools: vec![ServerPool::new("default")], daemonsets: Vec::new(), pods, end_s: end + 3 * 3600 }
 }

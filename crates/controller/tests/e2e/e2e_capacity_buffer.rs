@@ -13,20 +13,9 @@ use crate::scaledown_support::*;
 use crate::support::*;
 use ironclaim_controller::Controller;
 use ironclaim_k8s::capacity_buffer::CapacityBuffer;
-use ironclaim_testenv::{TestEnv, eventually};
+use ironclaim_testenv::eventually;
 use kube::Api;
 use serde_json::json;
-
-fn install_crd(env: &TestEnv) {
-    let dir = TestEnv::peer_crd_dirs()
-        .unwrap_or_else(|e| panic!("{e}"))
-        .into_iter()
-        .find(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("karpenter-")))
-        .expect("hack/testenv peer-crds gives Karpenter's CRDs");
-    let text = std::fs::read_to_string(dir.join("autoscaling.x-k8s.io_capacitybuffers.yaml")).expect("the CapacityBuffer CRD");
-    env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &text).expect("apply the CapacityBuffer CRD");
-    env.kubectl(["wait", "--for=condition=Established", "crd/capacitybuffers.autoscaling.x-k8s.io", "--timeout=30s"]).expect("established");
-}
 
 /// `type=status:reason` of each condition of the buffer.
 async fn conditions(client: &kube::Client, name: &str) -> Result<(Vec<String>, Option<i32>), String> {
@@ -39,7 +28,7 @@ async fn conditions(client: &kube::Client, name: &str) -> Result<(Vec<String>, O
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buffer_keeps_its_room_in_the_pools_headroom_and_its_status_says_where_it_stands() {
     let (env, client) = setup().await;
-    install_crd(&env);
+    install_peer_crds(&env, "karpenter-", &["autoscaling.x-k8s.io_capacitybuffers.yaml"], &["capacitybuffers.autoscaling.x-k8s.io"]);
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "capacitybuffers.autoscaling.x-k8s.io", "--all", "--ignore-not-found"]);
     let pool = "buf";
     let machines = machines("buf", pool, 2, 81);

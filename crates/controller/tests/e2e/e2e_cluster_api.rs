@@ -36,18 +36,12 @@ const NS: &str = "capi-e2e";
 const MD: &str = "workers";
 
 async fn install_cluster_api_crds(env: &TestEnv) {
-    let dir = TestEnv::peer_crd_dirs()
-        .unwrap_or_else(|e| panic!("{e}"))
-        .into_iter()
-        .find(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("cluster-api-")))
-        .expect("hack/testenv peer-crds gives Cluster API's CRDs");
-    for crd in ["cluster.x-k8s.io_machinedeployments.yaml", "cluster.x-k8s.io_machines.yaml"] {
-        let text = std::fs::read_to_string(dir.join(crd)).expect("a Cluster API CRD");
-        env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &text).expect("apply a Cluster API CRD");
-    }
-    for crd in ["crd/machinedeployments.cluster.x-k8s.io", "crd/machines.cluster.x-k8s.io"] {
-        env.kubectl(["wait", "--for=condition=Established", crd, "--timeout=30s"]).expect("established");
-    }
+    install_peer_crds(
+        env,
+        "cluster-api-",
+        &["cluster.x-k8s.io_machinedeployments.yaml", "cluster.x-k8s.io_machines.yaml"],
+        &["machinedeployments.cluster.x-k8s.io", "machines.cluster.x-k8s.io"],
+    );
     let _ = env.kubectl(["create", "namespace", NS]);
     // What an earlier test of this binary left, gone; and the fresh CRDs'
     // storage ready (it answers 429 while it initializes).

@@ -26,14 +26,7 @@ const HOSTS: &str = "metal3-hosts";
 /// Metal3's own BareMetalHost CRD, generated from its API types by
 /// `hack/testenv peer-crds`: what the operator writes must pass its schema.
 async fn install_baremetalhost_crd(env: &TestEnv) {
-    let dir = TestEnv::peer_crd_dirs()
-        .unwrap_or_else(|e| panic!("{e}"))
-        .into_iter()
-        .find(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("metal3-")))
-        .expect("hack/testenv peer-crds gives Metal3's CRDs");
-    let crd = std::fs::read_to_string(dir.join("metal3.io_baremetalhosts.yaml")).expect("Metal3's BareMetalHost CRD");
-    env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &crd).expect("apply the BareMetalHost CRD");
-    env.kubectl(["wait", "--for=condition=Established", "crd/baremetalhosts.metal3.io", "--timeout=30s"]).expect("established");
+    install_peer_crds(env, "metal3-", &["metal3.io_baremetalhosts.yaml"], &["baremetalhosts.metal3.io"]);
     let _ = env.kubectl(["create", "namespace", HOSTS]);
 }
 

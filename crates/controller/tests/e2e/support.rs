@@ -300,11 +300,14 @@ async fn reset(env: &TestEnv, client: &Client) {
     kubectl(&["delete", "nodes", "--all", "--ignore-not-found"]);
     for ns in std::iter::once(NAMESPACE).chain(OTHER_NAMESPACES) {
         kubectl(&["-n", ns, "delete", "configmaps,leases", "--field-selector=metadata.name!=kube-root-ca.crt", "--ignore-not-found"]);
-        // The Metal3 tests install that CRD; before them, there is none.
-        if let Err(e) = env.kubectl(["-n", ns, "delete", "baremetalhosts.metal3.io", "--all", "--ignore-not-found"])
-            && !e.to_string().contains("doesn't have a resource type")
-        {
-            panic!("reset: {e}");
+        // The Metal3 and CapacityBuffer tests install those CRDs; before
+        // them, there are none.
+        for kind in ["baremetalhosts.metal3.io", "capacitybuffers.autoscaling.x-k8s.io"] {
+            if let Err(e) = env.kubectl(["-n", ns, "delete", kind, "--all", "--ignore-not-found"])
+                && !e.to_string().contains("doesn't have a resource type")
+            {
+                panic!("reset: {e}");
+            }
         }
     }
     kubectl(&["delete", "events", "--all", "--all-namespaces", "--ignore-not-found"]);
@@ -592,5 +595,24 @@ pub async fn bound(client: &Client, pod: &str) -> Result<String, String> {
     match pod_node(client, pod).await {
         Some(node) => Ok(node),
         None => Err(format!("{pod} pending; claims: {:?}", names(&claims(client).await))),
+    }
+}
+
+/// Installs CRDs of a peer project (`hack/testenv peer-crds` fetched them:
+/// `peer` is the start of its directory's name, `karpenter-`) and waits
+/// until each named CRD is established.
+pub fn install_peer_crds(env: &TestEnv, peer: &str, files: &[&str], crds: &[&str]) {
+    let dir = TestEnv::peer_crd_dirs()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .find(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with(peer)))
+        .unwrap_or_else(|| panic!("hack/testenv peer-crds gives no {peer}* CRDs"));
+    for file in files {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &text).unwrap_or_else(|e| panic!("apply {file}: {e}"));
+    }
+    for crd in crds {
+        env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}"), "--timeout=30s"])
+            .unwrap_or_else(|e| panic!("{crd} established: {e}"));
     }
 }

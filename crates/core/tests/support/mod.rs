@@ -197,7 +197,10 @@ pub fn random_snapshot(seed: u64) -> Snapshot {
                 desired.memory_bytes *= 2 + r.below(8) as i64;
             }
             let reason = if r.chance(50) { ResizeReason::Infeasible } else { ResizeReason::Deferred };
-            p.resize = Some(Resize { desired, reason, since_s: r.below(100) });
+            p.resize = Some(Resize { desired, reason, since_s: r.below(100), given: None });
+            if r.chance(80) {
+                p.owner = Some(Owner { kind: "StatefulSet".into(), name: p.name.clone() });
+            }
         }
     }
     snap
@@ -255,7 +258,9 @@ pub fn check(snap: &Snapshot, plan: &Provisioning) -> Vec<String> {
     for p in &snap.pods {
         if p.is_pending_demand() {
             wants.insert(p.key(), p.clone());
-        } else if let (Some(resize), true) = (&p.resize, p.occupies_node() && !p.terminating && p.priority >= -10 && !p.is_daemonset_pod()) {
+        } else if let (Some(resize), true) =
+            (&p.resize, p.owner.is_some() && p.occupies_node() && !p.terminating && p.priority >= -10 && !p.is_daemonset_pod())
+        {
             let mut want = p.clone();
             want.requests = Resources { pods: 1, ..resize.desired.clone() };
             want.node_name = None;
