@@ -115,8 +115,13 @@ fn row<'a>(stderr: &'a str, host: &str, field: &str) -> Option<&'a str> {
     stderr.lines().find(|l| l.contains(&format!("{NS}/{host}")) && l.contains(field))
 }
 
+/// The tests of this binary share one control plane and each counts every
+/// Server there: they take turns.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baremetalhosts_become_metal3_servers_the_crd_accepts_and_apply_keeps_the_operators_fields() {
+    let _turn = TURN.lock().await;
     let env = TestEnv::shared().expect("test environment");
     let client = env.client().await.expect("client");
     install_crds(&env);
@@ -269,6 +274,7 @@ fn machine_deployment(name: &str, annotations: Value, template: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn machine_deployments_that_are_node_groups_become_a_server_per_replica_and_apply_keeps_them() {
+    let _turn = TURN.lock().await;
     let env = TestEnv::shared().expect("test environment");
     let client = env.client().await.expect("client");
     install_crds(&env);
@@ -341,5 +347,6 @@ async fn machine_deployments_that_are_node_groups_become_a_server_per_replica_an
     let api: Api<Server> = Api::all(client.clone());
     let stored = api.get("workers-2").await.expect("workers-2 applied");
     assert_eq!(stored.spec.machine_deployment().map(|m| m.machine_deployment.as_str()), Some("workers"));
-    let _ = env.kubectl(["delete", "server", "workers-1", "workers-2", "big-1", "--wait=false"]);
+    // Gone before the other test counts the Servers.
+    let _ = env.kubectl(["delete", "server", "workers-1", "workers-2", "big-1"]);
 }
