@@ -26,7 +26,7 @@ use ironclaim_driver::{ClaimRecord, PowerFailure, Report};
 use ironclaim_k8s::api::server::{BMC_CONFIGURED_CONDITION, PowerState, ServerStatus};
 use ironclaim_k8s::api::serverclaim::{FailureReason, PodReference, ServerClaimSpec, ServerClaimStatus, Stage};
 use ironclaim_k8s::api::{Server, ServerClaim, ServerPool};
-use ironclaim_k8s::node::SERVER_LABEL;
+use ironclaim_k8s::node::{Parking, SERVER_LABEL, parking};
 use ironclaim_k8s::server_to_core;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -360,7 +360,9 @@ impl Claims {
         let host = current.spec.metal3_host();
         let metal3 = |ns: &str, name: &str| host.filter(|h| h.namespace == ns && h.name == name).map(|_| server);
         let facts = identity::PowerFacts { on: true, ..crate::index::power_facts(current, false) };
-        let says = nodes.iter().map(|n| crate::index::node_says_with(n, metal3));
+        // A parked node whose kubelet is not back from a new boot runs
+        // nothing (see `ironclaim_k8s::node::parking`).
+        let says = nodes.iter().filter(|n| parking(n) != Parking::Parked).map(|n| crate::index::node_says_with(n, metal3));
         if let Some(why) = identity::refuse_power_off(server, recorded, reported, facts, says, node) {
             return Ok(Some(why));
         }

@@ -478,6 +478,7 @@ impl Executor {
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
                 Err(source) => Err(drain::DrainError::DeleteNodeFailed { node: node.clone(), source }),
             },
+            Effect::ParkNode { node, server } => crate::scaledown::parking::park(&client, node, server).await,
             Effect::RecordIdle { server, since } => {
                 let value =
                     since.map(|s| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::from_second(s as i64).unwrap_or_default()));

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use ironclaim_core::identity::{self, Links};
 use ironclaim_core::model::{self as core, Health, Seconds, Snapshot};
 use ironclaim_k8s::api::{Server, ServerClaim, ServerPool};
-use ironclaim_k8s::node::{CLUSTER_API_SERVER_LABEL, SERVER_LABEL};
+use ironclaim_k8s::node::{CLUSTER_API_SERVER_LABEL, Parking, SERVER_LABEL, parking};
 use ironclaim_k8s::pod::{pod_from_k8s, pod_from_template};
 use ironclaim_k8s::{node_from_k8s, pdb_from_k8s, server_to_core, serverclaim_in_flight, serverpool_to_core};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -275,7 +275,10 @@ impl Index {
             .iter()
             .filter_map(|(name, s)| s.spec.metal3_host().map(|h| ((h.namespace.as_str(), h.name.as_str()), name.as_str())))
             .collect();
-        identity::link(self.nodes.values().map(|n| node_says_with(n, |ns, host| hosts.get(&(ns, host)).copied())), &inventory)
+        // A parked node is no node until its kubelet is back: its server
+        // is off and free, as if the node had been deleted.
+        let nodes = self.nodes.values().filter(|n| parking(n) != Parking::Parked);
+        identity::link(nodes.map(|n| node_says_with(n, |ns, host| hosts.get(&(ns, host)).copied())), &inventory)
     }
 
     /// The node registered for a server, if any, and nothing contradicts
@@ -332,7 +335,7 @@ impl Index {
         }
         let claims = self.claim_of_server();
         let links = self.links();
-        for node in self.nodes.values() {
+        for node in self.nodes.values().filter(|n| parking(n) != Parking::Parked) {
             match node_from_k8s(node) {
                 Ok(mut n) => {
                     // Only a link nothing contradicts: a node in doubt is
@@ -685,6 +688,41 @@ mod tests {
         let worker = snap.servers.iter().find(|s| s.name == "worker-1").unwrap();
         assert_eq!((worker.node.as_deref(), worker.health), (Some("w1.example"), Health::Healthy));
         assert_eq!(planned_power_offs(&index), ["spare-1"]);
+    }
+
+    /// A parked node is no node until its kubelet is back from a new boot:
+    /// its server is off and free, and a Ready condition left over from
+    /// before the power-off does not bring it back.
+    #[test]
+    fn a_parked_node_counts_as_none_until_its_kubelet_is_back_from_a_new_boot() {
+        let mut index = Index::default();
+        index.apply(server("a", Some(UUID_A), "Off", true));
+        let mut n = node("na", Some("a"), UUID_A);
+        n.status.as_mut().unwrap().node_info.as_mut().unwrap().boot_id = "boot-1".into();
+        n.metadata.annotations = Some(
+            [(ironclaim_k8s::node::PARKED_AT_ANNOTATION, "2026-01-05T12:00:00Z"), (ironclaim_k8s::node::PARKED_BOOT_ID_ANNOTATION, "boot-1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        index.apply(n.clone());
+        let seen = |index: &Index| {
+            let (snap, problems) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
+            assert!(problems.is_empty(), "{problems:?}");
+            let server = snap.servers.iter().find(|s| s.name == "a").unwrap().node.clone();
+            (server, snap.nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>(), index.node_of_server("a").is_some())
+        };
+        assert_eq!(seen(&index), (None, vec![], false), "parked, still showing Ready from before the power-off");
+        // A new boot not yet Ready: still parked.
+        n.status.as_mut().unwrap().node_info.as_mut().unwrap().boot_id = "boot-2".into();
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
+        index.apply(n.clone());
+        assert_eq!(seen(&index), (None, vec![], false));
+        // Ready from the new boot: a node again.
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
+        index.apply(n.clone());
+        assert_eq!(seen(&index), (Some("na".into()), vec!["na".to_string()], true));
+        assert_eq!(crate::scaledown::parking::back(&index.nodes), ["na"]);
     }
 
     #[test]

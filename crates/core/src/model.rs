@@ -716,6 +716,22 @@ pub struct DisruptionPolicy {
     /// A drain that takes longer is abandoned and the node uncordoned.
     #[serde(default)]
     pub drain_timeout_s: Option<Seconds>,
+    /// What becomes of a node once its server is powered off.
+    #[serde(default)]
+    pub node_after_power_off: NodeAfterPowerOff,
+}
+
+/// What becomes of a node once its server is powered off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeAfterPowerOff {
+    /// The Node object is deleted; the kubelet registers a new one when
+    /// the server boots again.
+    #[default]
+    Delete,
+    /// The Node object is kept, parked: marked suspended for other
+    /// controllers, cordoned, and counted as no node until its kubelet is
+    /// back from a new boot.
+    Park,
 }
 
 /// Which servers a class of workloads may use, and how they become nodes.

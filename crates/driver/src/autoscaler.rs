@@ -41,7 +41,7 @@ pub const UNCORDON_READ_AGAIN_S: u64 = 30;
 pub const UNCORDON_IN_FLIGHT_S: u64 = 60;
 
 use ironclaim_core::disruption::{Action, disrupt};
-use ironclaim_core::model::{ClaimInFlight, Pod, PowerChange, PowerState, Seconds, Snapshot};
+use ironclaim_core::model::{ClaimInFlight, NodeAfterPowerOff, Pod, PowerChange, PowerState, Seconds, Snapshot};
 use ironclaim_core::provision;
 use ironclaim_core::provision::SPARE_TAINT;
 use ironclaim_core::transitions::RATE_WINDOW_S;
@@ -1073,14 +1073,13 @@ impl Autoscaler {
                 if self.drains.contains_key(&node) || server.as_deref().is_some_and(|s| self.busy(s)) {
                     return;
                 }
-                let timeout = snap
-                    .pools
-                    .iter()
-                    .find(|p| p.name == pool)
-                    .and_then(|p| p.disruption.drain_timeout_s)
-                    .map_or(sd.drain.default_timeout, Duration::from_secs);
+                let policy = snap.pools.iter().find(|p| p.name == pool).map(|p| &p.disruption);
+                let timeout = policy.and_then(|p| p.drain_timeout_s).map_or(sd.drain.default_timeout, Duration::from_secs);
                 let reason = format!("{reason:?}").to_lowercase();
                 let mut d = Drain::new(&node, server.as_deref(), &reason, evict.into_iter().collect(), timeout, &sd.drain, now);
+                if policy.is_some_and(|p| p.node_after_power_off == NodeAfterPowerOff::Park) {
+                    d = d.parking_node();
+                }
                 let holder = server.as_ref().and_then(|s| holders.get(s)).map(String::as_str);
                 let (effects, _) = d.step(&world.pods_on(&node), holder, false, now);
                 out.extend(effects);
@@ -1309,6 +1308,45 @@ mod tests {
         a.report(Report::PoweredOff { server: "s1".into(), result: Ok(()), refused: None }, s(10_803));
         assert!(!a.busy("s1"));
         assert_eq!(a.counters.spares_powered_off, 1);
+    }
+
+    /// A ServerPool set to park its nodes gets its empty node parked once
+    /// the server is confirmed off, not deleted; any other pool's node is
+    /// deleted as before.
+    #[test]
+    fn an_empty_node_of_a_parking_pool_is_parked_once_its_server_is_off_and_others_are_deleted() {
+        for park in [false, true] {
+            let mut world = toy();
+            if park {
+                world.snap.pools[0].disruption.node_after_power_off = NodeAfterPowerOff::Park;
+            }
+            world.snap.servers[0].power_state = PowerState::On;
+            world.snap.servers[0].node = Some("n1".into());
+            let mut node = ironclaim_core::model::Node::new("n1", Resources::new(16_000, 64 << 30));
+            node.server = Some("s1".into());
+            world.snap.nodes.push(node);
+            let settings = Settings { scale_down: Some(ScaleDownSettings { every: s(1), ..ScaleDownSettings::default() }), ..Settings::default() };
+            let mut a = Autoscaler::new(settings);
+            a.step(&world, s(10_000));
+            let mut ended = Vec::new();
+            for t in (10_800..10_900).step_by(2) {
+                let mut effects = a.step(&world, s(t));
+                if effects.iter().any(|e| matches!(e, Effect::Cordon { .. })) {
+                    world.snap.nodes[0].disrupting = true;
+                    world.snap.nodes[0].unschedulable = true;
+                }
+                if effects.iter().any(|e| matches!(e, Effect::PowerOff { .. })) {
+                    world.snap.servers[0].power_state = PowerState::Off;
+                    effects.extend(a.report(Report::PoweredOff { server: "s1".into(), result: Ok(()), refused: None }, s(t)));
+                }
+                ended.extend(effects.into_iter().filter(|e| matches!(e, Effect::DeleteNode { .. } | Effect::ParkNode { .. })));
+                if !ended.is_empty() {
+                    break;
+                }
+            }
+            let want = if park { Effect::ParkNode { node: "n1".into(), server: "s1".into() } } else { Effect::DeleteNode { node: "n1".into() } };
+            assert_eq!(ended, [want], "park {park}");
+        }
     }
 
     /// Issue 14, hole 7 after a restart: a node left cordoned by a drain

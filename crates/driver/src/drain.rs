@@ -67,6 +67,8 @@ pub struct Drain {
     pub planned: BTreeSet<String>,
     /// Power the server off once drained (false: maintenance, left on).
     pub power_off: bool,
+    /// Once powered off, park the node rather than delete it.
+    pub park: bool,
     pub started: Duration,
     pub deadline: Duration,
     phase: Phase,
@@ -115,6 +117,7 @@ impl Drain {
             reason: reason.to_string(),
             planned,
             power_off: true,
+            park: false,
             started: now,
             deadline: now + timeout,
             phase: Phase::Cordon,
@@ -134,6 +137,13 @@ impl Drain {
     /// its node left cordoned for the operator.
     pub fn without_power_off(mut self) -> Self {
         self.power_off = false;
+        self
+    }
+
+    /// Once powered off, keeps the node, parked ([`Effect::ParkNode`]),
+    /// rather than deleting it.
+    pub fn parking_node(mut self) -> Self {
+        self.park = true;
         self
     }
 
@@ -230,7 +240,11 @@ impl Drain {
             Phase::PoweringOff { running: true } => return (out, None),
             Phase::PoweringOff { running: false } if off => {
                 let Some(server) = self.server.clone() else { return (out, Some(Ended::Done { evicted: self.evicted.len() })) };
-                out.push(Effect::DeleteNode { node: self.node.clone() });
+                out.push(if self.park {
+                    Effect::ParkNode { node: self.node.clone(), server: server.clone() }
+                } else {
+                    Effect::DeleteNode { node: self.node.clone() }
+                });
                 if let Some(claim) = holder {
                     out.push(Effect::Release {
                         server: server.clone(),
@@ -246,9 +260,10 @@ impl Drain {
                     subject: self.node.clone(),
                     reason: "Drained",
                     message: format!(
-                        "drained in {took}s: {} pod(s) evicted ({}); server {server} powered off and released",
+                        "drained in {took}s: {} pod(s) evicted ({}); server {server} powered off and released{}",
                         self.evicted.len(),
-                        self.reason
+                        self.reason,
+                        if self.park { "; node kept, parked until the server boots again" } else { "" }
                     ),
                     warning: false,
                 });
@@ -385,6 +400,7 @@ mod tests {
                 Effect::Evict { pod, .. } => format!("evict {pod}"),
                 Effect::PowerOff { node, .. } => format!("power off (node {})", node.clone().unwrap_or_default()),
                 Effect::DeleteNode { .. } => "delete node".into(),
+                Effect::ParkNode { .. } => "park node".into(),
                 Effect::Release { .. } => "release".into(),
                 Effect::DeleteClaim { .. } => "delete claim".into(),
                 Effect::Note { reason, .. } => format!("note {reason}"),

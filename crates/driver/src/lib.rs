@@ -247,6 +247,11 @@ pub enum Effect {
     KeepCordoned { node: String },
     /// Delete the Node of a server confirmed off.
     DeleteNode { node: String },
+    /// Park the Node of `server`, confirmed off, instead of deleting it
+    /// (its ServerPool's `nodeAfterPowerOff: Park`): it stays, cordoned
+    /// and marked suspended, and counts as no node until the server boots
+    /// again.
+    ParkNode { node: String, server: String },
     /// Put on (`spare`) or take off the soft taint of a node kept as a warm
     /// spare ([`ironclaim_core::provision::SPARE_TAINT`]).
     MarkSpare { node: String, spare: bool },

@@ -2,7 +2,7 @@
 
 use crate::api::server::{DEFAULT_GPU_RESOURCE, MeasuredStage, PowerState, Server};
 use crate::api::serverclaim::{ServerClaim, Stage};
-use crate::api::serverpool::{Disruption, DisruptionReason, ServerPool, WarmSpares};
+use crate::api::serverpool::{Disruption, DisruptionReason, NodeAfterPowerOff, ServerPool, WarmSpares};
 use crate::api::{NodeRequirement, NodeTaint, RequirementOperator, TaintEffect};
 use crate::duration::parse_duration_s;
 use crate::error::{ConvertError, Result};
@@ -356,6 +356,10 @@ fn disruption_policy(d: &Disruption) -> Result<core::DisruptionPolicy> {
         never,
         budgets,
         drain_timeout_s: d.drain_timeout.as_ref().map(|t| duration(t, || "spec.disruption.drainTimeout".into())).transpose()?,
+        node_after_power_off: match d.node_after_power_off {
+            None | Some(NodeAfterPowerOff::Delete) => core::NodeAfterPowerOff::Delete,
+            Some(NodeAfterPowerOff::Park) => core::NodeAfterPowerOff::Park,
+        },
     })
 }
 

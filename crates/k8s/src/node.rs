@@ -22,6 +22,61 @@ pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 /// On a Node, `"true"`: Cluster Autoscaler's, never scale it down.
 pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
 
+/// On a parked Node: when its server was confirmed off and the node kept
+/// (RFC 3339).
+pub const PARKED_AT_ANNOTATION: &str = "ironclaim.dev/parked-at";
+/// On a parked Node: the kubelet's `status.nodeInfo.bootID` when it was
+/// parked. A different boot ID, reported Ready, is the kubelet back from a
+/// new boot.
+pub const PARKED_BOOT_ID_ANNOTATION: &str = "ironclaim.dev/parked-boot-id";
+/// On a parked Node, `"true"`: for selectors (`kubectl get nodes -l
+/// ironclaim.dev/parked`).
+pub const PARKED_LABEL: &str = "ironclaim.dev/parked";
+/// The Node condition a parked node carries, `True` while parked: Cluster
+/// Autoscaler (1.36+) counts such a node as suspended, not unready.
+pub const SUSPENDED_CONDITION: &str = "Suspended";
+/// On a Cluster API Machine: its MachineHealthCheck leaves it alone. Put
+/// on the Machine of a parked node, taken off when it is back.
+pub const SKIP_REMEDIATION_ANNOTATION: &str = "cluster.x-k8s.io/skip-remediation";
+/// On a Node Cluster API made: the name and namespace of its Machine.
+pub const MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/machine";
+pub const CLUSTER_NAMESPACE_ANNOTATION: &str = "cluster.x-k8s.io/cluster-namespace";
+
+/// Where a node stands with parking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parking {
+    /// Not parked.
+    No,
+    /// Parked: its server was powered off and the node kept. It counts as
+    /// no node (its server is off and free) until the kubelet is back.
+    Parked,
+    /// Parked, and its kubelet is back from a new boot: Ready, with a boot
+    /// ID other than the one recorded when it was parked. It counts as a
+    /// node again; its parking marks are still to be cleared.
+    Back,
+}
+
+/// Where `node` stands with parking.
+///
+/// # Guarantees
+/// - Only a node marked [`PARKED_AT_ANNOTATION`] is parked.
+/// - It is back only when its Ready condition is True and it reports a
+///   non-empty boot ID other than [`PARKED_BOOT_ID_ANNOTATION`]: a Ready
+///   condition left from before the power-off (the node lifecycle
+///   controller marks it Unknown only after its grace period) never counts,
+///   and nothing depends on clocks.
+pub fn parking(node: &k8s::Node) -> Parking {
+    let annotations = node.metadata.annotations.as_ref();
+    if annotations.and_then(|a| a.get(PARKED_AT_ANNOTATION)).is_none() {
+        return Parking::No;
+    }
+    let recorded = annotations.and_then(|a| a.get(PARKED_BOOT_ID_ANNOTATION)).map_or("", String::as_str);
+    let status = node.status.as_ref();
+    let boot_id = status.and_then(|s| s.node_info.as_ref()).map_or("", |i| i.boot_id.trim());
+    let ready = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    if ready && !boot_id.is_empty() && boot_id != recorded.trim() { Parking::Back } else { Parking::Parked }
+}
+
 /// Converts a Node.
 ///
 /// # Guarantees
@@ -150,6 +205,31 @@ mod tests {
 
     fn node(annotations: serde_json::Value) -> k8s::Node {
         serde_json::from_value(serde_json::json!({"metadata": {"name": "n1", "annotations": annotations}})).expect("node")
+    }
+
+    #[test]
+    fn a_parked_node_is_back_only_ready_from_another_boot() {
+        let at = |boot: &str, ready: &str, recorded: Option<&str>| {
+            let mut annotations = serde_json::json!({});
+            if let Some(r) = recorded {
+                annotations = serde_json::json!({PARKED_AT_ANNOTATION: "2026-01-05T12:00:00Z", PARKED_BOOT_ID_ANNOTATION: r});
+            }
+            let n: k8s::Node = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1", "annotations": annotations},
+                "status": {"conditions": [{"type": "Ready", "status": ready}],
+                           "nodeInfo": {"bootID": boot, "systemUUID": "", "machineID": "", "kernelVersion": "", "osImage": "",
+                                        "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "",
+                                        "operatingSystem": "linux", "architecture": "amd64"}}
+            }))
+            .expect("node");
+            parking(&n)
+        };
+        assert_eq!(at("b1", "True", None), Parking::No);
+        assert_eq!(at("b1", "True", Some("b1")), Parking::Parked, "Ready left from before the power-off");
+        assert_eq!(at("b2", "Unknown", Some("b1")), Parking::Parked, "a new boot not Ready yet");
+        assert_eq!(at("b2", "True", Some("b1")), Parking::Back);
+        assert_eq!(at("", "True", Some("")), Parking::Parked, "a kubelet that reports no boot ID never comes back by itself");
+        assert_eq!(at("b1", "True", Some("")), Parking::Back);
     }
 
     #[test]

@@ -658,6 +658,7 @@ spec:
     - {nodes: '10%'}
     - {nodes: '0', schedule: '@daily', duration: 1h, reasons: [Underutilized, Drifted]}
     drainTimeout: 15m
+    nodeAfterPowerOff: Park
 ---
 apiVersion: ironclaim.dev/v1alpha1
 kind: ServerPool
@@ -686,6 +687,10 @@ spec:
     assert_eq!(d.budgets[1].reasons, vec![DisruptionReason::Underutilized, DisruptionReason::Drifted]);
     assert_eq!(d.budgets[1].window.as_ref().map(|w| w.duration_s), Some(3600));
     assert!(snap.pools[1].disruption.never);
+    assert_eq!(
+        (d.node_after_power_off, snap.pools[1].disruption.node_after_power_off),
+        (ironclaim_core::NodeAfterPowerOff::Park, ironclaim_core::NodeAfterPowerOff::Delete)
+    );
 
     let pool = |spec: &str| format!("apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {{name: p}}\nspec:\n{spec}");
     let cases: &[(&str, &str)] = &[

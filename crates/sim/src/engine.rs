@@ -1333,6 +1333,7 @@ impl<'a> Engine<'a> {
                 | Effect::Uncordon { .. }
                 | Effect::KeepCordoned { .. }
                 | Effect::DeleteNode { .. }
+                | Effect::ParkNode { .. }
                 | Effect::MarkSpare { .. }
                 | Effect::Note { .. } => {
                     // Logged and counted by the executor; the driver sees
@@ -1461,7 +1462,10 @@ impl<'a> Engine<'a> {
                 }
                 None
             }
-            Effect::DeleteNode { node } => {
+            // A parked node counts as no node until its server boots
+            // again, as the controller's index reads it: to the rack, the
+            // two are one.
+            Effect::DeleteNode { node } | Effect::ParkNode { node, .. } => {
                 if let Some(s) = self.index(&node) {
                     self.ready.remove(&s);
                     self.srv[s].node = None;

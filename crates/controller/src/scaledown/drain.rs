@@ -96,6 +96,12 @@ pub enum DrainError {
         #[source]
         source: kube::Error,
     },
+    #[error("parking node {node} (or bringing it back) failed")]
+    ParkFailed {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("marking node {node} as a warm spare (or no longer one) failed")]
     MarkSpareFailed {
         node: String,
@@ -124,6 +130,7 @@ impl DrainError {
             DrainError::DeleteNodeFailed { .. } => "delete_node_failed",
             DrainError::ReleaseFailed { .. } => "release_failed",
             DrainError::MarkSpareFailed { .. } => "mark_spare_failed",
+            DrainError::ParkFailed { .. } => "park_failed",
         }
     }
 }

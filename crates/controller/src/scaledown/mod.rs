@@ -20,6 +20,7 @@ pub mod drain;
 pub mod energy;
 pub mod notes;
 pub mod pacing;
+pub mod parking;
 pub mod stranded;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -200,7 +201,7 @@ impl ScaleDown {
     /// repair already running is not started again.
     pub async fn reconcile(&self, now: Seconds) {
         let cool_down_s = self.settings.drain_cool_down.as_secs();
-        let (mut snapshot, findings, cooling, unknown_power) = {
+        let (mut snapshot, findings, cooling, unknown_power, back) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let (snapshot, _) = index.snapshot(now, self.backoff);
             let cooling = pacing::cooling(
@@ -216,9 +217,21 @@ impl ScaleDown {
                 .filter(|(_, s)| s.status.as_ref().and_then(|s| s.power_state).is_none_or(|p| p == ironclaim_k8s::api::server::PowerState::Unknown))
                 .map(|(name, _)| name.clone())
                 .collect();
-            (snapshot, stranded::find(&index), cooling, unknown_power)
+            (snapshot, stranded::find(&index), cooling, unknown_power, parking::back(&index.nodes))
         };
         self.state.lock().unwrap_or_else(PoisonError::into_inner).tasks.retain(|_, h| !h.is_finished());
+        for node in back {
+            let drainer = self.drainer.clone();
+            self.start(format!("unpark/{node}"), async move {
+                match parking::unpark(&drainer.client, &node).await {
+                    Ok(()) => drainer.notes.normal(Kind::Node, &node, "Unparked", "its server booted again: no longer parked, schedulable").await,
+                    Err(err) => {
+                        tracing::warn!(%node, error = %err, "bringing a parked node back failed; tried again next pass");
+                        drainer.claims.metrics().error(err.metric_label());
+                    }
+                }
+            });
+        }
         if self.settings.repair {
             self.repair(findings, &cooling, now).await;
         }

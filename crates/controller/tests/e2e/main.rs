@@ -40,6 +40,7 @@ mod scaledown_budget;
 mod scaledown_do_not_disrupt;
 mod scaledown_floor;
 mod scaledown_idle_restart;
+mod scaledown_park;
 mod scaledown_pdb;
 mod scaledown_revalidate;
 mod scaledown_stranded;

@@ -76,6 +76,10 @@ pub struct Machine {
     pub taints: Vec<String>,
     /// `spec.stageDurations` of the Server.
     pub expected: [&'static str; 4],
+    /// Plays a kubelet whose Node outlives a power-off: registered Ready
+    /// with a boot ID, left in place when the machine goes off, and
+    /// reported Ready with a new boot ID when it boots again.
+    pub keeps_node: bool,
 }
 
 impl Machine {
@@ -92,7 +96,12 @@ impl Machine {
             registers: true,
             taints: Vec::new(),
             expected: ["12s", "3s", "2s", "3s"],
+            keeps_node: false,
         }
+    }
+    pub fn keeping_its_node(mut self) -> Self {
+        self.keeps_node = true;
+        self
     }
     pub fn label(mut self, k: &str, v: &str) -> Self {
         self.labels.insert(k.into(), v.into());
@@ -153,6 +162,18 @@ impl Machine {
             "status": {"capacity": capacity, "allocatable": capacity}
         })
     }
+
+    /// The status a kubelet reports at the start of boot number `boot`.
+    fn kubelet_status(&self, boot: u32) -> serde_json::Value {
+        let now = jiff::Timestamp::now().to_string();
+        json!({
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "nodeInfo": {"systemUUID": self.uuid, "bootID": format!("{}-boot-{boot}", self.name), "machineID": "", "kernelVersion": "",
+                         "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "",
+                         "operatingSystem": "linux", "architecture": "amd64"}
+        })
+    }
 }
 
 /// Plays the machines until dropped.
@@ -182,6 +203,7 @@ impl Machines {
             let mut on_since: BTreeMap<String, Instant> = BTreeMap::new();
             let mut node_since: BTreeMap<String, Instant> = BTreeMap::new();
             let mut gpus_shown: BTreeMap<String, bool> = BTreeMap::new();
+            let mut boots: BTreeMap<String, u32> = BTreeMap::new();
             loop {
                 for m in &machines {
                     let selector = SystemSelector::parse(&m.uuid).expect("selector");
@@ -193,9 +215,26 @@ impl Machines {
                         }
                         if !node_since.contains_key(&m.name) {
                             let with_gpus = m.gpu_driver.is_zero();
-                            let node: Node = serde_json::from_value(m.node(with_gpus)).expect("node");
-                            match nodes.create(&PostParams::default(), &node).await {
-                                Ok(_) | Err(kube::Error::Api(_)) => {
+                            let mut value = m.node(with_gpus);
+                            let boot = *boots.entry(m.name.clone()).and_modify(|b| *b += 1).or_insert(1);
+                            if m.keeps_node {
+                                value["status"]
+                                    .as_object_mut()
+                                    .expect("status")
+                                    .extend(m.kubelet_status(boot).as_object().cloned().unwrap_or_default());
+                            }
+                            let node: Node = serde_json::from_value(value.clone()).expect("node");
+                            let registered = match nodes.create(&PostParams::default(), &node).await {
+                                // A kubelet whose Node outlived the power-off
+                                // reports on it from the new boot.
+                                Err(kube::Error::Api(s)) if s.code == 409 && m.keeps_node => nodes
+                                    .patch_status(&m.name, &PatchParams::default(), &Patch::Strategic(&json!({"status": m.kubelet_status(boot)})))
+                                    .await
+                                    .map(|_| ()),
+                                other => other.map(|_| ()),
+                            };
+                            match registered {
+                                Ok(()) | Err(kube::Error::Api(_)) => {
                                     node_since.insert(m.name.clone(), Instant::now());
                                     gpus_shown.insert(m.name.clone(), with_gpus);
                                     log.lock().unwrap_or_else(|p| p.into_inner()).push(m.name.clone());
@@ -211,7 +250,7 @@ impl Machines {
                         }
                     } else if state == ironclaim_redfish::PowerState::Off {
                         on_since.remove(&m.name);
-                        if node_since.remove(&m.name).is_some() {
+                        if node_since.remove(&m.name).is_some() && !m.keeps_node {
                             let _ = nodes.delete(&m.name, &DeleteParams::default()).await;
                         }
                     }

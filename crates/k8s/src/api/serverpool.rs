@@ -234,6 +234,19 @@ pub struct Disruption {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::duration")]
     pub drain_timeout: Option<String>,
+    /// What becomes of a node once its server is powered off: `Delete`
+    /// (the default) deletes the Node; `Park` keeps it, cordoned, with
+    /// the condition `Suspended=True` that Cluster Autoscaler reads, until
+    /// the server boots again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_after_power_off: Option<NodeAfterPowerOff>,
+}
+
+/// What becomes of a node once its server is powered off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum NodeAfterPowerOff {
+    Delete,
+    Park,
 }
 
 /// How many nodes may be disrupted at once.
