@@ -584,6 +584,13 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
     let floors = crate::warm::floors_of(snapshot, &m, now_s);
 
     let mut headroom = Headroom { left: BTreeMap::new(), wanted: BTreeMap::new(), coming: BTreeMap::new() };
+    // The pods claims in flight wait for, by key: only where a headroom
+    // needs them.
+    let unbound: std::collections::HashMap<String, &Pod> = if pools.iter().any(|p| p.warm.headroom.is_some()) && !snapshot.claims.is_empty() {
+        snapshot.pods.iter().filter(|p| p.node_name.is_none()).map(|p| (p.key(), p)).collect()
+    } else {
+        Default::default()
+    };
     for pool in pools {
         let Some(want) = &pool.warm.headroom else { continue };
         let mut free = crate::Resources::default();
@@ -601,6 +608,33 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
                     coming.add(&s.capacity);
                 }
             }
+        }
+        // A server on its way to being a node for a claim in flight (a
+        // spare claimed to be a node, or a server opened for pods): the
+        // room its claim's pods leave is coming, counted like a spare
+        // powering on, so the same room is not powered on twice.
+        for claim in &snapshot.claims {
+            let Some(i) = m.index(&claim.server) else { continue };
+            if !m.in_pool(i, pool) {
+                continue;
+            }
+            let server = &snapshot.servers[i];
+            let mut room = server.capacity.clone();
+            if let Some(c) = candidates.iter().find(|c| c.server.is_some_and(|s| s.name == server.name)) {
+                if c.node.ready {
+                    continue; // counted above
+                }
+                room = c.node.allocatable.clone();
+                for p in c.pods.iter().chain(&c.daemonset_pods) {
+                    room.sub(&p.requests);
+                }
+            }
+            for p in claim.pods.iter().filter_map(|k| unbound.get(k.as_str())) {
+                room.sub(&p.requests);
+            }
+            let room = room.max_with(&crate::Resources::default());
+            free.add(&room);
+            coming.add(&room);
         }
         headroom.coming.insert(pool.name.clone(), coming);
         headroom.left.insert(pool.name.clone(), free.minus(want));

@@ -405,6 +405,52 @@ fn headroom_keeps_an_empty_node_on_and_powers_a_spare_on_when_short() {
     }
 }
 
+/// A spare claimed to become a node, on its way (claimed with no node yet,
+/// then a node not yet Ready), was counted as no room at all: the pool
+/// looked short of its headroom and a second spare came on for the same
+/// room.
+#[test]
+fn headroom_counts_a_spare_on_its_way_to_a_node_and_powers_no_second_one() {
+    let mut p = pool();
+    p.warm.headroom = Some(Resources::new(8000, 16 * GI));
+    let mut snap = Snapshot { pools: vec![p], ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 30_000)]);
+    snap.servers.push(server("cold-1"));
+    let mut joining = server("joining").warm();
+    joining.claim = Some("spare-joining".into());
+    snap.servers.push(joining);
+    snap.claims.push(ClaimInFlight {
+        name: "spare-joining".into(),
+        server: "joining".into(),
+        pool: "general".into(),
+        stage: Stage::Booting,
+        stage_started_s: 10 * HOUR - 30,
+        pods: vec![],
+    });
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOnForHeadroom { .. })), "claimed, no node yet: {d:?}");
+
+    // Its node registered, not Ready yet (or its gates not passed).
+    let s = snap.servers.iter_mut().find(|s| s.name == "joining").unwrap();
+    s.node = Some("joining".into());
+    let mut n = Node::new("joining", s.capacity.clone()).with_labels(&[(SERVERPOOL_LABEL, "general"), (SERVER_LABEL, "joining")]);
+    n.server = Some("joining".into());
+    n.ready = false;
+    snap.nodes.push(n);
+    snap.claims[0].stage = Stage::Joined;
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::PowerOnForHeadroom { .. })), "a node joining: {d:?}");
+
+    // A claim opened for pods: the room they take is theirs, the rest is headroom.
+    snap.claims[0].pods = vec!["app/big".into()];
+    snap.pods.push(Pod::new("app", "big", Resources::new(30_000, GI)));
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(
+        matches!(&d.actions[..], [Action::PowerOnForHeadroom { server, .. }] if server == "cold-1"),
+        "the joining server's room is its pod's: {d:?}"
+    );
+}
+
 /// A server of the big class: 64 cores, idling at `idle_watts`.
 fn big(name: &str, idle_watts: f64) -> Server {
     let mut s = Server::new(name, Resources::new(64_000, 256 * GI).with_pods(110)).with_labels(&[(CLASS_LABEL, "general-64")]);
