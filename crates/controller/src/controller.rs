@@ -415,6 +415,10 @@ impl Controller {
         let renewal = self.settings.lease.clone().map(|lease| leader::spawn_renewal(self.client.clone(), lease, gate.clone(), self.metrics.clone()));
         let acting = gate.clone();
         let buffers = crate::buffers::Buffers::new(self.client.clone(), self.index.clone(), Arc::new(move || acting.acting())).spawn();
+        let acting = gate.clone();
+        let requests =
+            crate::provisioning_requests::ProvisioningRequests::new(self.client.clone(), self.index.clone(), Arc::new(move || acting.acting()))
+                .spawn();
         let (maintenance_tx, mut maintenance_rx) = tokio::sync::mpsc::unbounded_channel();
         let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(
             self.client.clone(),
@@ -547,6 +551,7 @@ impl Controller {
             renewal.abort();
         }
         buffers.abort();
+        requests.abort();
         gate.revoke();
         tasks.abort_all();
         watches.abort_all();

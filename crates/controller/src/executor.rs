@@ -610,7 +610,15 @@ impl Executor {
             return;
         }
         if let Some((namespace, name)) = subject.split_once('/') {
-            let uid = self.index.lock().unwrap_or_else(PoisonError::into_inner).pods.get(subject).and_then(|e| e.uid.clone());
+            let uid = {
+                let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+                // A ProvisioningRequest's stand-in is no pod: its request's
+                // status says where it stands.
+                if index.gang_pods.contains_key(subject) {
+                    return;
+                }
+                index.pods.get(subject).and_then(|e| e.uid.clone())
+            };
             let events = self.claims.events();
             if warning {
                 events.warn(namespace, name, uid.as_deref(), reason, message).await;

@@ -32,6 +32,9 @@ pub const CLAIM_FAILED_CONDITION: &str = "ClaimFailed";
 pub struct PodEntry {
     pub pod: core::Pod,
     pub uid: Option<String>,
+    /// The ProvisioningRequest (in the pod's namespace) whose capacity it
+    /// consumes (`autoscaling.x-k8s.io/consume-provisioning-request`).
+    pub consumes: Option<String>,
 }
 
 /// One object that could not be read, for logs and metrics.
@@ -63,6 +66,10 @@ pub struct Index {
     /// What the CapacityBuffers add to the pools' headroom, as
     /// [`crate::buffers`] last resolved them.
     pub buffer_rooms: Vec<ironclaim_core::buffer::Room>,
+    /// The pods of ProvisioningRequests, by key: pending stand-ins of a
+    /// gang, in every snapshot and among the pending pods, kept by
+    /// [`crate::provisioning_requests`].
+    pub gang_pods: BTreeMap<String, core::Pod>,
 }
 
 /// A kind the index holds.
@@ -131,7 +138,8 @@ impl Indexed for Pod {
         match pod_from_k8s(&self) {
             Ok(pod) => {
                 index.bad_pods.remove(&k);
-                index.pods.insert(k, PodEntry { pod, uid: self.metadata.uid.clone() });
+                let consumes = self.annotations().get(ironclaim_k8s::provisioning_request::CONSUME_ANNOTATION).cloned();
+                index.pods.insert(k, PodEntry { pod, uid: self.metadata.uid.clone(), consumes });
             }
             Err(err) => {
                 index.pods.remove(&k);
@@ -295,7 +303,7 @@ impl Index {
     /// The pods the core will plan for, by key: pending, or waiting for an
     /// in-place resize ([`ironclaim_core::Pod::is_demand`]).
     pub fn pending_pod_keys(&self) -> impl Iterator<Item = &String> {
-        self.pods.iter().filter(|(_, e)| e.pod.is_demand()).map(|(k, _)| k)
+        self.pods.iter().filter(|(_, e)| e.pod.is_demand()).map(|(k, _)| k).chain(self.gang_pods.keys())
     }
 
     /// The world as the core sees it at `now_s`.
@@ -313,7 +321,7 @@ impl Index {
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
         let mut snap = Snapshot {
-            pods: self.pods.values().map(|e| e.pod.clone()).collect(),
+            pods: self.pods.values().map(|e| e.pod.clone()).chain(self.gang_pods.values().cloned()).collect(),
             namespaces: self.namespaces.iter().map(|(name, ns)| (name.clone(), ns.metadata.labels.clone().unwrap_or_default().into())).collect(),
             ..Snapshot::default()
         };

@@ -45,6 +45,7 @@ pub mod locks;
 pub mod metrics;
 pub mod pools;
 pub mod provider;
+pub mod provisioning_requests;
 pub mod scaledown;
 pub mod timeline;
 pub mod world;

@@ -503,14 +503,24 @@ fn best_replacement<'s>(
 /// Pods waiting for an in-place resize count as demand for room at their
 /// new size, as pending pods do ([`crate::resize`]).
 /// An empty node such a pod would land on is the room it waits for (it
-/// moves once VPA, or whoever asked, evicts or recreates it): not idle.
+/// moves once VPA, or whoever asked, evicts or recreates it): not idle. So
+/// is one a gang's pending pod would land on ([`crate::gang`]): the room
+/// is booked for the gang's pods, on their way.
 pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     let expanded = crate::resize::with_demand(snapshot);
     let mut awaited: BTreeMap<String, String> = BTreeMap::new();
-    if matches!(expanded, std::borrow::Cow::Owned(_)) {
+    let gangs: BTreeMap<String, &str> = snapshot.pods.iter().filter(|p| p.is_demand()).filter_map(|p| Some((p.key(), p.gang.as_deref()?))).collect();
+    if matches!(expanded, std::borrow::Cow::Owned(_)) || !gangs.is_empty() {
         for d in provision(snapshot, now_s).pods {
-            if let (Some(wait), Outcome::Existing { node }) = (&d.resize, d.outcome) {
-                awaited.entry(node).or_insert_with(|| format!("the room pod {} waits for: {wait}", d.pod));
+            match (&d.resize, d.outcome, gangs.get(&d.pod)) {
+                (Some(wait), Outcome::Existing { node }, _) => {
+                    awaited.entry(node).or_insert_with(|| format!("the room pod {} waits for: {wait}", d.pod));
+                }
+                // A gang's room, booked: its pods are on their way.
+                (None, Outcome::Existing { node }, Some(gang)) => {
+                    awaited.entry(node).or_insert_with(|| format!("the room booked for {gang}"));
+                }
+                _ => {}
             }
         }
     }

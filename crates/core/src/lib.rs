@@ -9,6 +9,7 @@ pub mod buffer;
 pub mod disruption;
 pub mod duration;
 pub mod ffd;
+pub mod gang;
 pub mod identity;
 pub mod labels;
 pub mod model;

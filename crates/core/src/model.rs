@@ -185,6 +185,11 @@ pub struct Pod {
     /// them; the resize is demand for a node that can host it whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize: Option<Resize>,
+    /// A gang it belongs to (`namespace/name` of a ProvisioningRequest):
+    /// servers are powered on for all of a gang's pending pods or for none
+    /// ([`crate::gang`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<String>,
 }
 
 /// Why the kubelet has not applied a pod's in-place resize: the reason of

@@ -58,6 +58,9 @@ pub enum Unschedulable {
     /// A free matching server exists, but an inter-pod constraint rules
     /// every one of them out.
     Topology { constraint: String },
+    /// A member of a gang that cannot be placed whole: `unplaced` of its
+    /// `of` pending pods fit nowhere, the first for `why`.
+    Gang { gang: String, unplaced: usize, of: usize, why: String },
 }
 
 impl Unschedulable {
@@ -70,6 +73,7 @@ impl Unschedulable {
             Unschedulable::PowerBudget { .. } => "power_budget",
             Unschedulable::TransitionRate { .. } => "transition_rate",
             Unschedulable::Topology { .. } => "topology",
+            Unschedulable::Gang { .. } => "gang",
         }
     }
 }
@@ -124,6 +128,9 @@ impl fmt::Display for Unschedulable {
             Unschedulable::TransitionRate { refusal } => write!(f, "{refusal}"),
             Unschedulable::Topology { constraint } => {
                 write!(f, "free servers match, but {constraint} rules them all out")
+            }
+            Unschedulable::Gang { gang, unplaced, of, why } => {
+                write!(f, "all or nothing for {gang}: {unplaced} of its {of} pods cannot be placed ({why}); no server is powered on for it")
             }
         }
     }

@@ -59,6 +59,7 @@ pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
             d.resize = waits.get(&d.pod).cloned();
         }
     }
+    crate::gang::all_or_nothing(&mut plan, &snapshot.pods);
     plan
 }
 

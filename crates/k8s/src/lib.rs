@@ -28,6 +28,7 @@ pub mod load;
 pub mod metal3;
 pub mod node;
 pub mod pod;
+pub mod provisioning_request;
 pub mod redact;
 pub mod resources;
 mod selector;

@@ -29,6 +29,7 @@ mod e2e_dry_run;
 mod e2e_external;
 mod e2e_leader;
 mod e2e_metal3;
+mod e2e_provisioning_request;
 mod e2e_resize;
 mod e2e_restart;
 mod e2e_restart_lock;

@@ -339,9 +339,9 @@ async fn reset(env: &TestEnv, client: &Client) {
     kubectl(&["delete", "nodes", "--all", "--ignore-not-found"]);
     for ns in std::iter::once(NAMESPACE).chain(OTHER_NAMESPACES) {
         kubectl(&["-n", ns, "delete", "configmaps,leases", "--field-selector=metadata.name!=kube-root-ca.crt", "--ignore-not-found"]);
-        // The Metal3 and CapacityBuffer tests install those CRDs; before
-        // them, there are none.
-        for kind in ["baremetalhosts.metal3.io", "capacitybuffers.autoscaling.x-k8s.io"] {
+        // The Metal3, CapacityBuffer and ProvisioningRequest tests install
+        // those CRDs; before them, there are none.
+        for kind in ["baremetalhosts.metal3.io", "capacitybuffers.autoscaling.x-k8s.io", "provisioningrequests.autoscaling.x-k8s.io"] {
             if let Err(e) = env.kubectl(["-n", ns, "delete", kind, "--all", "--ignore-not-found"])
                 && !e.to_string().contains("doesn't have a resource type")
             {
