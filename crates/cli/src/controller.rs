@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long)]
     leader_elect: bool,
     /// The controller's namespace: the leader Lease and the claim lock
-    /// ledger (the ConfigMap ironclaim-claim-locks) live there.
+    /// ledger (the ConfigMaps ironclaim-claim-locks-00 to -31) live there.
     #[arg(long, visible_alias = "lease-namespace", env = "POD_NAMESPACE", default_value = "ironclaim-system")]
     controller_namespace: String,
     /// The leader Lease's name.

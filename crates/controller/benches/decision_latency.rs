@@ -16,11 +16,11 @@
 //!
 //! It then times writes with nothing else running: 59 merge patches of
 //! Server status sent at once, 59 of ConfigMaps, and one patch carrying 59
-//! entries to a ConfigMap (what the lock ledger's group commit sends). A
-//! write to a custom resource costs several times a built-in one on the
+//! entries to a ConfigMap (what a lock ledger shard's group commit sends).
+//! A write to a custom resource costs several times a built-in one on the
 //! API server, and one write carrying many changes costs about one, which
-//! is why the locks are one ConfigMap and the Server's status is written
-//! after the power-on.
+//! is why the locks are ConfigMap entries, each shard's written together,
+//! and the Server's status is written after the power-on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -5,7 +5,8 @@
 //! # Restart safety
 //! Every step is written to the API before the action it announces. A
 //! take ([`Claims::take`]) takes the server's claim lock (an entry in the
-//! lock ledger, see [`crate::locks`]; concurrent takes share one write),
+//! lock ledger, see [`crate::locks`]; concurrent takes share a write per
+//! shard),
 //! writes the claim to the Server (its name, `claimedAt`, power state
 //! `PoweringOn`) and creates the ServerClaim at `Selected`; only then does
 //! the driver send the power-on. A restarted controller reads where each

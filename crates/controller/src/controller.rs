@@ -39,7 +39,7 @@ use crate::events::Events;
 use crate::executor::Executor;
 use crate::index::{FailureBackoff, Index, Indexed};
 use crate::leader::{self, Gate, LeaseSettings};
-use crate::locks::{LEDGER_NAME, Lock};
+use crate::locks::{LEDGER_LABEL, Lock};
 use crate::metrics::Metrics;
 use crate::pools;
 use crate::provider::Power;
@@ -398,7 +398,7 @@ impl Controller {
         watches.spawn(watch(Api::<ServerPool>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         watches.spawn(watch(Api::<ServerClaim>::all(c.clone()), i.clone(), n.clone(), s.clone()));
         let ledger = Api::<ConfigMap>::namespaced(c.clone(), &self.settings.claims.lock_namespace);
-        let only_ledger = watcher::Config::default().fields(&format!("metadata.name={LEDGER_NAME}"));
+        let only_ledger = watcher::Config::default().labels(LEDGER_LABEL);
         watches.spawn(watch_with(ledger, only_ledger, i.clone(), n.clone(), s.clone()));
 
         let mut stop = stop_rx.clone();
@@ -897,7 +897,7 @@ impl Sweeper {
         let links = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             self.metrics.claim_locks.set(index.locks.len() as i64);
-            self.metrics.claim_lock_ledger_bytes.set(index.locks.values().map(Lock::bytes).sum::<usize>() as i64);
+            self.metrics.set_ledger_bytes(index.ledgers.iter().map(|(name, ledger)| (name.clone(), ledger.bytes)));
             index.links().clone()
         };
         let mut held: HashMap<&'static str, i64> = HashMap::from([("unadopted", 0), ("identity_mismatch", 0)]);

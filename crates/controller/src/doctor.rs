@@ -179,11 +179,17 @@ fn shipped_access(namespace: &str) -> Vec<Access> {
         };
         for rule in value["rules"].as_array().into_iter().flatten() {
             let list = |key: &str| rule[key].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect::<Vec<_>>());
-            let names = list("resourceNames").unwrap_or_default();
+            // No names: the rule grants the resource whole.
+            let names: Vec<Option<String>> = match list("resourceNames") {
+                Some(names) if !names.is_empty() => names.into_iter().map(Some).collect(),
+                _ => vec![None],
+            };
             for group in list("apiGroups").unwrap_or_default() {
                 for resource in list("resources").unwrap_or_default() {
                     for verb in list("verbs").unwrap_or_default() {
-                        out.insert((group.clone(), resource.clone(), scope.clone(), verb, names.first().cloned()));
+                        for name in &names {
+                            out.insert((group.clone(), resource.clone(), scope.clone(), verb.clone(), name.clone()));
+                        }
                     }
                 }
             }
@@ -407,7 +413,14 @@ mod tests {
         assert!(has("ironclaim.dev", "servers/status", "patch", false));
         assert!(has("", "secrets", "get", true));
         assert!(has("coordination.k8s.io", "leases", "update", true));
-        assert!(access.iter().any(|(_, r, _, _, name)| r == "configmaps" && name.as_deref() == Some("ironclaim-claim-locks")));
+        // Every ledger ConfigMap by name: the legacy one and each shard.
+        let ledger = |name: String, verb: &str| access.iter().any(|(_, r, _, v, n)| r == "configmaps" && v == verb && n.as_ref() == Some(&name));
+        let ledgers =
+            std::iter::once(crate::locks::LEGACY_LEDGER_NAME.to_string()).chain((0..crate::locks::SHARD_COUNT).map(crate::locks::shard_name));
+        for name in ledgers {
+            assert!(ledger(name.clone(), "get") && ledger(name.clone(), "patch"), "{name}");
+        }
+        assert!(has("", "configmaps", "watch", true), "the index watches the ledger by label");
         assert!(access.len() >= 30, "{}", access.len());
     }
 }

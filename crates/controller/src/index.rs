@@ -19,7 +19,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
 use crate::gates;
-use crate::locks::{LEDGER_NAME, Lock};
+use crate::locks::{self, LEGACY_LEDGER_NAME, Ledger, Lock};
 
 /// The prefix of a node's `spec.providerID` that names its server.
 pub const PROVIDER_ID_PREFIX: &str = "ironclaim://";
@@ -59,8 +59,14 @@ pub struct Index {
     pub servers: BTreeMap<String, Server>,
     pub pools: BTreeMap<String, ServerPool>,
     pub claims: BTreeMap<String, ServerClaim>,
-    /// Claim locks by server (see [`crate::locks`]).
+    /// Claim locks by server, from every ledger ConfigMap as a take reads
+    /// them: a server's shard first, then the legacy ledger (see
+    /// [`crate::locks`]).
     pub locks: BTreeMap<String, Lock>,
+    /// Each ledger ConfigMap by name, as the locks it holds and the bytes
+    /// its entries take (against [`crate::locks::LEDGER_CAP_BYTES`]): what
+    /// `locks` is made from.
+    pub ledgers: BTreeMap<String, LedgerContents>,
     /// [`Index::links`], made once per change of what the index holds.
     links: std::sync::OnceLock<Links>,
     /// What the CapacityBuffers add to the pools' headroom, as
@@ -70,6 +76,13 @@ pub struct Index {
     /// gang, in every snapshot and among the pending pods, kept by
     /// [`crate::provisioning_requests`].
     pub gang_pods: BTreeMap<String, core::Pod>,
+}
+
+/// One ledger ConfigMap as the index keeps it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LedgerContents {
+    pub locks: BTreeMap<String, Lock>,
+    pub bytes: usize,
 }
 
 /// A kind the index holds.
@@ -111,20 +124,27 @@ keyed!(Server, servers, false);
 keyed!(ServerPool, pools, false);
 keyed!(ServerClaim, claims, false);
 
-/// Only the lock ledger is kept, as its locks keyed by server (the watch
-/// selects it by name; anything else is ignored all the same).
+/// Only the lock ledger's ConfigMaps are kept, as their locks keyed by
+/// server (the watch selects them by label; anything else is ignored all
+/// the same).
 impl Indexed for ConfigMap {
     fn apply(self, index: &mut Index) {
-        if self.metadata.name.as_deref() == Some(LEDGER_NAME) {
-            index.locks = Lock::all_in(&self);
+        let name = self.name_any();
+        if Ledger::named(&name).is_none() {
+            return;
         }
+        let contents = LedgerContents { locks: Lock::all_in(&self), bytes: locks::ledger_bytes(self.data.iter().flatten()) };
+        let before = index.ledgers.insert(name.clone(), contents).unwrap_or_default();
+        let servers: Vec<String> = before.locks.into_keys().chain(index.ledgers[&name].locks.keys().cloned()).collect();
+        index.relock(servers);
     }
     fn delete(&self, index: &mut Index) {
-        if self.metadata.name.as_deref() == Some(LEDGER_NAME) {
-            index.locks.clear();
+        if let Some(before) = index.ledgers.remove(&self.name_any()) {
+            index.relock(before.locks.into_keys().collect());
         }
     }
     fn reset(objects: Vec<Self>, index: &mut Index) {
+        index.ledgers.clear();
         index.locks.clear();
         for o in objects {
             o.apply(index);
@@ -263,6 +283,18 @@ impl Index {
     pub fn reset<K: Indexed>(&mut self, objects: Vec<K>) {
         self.links.take();
         K::reset(objects, self);
+    }
+
+    /// Makes `locks` agree with `ledgers` for `servers`: each one's lock is
+    /// its shard's, else the legacy ledger's.
+    fn relock(&mut self, servers: Vec<String>) {
+        for server in servers {
+            let in_ledger = |name: &str| self.ledgers.get(name).and_then(|l| l.locks.get(&server));
+            match in_ledger(&locks::ledger_of(&server)).or_else(|| in_ledger(LEGACY_LEDGER_NAME)).cloned() {
+                Some(lock) => self.locks.insert(server, lock),
+                None => self.locks.remove(&server),
+            };
+        }
     }
 
     /// Which node runs on which server, and which servers are in doubt
@@ -775,5 +807,36 @@ mod tests {
         let (snap, _) = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 600 });
         assert_eq!((snap.servers[0].node.as_deref(), snap.servers[0].health), (Some("w-7"), Health::Healthy), "linked, so adopted");
         assert_eq!(snap.nodes[0].server.as_deref(), Some("m1"));
+    }
+
+    fn ledger(name: &str, locks: &[(&str, &str)]) -> ConfigMap {
+        let data: BTreeMap<String, String> =
+            locks.iter().map(|(server, holder)| (server.to_string(), json!({"holder": holder}).to_string())).collect();
+        ConfigMap { metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() }, data: Some(data), ..Default::default() }
+    }
+
+    fn holders(index: &Index) -> Vec<(&str, &str)> {
+        index.locks.iter().map(|(s, l)| (s.as_str(), l.holder.as_str())).collect()
+    }
+
+    #[test]
+    fn the_locks_come_from_every_shard_and_the_legacy_ledger_a_shards_first() {
+        let (a, b) = ("r1-u01", "r1-u02");
+        assert_ne!(locks::ledger_of(a), locks::ledger_of(b), "the test needs two shards");
+        let mut index = Index::default();
+        index.reset(vec![ledger(&locks::ledger_of(a), &[(a, "c-a")]), ledger(LEGACY_LEDGER_NAME, &[(a, "c-old"), (b, "c-old")])]);
+        assert_eq!(holders(&index), [(a, "c-a"), (b, "c-old")]);
+        index.apply(ledger(&locks::ledger_of(b), &[(b, "c-b")]));
+        assert_eq!(holders(&index), [(a, "c-a"), (b, "c-b")]);
+        index.apply(ledger(&locks::ledger_of(a), &[]));
+        assert_eq!(holders(&index), [(a, "c-old"), (b, "c-b")], "a given up in its shard: the legacy lock still holds it");
+        index.apply(ledger(LEGACY_LEDGER_NAME, &[(b, "c-old")]));
+        assert_eq!(holders(&index), [(b, "c-b")]);
+        index.delete(&ledger(&locks::ledger_of(b), &[]));
+        assert_eq!(holders(&index), [(b, "c-old")]);
+        index.apply(ledger("some-configmap", &[(a, "x")]));
+        assert_eq!(holders(&index), [(b, "c-old")], "not a ledger");
+        assert_eq!(index.ledgers.keys().map(String::as_str).collect::<Vec<_>>(), [LEGACY_LEDGER_NAME, locks::ledger_of(a).as_str()]);
+        assert_eq!(index.ledgers[LEGACY_LEDGER_NAME].bytes, b.len() + json!({"holder": "c-old"}).to_string().len());
     }
 }

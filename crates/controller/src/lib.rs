@@ -9,8 +9,9 @@
 //!   servers atomically, powering on, recording each stage.
 //! - [`executor`]: every effect of the driver handed to the API or the
 //!   power provider, and answered.
-//! - [`locks`]: the claim lock ledger, one ConfigMap whose writes take a
-//!   decision's locks together: the atomic token a power-on waits for.
+//! - [`locks`]: the claim lock ledger, ConfigMaps sharded by server name
+//!   whose writes take a decision's locks together: the atomic token a
+//!   power-on waits for.
 //! - [`timeline`]: the stage records, per-server deadlines (slow versus
 //!   stuck) and the notes pods are told.
 //! - [`gates`]: readiness gates per ServerPool.

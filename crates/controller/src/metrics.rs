@@ -64,10 +64,14 @@ pub struct Metrics {
     pub power_failures: Family<Labels, Counter>,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
-    /// Claim locks in the ledger, and the bytes its entries take against
+    /// Claim locks in the ledger, and by ledger ConfigMap (each shard and
+    /// the legacy ledger) the bytes its entries take against
     /// [`crate::locks::LEDGER_CAP_BYTES`].
     pub claim_locks: Gauge,
-    pub claim_lock_ledger_bytes: Gauge,
+    claim_lock_ledger_bytes: Family<Labels, Gauge>,
+    /// The ledgers `claim_lock_ledger_bytes` has shown, each kept (at 0 once
+    /// gone) so that it never reads stale.
+    ledgers_shown: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Servers held back by identity: `unadopted`, `identity_mismatch`.
     pub servers_held: Family<Labels, Gauge>,
     /// What a dry run decided and did not carry out, by action.
@@ -94,7 +98,8 @@ impl Metrics {
         let errors = Family::<Labels, Counter>::default();
         let power_failures = Family::<Labels, Counter>::default();
         let leader = Gauge::default();
-        let (claim_locks, claim_lock_ledger_bytes, servers_held) = (Gauge::default(), Gauge::default(), Family::<Labels, Gauge>::default());
+        let (claim_locks, claim_lock_ledger_bytes, servers_held) =
+            (Gauge::default(), Family::<Labels, Gauge>::default(), Family::<Labels, Gauge>::default());
         registry.register("stage_duration_seconds", "Seconds each claim stage took", Declared(stage_duration.clone()));
         registry.register("claims", "Claims that ended, by outcome and reason", Declared(claims.clone()));
         registry.register("servers", "Servers by power state", Declared(servers.clone()));
@@ -107,8 +112,8 @@ impl Metrics {
         registry.register("claim_locks", "Claim locks in the lock ledger", claim_locks.clone());
         registry.register(
             "claim_lock_ledger_bytes",
-            format!("Bytes the lock ledger's entries take; takes are refused past {}", crate::locks::LEDGER_CAP_BYTES),
-            claim_lock_ledger_bytes.clone(),
+            format!("Bytes each lock ledger ConfigMap's entries take; takes are refused past {} in a shard", crate::locks::LEDGER_CAP_BYTES),
+            Declared(claim_lock_ledger_bytes.clone()),
         );
         registry.register("servers_held", "Servers ironclaim keeps its hands off, by reason", Declared(servers_held.clone()));
         let dry_run_actions = Family::<Labels, Counter>::default();
@@ -128,6 +133,7 @@ impl Metrics {
             leader,
             claim_locks,
             claim_lock_ledger_bytes,
+            ledgers_shown: Default::default(),
             servers_held,
             dry_run_actions,
             scaledown,
@@ -148,6 +154,18 @@ impl Metrics {
         for decision in shown.iter() {
             let n = by_decision.get(decision).copied().unwrap_or(0);
             self.pending_pods.get_or_create(&vec![("decision".into(), (*decision).into())]).set(n as i64);
+        }
+    }
+
+    /// The bytes each lock ledger ConfigMap's entries take, by name; one
+    /// no longer there reads 0.
+    pub fn set_ledger_bytes(&self, by_ledger: impl IntoIterator<Item = (String, usize)>) {
+        let mut shown = self.ledgers_shown.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now: std::collections::BTreeMap<String, usize> = by_ledger.into_iter().collect();
+        shown.extend(now.keys().cloned());
+        for ledger in shown.iter() {
+            let bytes = now.get(ledger).copied().unwrap_or(0);
+            self.claim_lock_ledger_bytes.get_or_create(&vec![("ledger".into(), ledger.clone())]).set(bytes as i64);
         }
     }
 
@@ -218,5 +236,17 @@ mod tests {
         let text = m.render();
         assert!(text.contains("ironclaim_pending_pods{decision=\"new_claim\"} 0"), "{text}");
         assert!(text.contains("ironclaim_pending_pods{decision=\"in_flight\"} 2"), "{text}");
+    }
+
+    #[test]
+    fn ledger_bytes_are_shown_per_ledger_configmap_and_one_gone_reads_zero() {
+        let m = Metrics::new();
+        m.set_ledger_bytes([("ironclaim-claim-locks-03".to_string(), 812), ("ironclaim-claim-locks".to_string(), 90)]);
+        let text = m.render();
+        assert!(text.contains("ironclaim_claim_lock_ledger_bytes{ledger=\"ironclaim-claim-locks-03\"} 812"), "{text}");
+        m.set_ledger_bytes([("ironclaim-claim-locks-03".to_string(), 700)]);
+        let text = m.render();
+        assert!(text.contains("ironclaim_claim_lock_ledger_bytes{ledger=\"ironclaim-claim-locks\"} 0"), "{text}");
+        assert!(text.contains("ironclaim_claim_lock_ledger_bytes{ledger=\"ironclaim-claim-locks-03\"} 700"), "{text}");
     }
 }

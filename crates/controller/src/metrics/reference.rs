@@ -105,6 +105,7 @@ fn every_metric_with_a_sample() -> Metrics {
     m.power_failure("unreachable");
     m.dry_run_action("power_on");
     m.set_servers_held("unadopted", 1);
+    m.set_ledger_bytes([("ironclaim-claim-locks-00".to_string(), 1200)]);
     m.scaledown.action("drain", "empty", "done");
     m.scaledown.eviction("evicted");
     m.scaledown.set_stranded(["server_on_unused"]);

@@ -1,6 +1,7 @@
 //! The controller dies after taking a server's claim lock and sending its
 //! power-on, before writing the claim to the Server: only the lock says
-//! the server is taken. A new controller leaves it alone while it could
+//! the server is taken (in its shard of the ledger, or in the single
+//! ledger of an earlier version). A new controller leaves it alone while it could
 //! still be opening, then breaks the lock and powers the server off; the
 //! pod is placed on another server and nothing is powered on twice.
 
@@ -12,15 +13,16 @@ use ironclaim_testenv::eventually;
 use kube::Api;
 use serde_json::json;
 
-/// A lock ledger whose only entry locks r1-u02 for `holder`, taken now,
-/// as an opening that died left it; the ledgers' API.
-async fn ledger_locking_r1_u02(client: &kube::Client, holder: &str) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
-    use ironclaim_controller::locks::{LEDGER_LABEL, LEDGER_NAME};
+/// A lock ledger ConfigMap named `ledger` whose only entry locks r1-u02
+/// for `holder`, taken now, as an opening that died left it; the ledgers'
+/// API.
+async fn ledger_locking_r1_u02(client: &kube::Client, ledger: &str, holder: &str) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
+    use ironclaim_controller::locks::LEDGER_LABEL;
     let ledgers: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let acquired = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
     let entry = json!({"holder": holder, "acquired": acquired}).to_string();
     let ledger = serde_json::from_value(json!({
-        "metadata": {"name": LEDGER_NAME, "labels": {LEDGER_LABEL: "true"}},
+        "metadata": {"name": ledger, "labels": {LEDGER_LABEL: "true"}},
         "data": {"r1-u02": entry}
     }))
     .unwrap();
@@ -28,17 +30,23 @@ async fn ledger_locking_r1_u02(client: &kube::Client, holder: &str) -> Api<k8s_o
     ledgers
 }
 
+/// The lock is left in the single ledger of the version before shards,
+/// as a controller upgraded from it finds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_and_the_server_powered_off() {
-    use ironclaim_controller::locks::LEDGER_NAME;
+async fn a_claim_lock_left_in_the_single_ledger_of_an_earlier_version_waits_out_the_grace_then_is_broken_and_the_server_powered_off() {
+    use ironclaim_controller::locks::{LEGACY_LEDGER_NAME, ledger_of};
     let (env, client) = setup().await;
     let (machines, sushy) = two_machines_the_second_on(&env, 51, true);
-    let ledgers = ledger_locking_r1_u02(&client, "default-r1-u02-gone2").await;
+    let ledgers = ledger_locking_r1_u02(&client, LEGACY_LEDGER_NAME, "default-r1-u02-gone2").await;
+    // The server's shard's lock, else the legacy ledger's.
     let lock_of = |server: &'static str| {
         let ledgers = ledgers.clone();
         async move {
-            let ledger = ledgers.get(LEDGER_NAME).await.map_err(|e| e.to_string())?;
-            let value = ledger.data.unwrap_or_default().remove(server);
+            let mut value = None;
+            for name in [ledger_of(server), LEGACY_LEDGER_NAME.to_string()] {
+                let ledger = ledgers.get_opt(&name).await.map_err(|e| e.to_string())?;
+                value = value.or(ledger.and_then(|l| l.data).unwrap_or_default().remove(server));
+            }
             Ok::<_, String>(value.map(|v| serde_json::from_str::<serde_json::Value>(&v).unwrap()["holder"].as_str().unwrap().to_string()))
         }
     };
@@ -80,17 +88,17 @@ async fn a_claim_lock_left_without_its_claim_waits_out_the_grace_then_is_broken_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_lock_left_on_a_machine_ironclaim_did_not_power_on_is_broken_and_the_machine_left_on() {
     use ironclaim_controller::controller::ADOPTED_CONDITION;
-    use ironclaim_controller::locks::LEDGER_NAME;
+    use ironclaim_controller::locks::ledger_of;
     let (env, client) = setup().await;
     let (machines, sushy) = two_machines_the_second_on(&env, 56, false);
-    let ledgers = ledger_locking_r1_u02(&client, "default-r1-u02-gone3").await;
+    let ledgers = ledger_locking_r1_u02(&client, &ledger_of("r1-u02"), "default-r1-u02-gone3").await;
     let grace = Duration::from_secs(5);
     let (controller, _harness) = restart_after_dead_opening(&env, &client, &sushy, &machines, "restarted-lock-unadopted", grace).await;
     let (c, l) = (client.clone(), ledgers.clone());
     eventually("the lock broken and r1-u02 said to be unadopted", Duration::from_secs(40), || {
         let (c, l) = (c.clone(), l.clone());
         async move {
-            let locked = l.get(LEDGER_NAME).await.map_err(|e| e.to_string())?.data.unwrap_or_default().contains_key("r1-u02");
+            let locked = l.get(&ledger_of("r1-u02")).await.map_err(|e| e.to_string())?.data.unwrap_or_default().contains_key("r1-u02");
             let status = server(&c, "r1-u02").await.status.unwrap_or_default();
             let adopted = status.conditions.iter().find(|c| c.type_ == ADOPTED_CONDITION).map(|c| (c.status.clone(), c.reason.clone()));
             match (locked, adopted) {

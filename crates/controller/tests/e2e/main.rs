@@ -28,6 +28,7 @@ mod e2e_dashboard;
 mod e2e_dry_run;
 mod e2e_external;
 mod e2e_leader;
+mod e2e_lock_ledger;
 mod e2e_metal3;
 mod e2e_provisioning_request;
 mod e2e_resize;
