@@ -26,14 +26,12 @@ use ironclaim_core::disruption::{Action, disrupt};
 use ironclaim_k8s::capacity_buffer::{self, ACTIVE_CAPACITY, CapacityBuffer, CapacityBufferStatus, LocalRef};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{PodTemplate, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::index::Index;
-
-/// How often the buffers are read and their status written.
-pub const EVERY: Duration = Duration::from_secs(5);
+use crate::upstream::{Reader, condition};
 
 /// The reason of a resolution the API did not answer.
 const UNANSWERED: &str = "Unanswered";
@@ -58,29 +56,22 @@ pub struct Buffers {
     leading: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
+impl Reader for Buffers {
+    const API: &'static str = "CapacityBuffer (autoscaling.x-k8s.io/v1beta1)";
+    const EVERY: Duration = Duration::from_secs(5);
+
+    fn pass(&self) -> impl std::future::Future<Output = Result<(), kube::Error>> + Send {
+        Buffers::pass(self)
+    }
+
+    fn forget(&self) {
+        self.index.lock().unwrap_or_else(PoisonError::into_inner).buffer_rooms.clear();
+    }
+}
+
 impl Buffers {
     pub fn new(client: Client, index: Arc<Mutex<Index>>, leading: Arc<dyn Fn() -> bool + Send + Sync>) -> Self {
         Buffers { client, index, leading }
-    }
-
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut absent_said = false;
-            loop {
-                match self.pass().await {
-                    Ok(()) => absent_said = false,
-                    Err(kube::Error::Api(s)) if s.code == 404 => {
-                        if !absent_said {
-                            tracing::debug!("no CapacityBuffer CRD (autoscaling.x-k8s.io/v1beta1): no buffers to read");
-                            absent_said = true;
-                        }
-                        self.index.lock().unwrap_or_else(PoisonError::into_inner).buffer_rooms.clear();
-                    }
-                    Err(err) => tracing::warn!(error = %err, "reading CapacityBuffers failed; the rooms of the last pass stay"),
-                }
-                tokio::time::sleep(EVERY).await;
-            }
-        })
     }
 
     /// One pass: read, resolve, keep the rooms, write the status.
@@ -205,17 +196,6 @@ impl Buffers {
             .map_err(|e| ("ResolutionFailed", format!("{path}: {e}")))?;
         let count = capacity_buffer::count(spec, replicas, &chunk.requests).map_err(|e| ("ResolutionFailed", e))?;
         Ok((Buffer { namespace: namespace.into(), name: name.into(), chunk, chunks: count.chunks }, count.limited))
-    }
-}
-
-fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time: Time(jiff::Timestamp::now()),
     }
 }
 

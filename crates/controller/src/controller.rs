@@ -414,11 +414,14 @@ impl Controller {
         let gate = self.claims.gate().clone();
         let renewal = self.settings.lease.clone().map(|lease| leader::spawn_renewal(self.client.clone(), lease, gate.clone(), self.metrics.clone()));
         let acting = gate.clone();
-        let buffers = crate::buffers::Buffers::new(self.client.clone(), self.index.clone(), Arc::new(move || acting.acting())).spawn();
+        let buffers =
+            crate::upstream::spawn(crate::buffers::Buffers::new(self.client.clone(), self.index.clone(), Arc::new(move || acting.acting())));
         let acting = gate.clone();
-        let requests =
-            crate::provisioning_requests::ProvisioningRequests::new(self.client.clone(), self.index.clone(), Arc::new(move || acting.acting()))
-                .spawn();
+        let requests = crate::upstream::spawn(crate::provisioning_requests::ProvisioningRequests::new(
+            self.client.clone(),
+            self.index.clone(),
+            Arc::new(move || acting.acting()),
+        ));
         let (maintenance_tx, mut maintenance_rx) = tokio::sync::mpsc::unbounded_channel();
         let _scaledown = Arc::new(crate::scaledown::ScaleDown::new(
             self.client.clone(),

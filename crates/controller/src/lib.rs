@@ -49,6 +49,7 @@ pub mod provider;
 pub mod provisioning_requests;
 pub mod scaledown;
 pub mod timeline;
+pub mod upstream;
 pub mod world;
 
 pub use cluster_api::ClusterApiPower;

@@ -15,7 +15,7 @@
 //!   against the nodes there are; nothing is powered on. `Provisioned`
 //!   says whether they fit (`CapacityIsFound`, `CapacityIsNotFound`).
 //!
-//! Conditions written: `Accepted`, `Provisioned`, `Failed` (a pod template
+//! Read every 5 s. Conditions written: `Accepted`, `Provisioned`, `Failed` (a pod template
 //! that does not exist or cannot be read, a negative count) and
 //! `BookingExpired`. Requests of any other class are another autoscaler's:
 //! neither read nor written. Only the leader writes status; every replica
@@ -31,14 +31,13 @@ use ironclaim_k8s::provisioning_request::{
     ACCEPTED, ATOMIC_SCALE_UP, BOOKING_EXPIRED, CHECK_CAPACITY, FAILED, PROVISIONED, ProvisioningRequest, ProvisioningRequestStatus,
 };
 use k8s_openapi::api::core::v1::PodTemplate;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::index::Index;
+use crate::upstream::{Reader, condition};
 
-/// How often the requests are read and their status written.
-pub const EVERY: Duration = Duration::from_secs(5);
 /// How long provisioned room stays booked for a request's pods.
 pub const BOOKING: Duration = Duration::from_secs(600);
 /// The most stand-ins one request may ask for.
@@ -61,29 +60,22 @@ pub struct ProvisioningRequests {
     leading: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
+impl Reader for ProvisioningRequests {
+    const API: &'static str = "ProvisioningRequest (autoscaling.x-k8s.io/v1)";
+    const EVERY: Duration = Duration::from_secs(5);
+
+    fn pass(&self) -> impl std::future::Future<Output = Result<(), kube::Error>> + Send {
+        ProvisioningRequests::pass(self)
+    }
+
+    fn forget(&self) {
+        self.index.lock().unwrap_or_else(PoisonError::into_inner).gang_pods.clear();
+    }
+}
+
 impl ProvisioningRequests {
     pub fn new(client: Client, index: Arc<Mutex<Index>>, leading: Arc<dyn Fn() -> bool + Send + Sync>) -> Self {
         ProvisioningRequests { client, index, leading }
-    }
-
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut absent_said = false;
-            loop {
-                match self.pass().await {
-                    Ok(()) => absent_said = false,
-                    Err(kube::Error::Api(s)) if s.code == 404 => {
-                        if !absent_said {
-                            tracing::debug!("no ProvisioningRequest CRD (autoscaling.x-k8s.io/v1): no requests to read");
-                            absent_said = true;
-                        }
-                        self.index.lock().unwrap_or_else(PoisonError::into_inner).gang_pods.clear();
-                    }
-                    Err(err) => tracing::warn!(error = %err, "reading ProvisioningRequests failed; the stand-ins of the last pass stay"),
-                }
-                tokio::time::sleep(EVERY).await;
-            }
-        })
     }
 
     /// One pass: read, keep the stand-ins, write the status.
@@ -202,17 +194,6 @@ impl ProvisioningRequests {
 /// Whether a provisioned request's booking is over.
 fn booking_over(request: &ProvisioningRequest, now: jiff::Timestamp) -> bool {
     request.holds(PROVISIONED).is_some_and(|c| now.duration_since(c.last_transition_time.0).as_secs() >= BOOKING.as_secs() as i64)
-}
-
-fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time: Time(jiff::Timestamp::now()),
-    }
 }
 
 /// The conditions a request should show now.
