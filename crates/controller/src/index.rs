@@ -352,8 +352,18 @@ impl Index {
     ///   statuses keep of claims gone since.
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
+        // A pod that consumes a ProvisioningRequest is one of its gang: it
+        // takes the place of a stand-in, and is given a server only with
+        // the rest of the request's pods.
+        let pod_of = |(k, e): (&String, &PodEntry)| {
+            let mut pod = e.pod.clone();
+            if let Some(request) = &e.consumes {
+                pod.gang = Some(format!("{}/{request}", k.split_once('/').map_or("default", |(ns, _)| ns)));
+            }
+            pod
+        };
         let mut snap = Snapshot {
-            pods: self.pods.values().map(|e| e.pod.clone()).chain(self.gang_pods.values().cloned()).collect(),
+            pods: self.pods.iter().map(pod_of).chain(self.gang_pods.values().cloned()).collect(),
             namespaces: self.namespaces.iter().map(|(name, ns)| (name.clone(), ns.metadata.labels.clone().unwrap_or_default().into())).collect(),
             ..Snapshot::default()
         };
@@ -378,6 +388,12 @@ impl Index {
         for node in self.nodes.values().filter(|n| parking(n) != Parking::Parked) {
             match node_from_k8s(node) {
                 Ok(mut n) => {
+                    // Booted again, not yet brought back (its parking marks
+                    // and cordon still on): no drain starts on it until
+                    // they are cleared.
+                    if parking(node) != Parking::No {
+                        n.do_not_disrupt = true;
+                    }
                     // Only a link nothing contradicts: a node in doubt is
                     // no server's, so nothing drains it to power one off.
                     n.server = links.server_of(&n.name).map(str::to_string);
@@ -730,7 +746,7 @@ mod tests {
         assert_eq!(planned_power_offs(&index), ["spare-1"]);
     }
 
-    /// A parked node is no node until its kubelet is back from a new boot:
+    /// A parked node is no node until its kubelet reports from a new boot:
     /// its server is off and free, and a Ready condition left over from
     /// before the power-off does not bring it back.
     #[test]
@@ -753,11 +769,13 @@ mod tests {
             (server, snap.nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>(), index.node_of_server("a").is_some())
         };
         assert_eq!(seen(&index), (None, vec![], false), "parked, still showing Ready from before the power-off");
-        // A new boot not yet Ready: still parked.
+        // A new boot not Ready yet: its machine runs, so it is a node again
+        // (nothing that runs is hidden), not yet brought back.
         n.status.as_mut().unwrap().node_info.as_mut().unwrap().boot_id = "boot-2".into();
         n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
         index.apply(n.clone());
-        assert_eq!(seen(&index), (None, vec![], false));
+        assert_eq!(seen(&index), (Some("na".into()), vec!["na".to_string()], true));
+        assert!(crate::scaledown::parking::back(&index.nodes).is_empty());
         // Ready from the new boot: a node again.
         n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
         index.apply(n.clone());

@@ -623,11 +623,8 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
         // spare claimed to be a node, or a server opened for pods): the
         // room its claim's pods leave is coming, counted like a spare
         // powering on, so the same room is not powered on twice.
-        for claim in &snapshot.claims {
+        for claim in snapshot.claims.iter().filter(|c| c.pool == pool.name) {
             let Some(i) = m.index(&claim.server) else { continue };
-            if !m.in_pool(i, pool) {
-                continue;
-            }
             let server = &snapshot.servers[i];
             let mut room = server.capacity.clone();
             if let Some(c) = candidates.iter().find(|c| c.server.is_some_and(|s| s.name == server.name)) {

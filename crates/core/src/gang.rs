@@ -1,51 +1,51 @@
 //! Gangs: pods that are useful only together (the pods of one
 //! ProvisioningRequest of class `best-effort-atomic-scale-up`, a multi-node
 //! training job). A plan powers servers on for all of a gang's pending pods
-//! or for none of them.
-//!
-//! [`all_or_nothing`] runs after the scheduler: taking pods out of a
-//! feasible packing leaves it feasible, so dropping a gang that cannot be
-//! placed whole keeps every other decision valid.
+//! or for none of them, and a gang that cannot be placed whole takes no
+//! room from the other pods: [`crate::provision`] plans again without it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use crate::model::Pod;
-use crate::outcome::{Outcome, Provisioning, Unschedulable};
+use crate::outcome::{Outcome, PodDecision, Provisioning, Unschedulable};
 
-/// Makes every gang of `pods` with a pending member that the plan could
-/// not place unschedulable as a whole: its members' decisions become
-/// [`Unschedulable::Gang`] and the new claims lose them; a claim left with
-/// no pod is dropped, so no server is powered on for part of a gang.
-pub fn all_or_nothing(plan: &mut Provisioning, pods: &[Pod]) {
+/// The gangs of `pods` with a pending member `plan` could not place, each
+/// with why ([`Unschedulable::Gang`]).
+pub fn unplaced(plan: &Provisioning, pods: &[Pod]) -> BTreeMap<String, Unschedulable> {
     let mut gangs: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for p in pods.iter().filter(|p| p.is_demand()) {
         if let Some(g) = p.gang.as_deref() {
             gangs.entry(g).or_default().push(p.key());
         }
     }
-    if gangs.is_empty() {
-        return;
-    }
-    let mut dropped: HashSet<String> = HashSet::new();
+    let mut out = BTreeMap::new();
     for (gang, members) in gangs {
-        let of = members.len();
         let unplaced: Vec<&Unschedulable> = plan
             .pods
             .iter()
             .filter(|d| members.contains(&d.pod))
             .filter_map(|d| if let Outcome::Unschedulable { reason } = &d.outcome { Some(reason) } else { None })
             .collect();
-        if unplaced.is_empty() {
-            continue;
+        if let Some(first) = unplaced.first() {
+            let why = first.to_string();
+            out.insert(gang.to_string(), Unschedulable::Gang { gang: gang.to_string(), unplaced: unplaced.len(), of: members.len(), why });
         }
-        let reason = Unschedulable::Gang { gang: gang.to_string(), unplaced: unplaced.len(), of, why: unplaced[0].to_string() };
-        for d in plan.pods.iter_mut().filter(|d| members.contains(&d.pod)) {
-            d.outcome = Outcome::Unschedulable { reason: reason.clone() };
+    }
+    out
+}
+
+/// Adds the decision for every pending member of the `refused` gangs, which
+/// `plan` was made without: unschedulable, for the gang's reason.
+pub fn refuse(plan: &mut Provisioning, pods: &[Pod], refused: &BTreeMap<String, Unschedulable>) {
+    for p in pods.iter().filter(|p| p.is_demand()) {
+        if let Some(reason) = p.gang.as_ref().and_then(|g| refused.get(g)) {
+            plan.pods.retain(|d| d.pod != p.key());
+            plan.pods.push(PodDecision {
+                pod: p.key(),
+                workload: p.workload.clone(),
+                outcome: Outcome::Unschedulable { reason: reason.clone() },
+                resize: None,
+            });
         }
-        dropped.extend(members);
     }
-    for claim in &mut plan.claims {
-        claim.pods.retain(|p| !dropped.contains(p));
-    }
-    plan.claims.retain(|c| !c.pods.is_empty());
 }

@@ -50,6 +50,30 @@ pub const SPARE_TAINT: &str = "ironclaim.dev/spare";
 /// in-place resize its node did not apply ([`crate::resize`]). Pure: same
 /// inputs, same output.
 pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
+    let plan = decide(snapshot, now_s);
+    let mut refused = crate::gang::unplaced(&plan, &snapshot.pods);
+    if refused.is_empty() {
+        return plan;
+    }
+    // A gang that cannot be placed whole takes no room from the rest: the
+    // plan is made again without it (and without any gang that then fails).
+    let mut rest = snapshot.clone();
+    let mut plan = plan;
+    for _ in 0..refused.len() + rest.pods.len() {
+        rest.pods.retain(|p| p.gang.as_ref().is_none_or(|g| !refused.contains_key(g)));
+        plan = decide(&rest, now_s);
+        let more = crate::gang::unplaced(&plan, &rest.pods);
+        if more.is_empty() {
+            break;
+        }
+        refused.extend(more);
+    }
+    crate::gang::refuse(&mut plan, &snapshot.pods, &refused);
+    plan
+}
+
+/// One plan for `snapshot`, gangs aside.
+fn decide(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
     let expanded = crate::resize::with_demand(snapshot);
     let mut plan = Scheduler::new(&expanded, now_s).run();
     if matches!(expanded, std::borrow::Cow::Owned(_)) {
@@ -59,7 +83,6 @@ pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
             d.resize = waits.get(&d.pod).cloned();
         }
     }
-    crate::gang::all_or_nothing(&mut plan, &snapshot.pods);
     plan
 }
 

@@ -41,6 +41,16 @@ fn a_gang_that_does_not_fit_whole_powers_nothing_on_and_others_are_decided_as_be
     }
     assert!(plan.claims.iter().all(|c| c.pods.iter().all(|p| !p.starts_with("train/"))), "{:?}", plan.claims);
     assert!(matches!(plan.decision("web/alone").unwrap().outcome, Outcome::NewClaim { .. } | Outcome::Existing { .. }), "{plan:?}");
+    // Nor does it take room from the rest: three servers are free for
+    // three other pods of 24 CPU, though the gang's pods would have taken
+    // them first.
+    let mut others = snap.clone();
+    others.pods.extend((0..3).map(|i| Pod::new("web", &format!("big-{i}"), Resources::new(24_000, 8 * GI))));
+    let plan = provision(&others, 0);
+    for i in 0..3 {
+        assert!(matches!(plan.decision(&format!("web/big-{i}")).unwrap().outcome, Outcome::NewClaim { .. }), "{plan:?}");
+    }
+    assert_eq!(plan.pods.len(), others.pods.len(), "one decision per pending pod");
     let text = Unschedulable::Gang { gang: "train/job".into(), unplaced: 1, of: 4, why: "x".into() }.to_string();
     assert_eq!(text, "all or nothing for train/job: 1 of its 4 pods cannot be placed (x); no server is powered on for it");
 

@@ -812,8 +812,14 @@ impl Autoscaler {
                 *self.pending_by_decision.entry(label).or_default() += 1;
             }
             let mut opened = BTreeSet::new();
+            // A gang's claims open together or not at all: one whose server
+            // is busy holds back the gang's others until the next decision.
+            let gang_of: BTreeMap<String, &str> =
+                snap.pods.iter().filter(|p| p.is_demand()).filter_map(|p| Some((p.key(), p.gang.as_deref()?))).collect();
+            let held_gangs: BTreeSet<&str> =
+                plan.claims.iter().filter(|c| self.busy(&c.server)).flat_map(|c| c.pods.iter().filter_map(|k| gang_of.get(k).copied())).collect();
             for c in &plan.claims {
-                if self.busy(&c.server) {
+                if self.busy(&c.server) || c.pods.iter().any(|k| gang_of.get(k).is_some_and(|g| held_gangs.contains(g))) {
                     continue;
                 }
                 opened.insert(c.server.clone());

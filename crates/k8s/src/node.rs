@@ -50,9 +50,12 @@ pub enum Parking {
     /// Parked: its server was powered off and the node kept. It counts as
     /// no node (its server is off and free) until the kubelet is back.
     Parked,
-    /// Parked, and its kubelet is back from a new boot: Ready, with a boot
-    /// ID other than the one recorded when it was parked. It counts as a
-    /// node again; its parking marks are still to be cleared.
+    /// Parked, and its kubelet reports from a new boot (a boot ID other than
+    /// the one recorded when it was parked), not Ready yet: a node again,
+    /// whose machine runs, though it is not yet brought back.
+    Booted,
+    /// Parked, and its kubelet is back from a new boot and Ready: a node
+    /// again, its parking marks to be cleared.
     Back,
 }
 
@@ -60,11 +63,13 @@ pub enum Parking {
 ///
 /// # Guarantees
 /// - Only a node marked [`PARKED_AT_ANNOTATION`] is parked.
-/// - It is back only when its Ready condition is True and it reports a
-///   non-empty boot ID other than [`PARKED_BOOT_ID_ANNOTATION`]: a Ready
-///   condition left from before the power-off (the node lifecycle
-///   controller marks it Unknown only after its grace period) never counts,
-///   and nothing depends on clocks.
+/// - It stays [`Parking::Parked`] (no node) only while it reports no boot
+///   ID other than [`PARKED_BOOT_ID_ANNOTATION`]: any other non-empty one
+///   is a machine that booted again, a node whatever its Ready condition,
+///   so nothing that runs is hidden. A Ready condition left from before
+///   the power-off (the node lifecycle controller marks it Unknown only
+///   after its grace period) never counts, and nothing depends on clocks.
+/// - It is [`Parking::Back`] once that new boot is Ready.
 pub fn parking(node: &k8s::Node) -> Parking {
     let annotations = node.metadata.annotations.as_ref();
     if annotations.and_then(|a| a.get(PARKED_AT_ANNOTATION)).is_none() {
@@ -74,7 +79,11 @@ pub fn parking(node: &k8s::Node) -> Parking {
     let status = node.status.as_ref();
     let boot_id = status.and_then(|s| s.node_info.as_ref()).map_or("", |i| i.boot_id.trim());
     let ready = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    if ready && !boot_id.is_empty() && boot_id != recorded.trim() { Parking::Back } else { Parking::Parked }
+    match (boot_id.is_empty() || boot_id == recorded.trim(), ready) {
+        (true, _) => Parking::Parked,
+        (false, false) => Parking::Booted,
+        (false, true) => Parking::Back,
+    }
 }
 
 /// Converts a Node.
@@ -226,7 +235,7 @@ mod tests {
         };
         assert_eq!(at("b1", "True", None), Parking::No);
         assert_eq!(at("b1", "True", Some("b1")), Parking::Parked, "Ready left from before the power-off");
-        assert_eq!(at("b2", "Unknown", Some("b1")), Parking::Parked, "a new boot not Ready yet");
+        assert_eq!(at("b2", "Unknown", Some("b1")), Parking::Booted, "a new boot not Ready yet: a node, not yet back");
         assert_eq!(at("b2", "True", Some("b1")), Parking::Back);
         assert_eq!(at("", "True", Some("")), Parking::Parked, "a kubelet that reports no boot ID never comes back by itself");
         assert_eq!(at("b1", "True", Some("")), Parking::Back);

@@ -217,9 +217,18 @@ impl ScaleDown {
                 .filter(|(_, s)| s.status.as_ref().and_then(|s| s.power_state).is_none_or(|p| p == ironclaim_k8s::api::server::PowerState::Unknown))
                 .map(|(name, _)| name.clone())
                 .collect();
-            (snapshot, stranded::find(&index), cooling, unknown_power, parking::back(&index.nodes))
+            (snapshot, stranded::find(&index), cooling, unknown_power, (parking::back(&index.nodes), parking::unfinished(&index.nodes)))
         };
         self.state.lock().unwrap_or_else(PoisonError::into_inner).tasks.retain(|_, h| !h.is_finished());
+        let (back, unfinished) = back;
+        for node in unfinished {
+            let drainer = self.drainer.clone();
+            self.start(format!("park/{node}"), async move {
+                if let Err(err) = parking::finish(&drainer.client, &node, None).await {
+                    tracing::warn!(%node, error = %err, "finishing a parked node failed; tried again next pass");
+                }
+            });
+        }
         for node in back {
             let drainer = self.drainer.clone();
             self.start(format!("unpark/{node}"), async move {

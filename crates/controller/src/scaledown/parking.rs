@@ -6,7 +6,9 @@
 //!   ([`PARKED_BOOT_ID_ANNOTATION`], [`PARKED_AT_ANNOTATION`]) and it is
 //!   labelled [`PARKED_LABEL`];
 //! - it stays unschedulable; the disrupting taint goes, as the drain is
-//!   over;
+//!   over, and the taint `node.kubernetes.io/out-of-service=nodeshutdown`
+//!   (NoExecute) comes, so that no pod, DaemonSet pods included, stays
+//!   bound to a node whose kubelet is off;
 //! - its status carries the condition `Suspended=True`, which Cluster
 //!   Autoscaler (1.36+) counts as suspended rather than unready;
 //! - its Cluster API Machine, when it has one, is annotated
@@ -23,15 +25,22 @@
 
 use ironclaim_core::DISRUPTING_TAINT;
 use ironclaim_k8s::node::{
-    CLUSTER_NAMESPACE_ANNOTATION, MACHINE_ANNOTATION, PARKED_AT_ANNOTATION, PARKED_BOOT_ID_ANNOTATION, PARKED_LABEL, Parking,
+    CLUSTER_NAMESPACE_ANNOTATION, MACHINE_ANNOTATION, PARKED_AT_ANNOTATION, PARKED_BOOT_ID_ANNOTATION, PARKED_LABEL, Parking, SERVER_LABEL,
     SKIP_REMEDIATION_ANNOTATION, SUSPENDED_CONDITION, parking,
 };
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::drain::{DrainError, Result, WAS_UNSCHEDULABLE_ANNOTATION};
+
+/// Kubernetes' taint for a node whose machine is shut down: pods without
+/// a toleration are deleted from it and their volumes detached, and
+/// DaemonSet pods are not put back on it, so nothing stays bound to a node
+/// whose kubelet cannot answer. On while parked.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
 
 /// The reason of the `Suspended` condition while parked, and once back.
 pub const PARKED_REASON: &str = "PoweredOff";
@@ -55,8 +64,21 @@ pub async fn park(client: &Client, node: &str, server: &str) -> Result<()> {
             return Ok(());
         }
         let boot_id = current.status.as_ref().and_then(|s| s.node_info.as_ref()).map_or("", |i| i.boot_id.as_str());
-        let taints: Vec<_> =
-            current.spec.clone().unwrap_or_default().taints.unwrap_or_default().into_iter().filter(|t| t.key != DISRUPTING_TAINT).collect();
+        let mut taints: Vec<_> = current
+            .spec
+            .clone()
+            .unwrap_or_default()
+            .taints
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key != DISRUPTING_TAINT && t.key != OUT_OF_SERVICE_TAINT)
+            .collect();
+        taints.push(Taint {
+            key: OUT_OF_SERVICE_TAINT.into(),
+            value: Some(OUT_OF_SERVICE_VALUE.into()),
+            effect: "NoExecute".into(),
+            time_added: None,
+        });
         let now = jiff::Timestamp::now().to_string();
         let patch = json!({
             "metadata": {
@@ -72,14 +94,43 @@ pub async fn park(client: &Client, node: &str, server: &str) -> Result<()> {
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
             Err(source) => return Err(fail(node)(source)),
         }
-        let message = format!("server {server} powered off by ironclaim; the node is kept until the server boots again");
-        suspended(&nodes, node, true, PARKED_REASON, &message).await?;
-        if let Some((namespace, machine)) = machine_of(&current) {
-            skip_remediation(client, &namespace, &machine, true).await;
-        }
-        return Ok(());
+        return finish(client, node, Some(server)).await;
     }
     Err(fail(node)(kube::Error::Service("the node kept changing under the write".into())))
+}
+
+/// Writes what parking tells others, once the marks are on: `Suspended=True`
+/// and the Machine's skip-remediation. Also finishes a park a failed write
+/// cut short ([`unfinished`]).
+pub async fn finish(client: &Client, node: &str, server: Option<&str>) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = match nodes.get(node).await {
+        Ok(n) => n,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(source) => return Err(fail(node)(source)),
+    };
+    let server = server.map_or_else(|| current.labels().get(SERVER_LABEL).cloned().unwrap_or_else(|| "its server".into()), str::to_string);
+    let message = format!("{server} powered off by ironclaim; the node is kept until the server boots again");
+    suspended(&nodes, node, true, PARKED_REASON, &message).await?;
+    if let Some((namespace, machine)) = machine_of(&current) {
+        skip_remediation(client, &namespace, &machine, true).await;
+    }
+    Ok(())
+}
+
+/// Parked nodes whose `Suspended=True` a failed write left out.
+pub fn unfinished(nodes: &std::collections::BTreeMap<String, Node>) -> Vec<String> {
+    nodes
+        .iter()
+        .filter(|(_, n)| parking(n) == Parking::Parked)
+        .filter(|(_, n)| {
+            !n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == SUSPENDED_CONDITION && c.status == "True"))
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// Brings back `node` once its kubelet is back from a new boot
@@ -100,13 +151,15 @@ pub async fn unpark(client: &Client, node: &str) -> Result<()> {
             skip_remediation(client, &namespace, &machine, false).await;
         }
         let was = current.annotations().get(WAS_UNSCHEDULABLE_ANNOTATION).is_some_and(|v| v == "true");
+        let taints: Vec<_> =
+            current.spec.clone().unwrap_or_default().taints.unwrap_or_default().into_iter().filter(|t| t.key != OUT_OF_SERVICE_TAINT).collect();
         let patch = json!({
             "metadata": {
                 "resourceVersion": current.resource_version(),
                 "labels": {PARKED_LABEL: null},
                 "annotations": {PARKED_AT_ANNOTATION: null, PARKED_BOOT_ID_ANNOTATION: null, WAS_UNSCHEDULABLE_ANNOTATION: null},
             },
-            "spec": {"unschedulable": was},
+            "spec": {"unschedulable": was, "taints": taints},
         });
         match nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => return Ok(()),

@@ -57,6 +57,12 @@ async fn a_parking_pool_keeps_the_node_of_a_server_it_powers_off_and_brings_it_b
     assert!(parked.annotations().contains_key(PARKED_AT_ANNOTATION), "{:?}", parked.annotations());
     assert_eq!(parked.annotations().get(PARKED_BOOT_ID_ANNOTATION).map(String::as_str), Some(format!("{name}-boot-1").as_str()));
     assert!(is_unschedulable(&parked) && !is_disrupting(&parked), "parked: cordoned, the drain's taint gone");
+    let out_of_service = |n: &Node| {
+        n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| {
+            ts.iter().any(|t| t.key == "node.kubernetes.io/out-of-service" && t.effect == "NoExecute" && t.value.as_deref() == Some("nodeshutdown"))
+        })
+    };
+    assert!(out_of_service(&parked), "parked: out of service, so nothing stays bound to it");
     let events = object_events(&client, "Node", &name).await;
     assert!(events.iter().any(|e| e.starts_with("Drained:") && e.contains("parked")), "{events:?}");
     // Several passes later: still parked, the server off and free.
@@ -88,7 +94,7 @@ async fn a_parking_pool_keeps_the_node_of_a_server_it_powers_off_and_brings_it_b
     let back = node(&client, &name).await.expect("node");
     assert_eq!(suspended(&back), Some(("False".into(), "PoweredOn".into())));
     assert!(!back.labels().contains_key(PARKED_LABEL) && !back.annotations().contains_key(PARKED_AT_ANNOTATION), "{:?}", back.metadata);
-    assert!(!is_unschedulable(&back), "schedulable again");
+    assert!(!is_unschedulable(&back) && !out_of_service(&back), "schedulable again");
     let events = object_events(&client, "Node", &name).await;
     assert!(events.iter().any(|e| e.starts_with("Unparked:")), "{events:?}");
     eprintln!(
