@@ -509,7 +509,8 @@ fn best_replacement<'s>(
 pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     let expanded = crate::resize::with_demand(snapshot);
     let mut awaited: BTreeMap<String, String> = BTreeMap::new();
-    let gangs: BTreeMap<String, &str> = snapshot.pods.iter().filter(|p| p.is_demand()).filter_map(|p| Some((p.key(), p.gang.as_deref()?))).collect();
+    let gangs: BTreeMap<String, &str> =
+        snapshot.pods.iter().filter(|p| p.is_demand()).filter_map(|p| p.gang.as_deref().map(|g| (p.key(), g))).collect();
     if matches!(expanded, std::borrow::Cow::Owned(_)) || !gangs.is_empty() {
         for d in provision(snapshot, now_s).pods {
             match (&d.resize, d.outcome, gangs.get(&d.pod)) {

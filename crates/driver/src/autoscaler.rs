@@ -815,7 +815,7 @@ impl Autoscaler {
             // A gang's claims open together or not at all: one whose server
             // is busy holds back the gang's others until the next decision.
             let gang_of: BTreeMap<String, &str> =
-                snap.pods.iter().filter(|p| p.is_demand()).filter_map(|p| Some((p.key(), p.gang.as_deref()?))).collect();
+                snap.pods.iter().filter(|p| p.is_demand()).filter_map(|p| p.gang.as_deref().map(|g| (p.key(), g))).collect();
             let held_gangs: BTreeSet<&str> =
                 plan.claims.iter().filter(|c| self.busy(&c.server)).flat_map(|c| c.pods.iter().filter_map(|k| gang_of.get(k).copied())).collect();
             for c in &plan.claims {

@@ -55,11 +55,7 @@ fn fail(node: &str) -> impl Fn(kube::Error) -> DrainError + '_ {
 pub async fn park(client: &Client, node: &str, server: &str) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     for _ in 0..5 {
-        let current = match nodes.get(node).await {
-            Ok(n) => n,
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            Err(source) => return Err(fail(node)(source)),
-        };
+        let Some(current) = nodes.get_opt(node).await.map_err(fail(node))? else { return Ok(()) };
         if parking(&current) != Parking::No {
             return Ok(());
         }
@@ -104,11 +100,7 @@ pub async fn park(client: &Client, node: &str, server: &str) -> Result<()> {
 /// cut short ([`unfinished`]).
 pub async fn finish(client: &Client, node: &str, server: Option<&str>) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let current = match nodes.get(node).await {
-        Ok(n) => n,
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-        Err(source) => return Err(fail(node)(source)),
-    };
+    let Some(current) = nodes.get_opt(node).await.map_err(fail(node))? else { return Ok(()) };
     let server = server.map_or_else(|| current.labels().get(SERVER_LABEL).cloned().unwrap_or_else(|| "its server".into()), str::to_string);
     let message = format!("{server} powered off by ironclaim; the node is kept until the server boots again");
     suspended(&nodes, node, true, PARKED_REASON, &message).await?;
@@ -138,11 +130,7 @@ pub fn unfinished(nodes: &std::collections::BTreeMap<String, Node>) -> Vec<Strin
 pub async fn unpark(client: &Client, node: &str) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     for _ in 0..5 {
-        let current = match nodes.get(node).await {
-            Ok(n) => n,
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            Err(source) => return Err(fail(node)(source)),
-        };
+        let Some(current) = nodes.get_opt(node).await.map_err(fail(node))? else { return Ok(()) };
         if parking(&current) != Parking::Back {
             return Ok(());
         }
