@@ -15,12 +15,16 @@
 //!
 //! [`sushy`] runs the sushy-tools Redfish emulator for the tests that power
 //! servers through a real BMC endpoint.
+//!
+//! [`keda`] runs the KEDA operator against the control plane, for the
+//! tests of scaling replicas from zero.
 
 #![forbid(unsafe_code)]
 #![deny(warnings)]
 
 mod env;
 mod error;
+pub mod keda;
 pub mod sushy;
 mod wait;
 

@@ -451,24 +451,29 @@ fn python_str(s: &str) -> String {
 }
 
 fn make_certificates(dir: &Path) -> Result<Certificates> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let certificates = |source| Error::Certificates { source };
-    let ca_key = KeyPair::generate().map_err(certificates)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(certificates)?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "ironclaim test BMC CA");
-    let ca = ca_params.self_signed(&ca_key).map_err(certificates)?;
-    let ca_issuer = Issuer::new(ca_params, ca_key);
-
-    let key = KeyPair::generate().map_err(certificates)?;
-    let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).map_err(certificates)?;
-    let cert = params.signed_by(&key, &ca_issuer).map_err(certificates)?;
-
+    let (ca, cert, key) = test_pki("ironclaim test BMC CA").map_err(|source| Error::Certificates { source })?;
     let files = Certificates { ca_pem: dir.join("ca.pem"), cert_pem: dir.join("server.pem"), key_pem: dir.join("server-key.pem") };
-    write(&files.ca_pem, &ca.pem())?;
-    write(&files.cert_pem, &cert.pem())?;
-    write(&files.key_pem, &key.serialize_pem())?;
+    write(&files.ca_pem, &ca)?;
+    write(&files.cert_pem, &cert)?;
+    write(&files.key_pem, &key)?;
     Ok(files)
+}
+
+/// A CA named `ca_name` made for one test, and a server certificate it
+/// signed for 127.0.0.1 and localhost: the PEM of the CA, the certificate
+/// and the certificate's key.
+pub(crate) fn test_pki(ca_name: &str) -> Result<(String, String, String), rcgen::Error> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, ca_name);
+    let ca = ca_params.self_signed(&ca_key)?;
+    let ca_issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate()?;
+    let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+    let cert = params.signed_by(&key, &ca_issuer)?;
+    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
 }
 
 /// A fresh directory under the system temp dir, removed on drop.

@@ -27,6 +27,7 @@ mod e2e_cluster_api;
 mod e2e_dashboard;
 mod e2e_dry_run;
 mod e2e_external;
+mod e2e_keda;
 mod e2e_leader;
 mod e2e_lock_ledger;
 mod e2e_metal3;
