@@ -756,20 +756,20 @@ impl<'s> Scheduler<'s> {
             && (spread.node_taints_policy == InclusionPolicy::Ignore || taints_tolerated(pod, &s.taints, s.cordoned))
     }
 
-    /// Per spread term, the domains of the Ready nodes it counts.
+    /// Per spread term, the domains of the Ready nodes it counts, each
+    /// once, in the order of the nodes.
     fn eligible_existing_domains(&self, pod: &Pod, terms: &PodTerms) -> Vec<Vec<DomainId>> {
+        let mut seen = vec![false; self.topo.domain_count()];
         (0..terms.spread.len())
             .map(|i| {
                 let key = self.topo.key_of_term(terms.spread[i].term);
-                let mut ds: Vec<DomainId> = self
-                    .existing
+                seen.fill(false);
+                self.existing
                     .iter()
                     .filter(|&&slot| self.spread_counts_slot(pod, terms, i, slot))
                     .filter_map(|&slot| self.slots[slot].domains[key])
-                    .collect();
-                ds.sort_unstable();
-                ds.dedup();
-                ds
+                    .filter(|&d| !std::mem::replace(&mut seen[d as usize], true))
+                    .collect()
             })
             .collect()
     }
@@ -963,13 +963,12 @@ impl<'s> Scheduler<'s> {
                     }
                 }
             }
-            with_claims.sort_unstable();
-            with_claims.dedup();
             let cached = group.offered_domains[i].as_ref().filter(|(epoch, _, _)| *epoch == self.inventory_epoch);
             let (offered, fresh_host) = match cached {
                 Some((_, d, f)) => (d.clone(), *f),
                 None => {
                     let mut offered = Vec::new();
+                    let mut seen = vec![false; self.topo.domain_count()];
                     let mut fresh_host = false;
                     for (o, off) in self.offerings.iter().enumerate() {
                         let class = &self.classes[off.class];
@@ -980,12 +979,12 @@ impl<'s> Scheduler<'s> {
                             fresh_host = true;
                             break;
                         }
-                        if let Some(d) = off.domains[key] {
+                        if let Some(d) = off.domains[key]
+                            && !std::mem::replace(&mut seen[d as usize], true)
+                        {
                             offered.push(d);
                         }
                     }
-                    offered.sort_unstable();
-                    offered.dedup();
                     group.offered_domains[i] = Some((self.inventory_epoch, offered.clone(), fresh_host));
                     (offered, fresh_host)
                 }
@@ -998,8 +997,12 @@ impl<'s> Scheduler<'s> {
             }
             let mut domains = with_claims;
             domains.extend(offered);
-            domains.sort_unstable();
-            domains.dedup();
+            // A domain twice does not change the least count; only
+            // minDomains counts the domains, and then each once.
+            if s.min_domains > 1 {
+                domains.sort_unstable();
+                domains.dedup();
+            }
             planned.push(TopologyIndex::spread_min(s, &group.spread_counts[i], domains.into_iter()));
         }
         Minimums { now, planned, pinned }
@@ -1350,8 +1353,13 @@ impl<'s> Scheduler<'s> {
                 // can rule a candidate out.
                 if !Rc::ptr_eq(&n.selection, &group.selection_ok) || !n.requested.fits(&n.floor) {
                     let requested = &n.requested;
+                    let before = n.candidates.len();
                     n.candidates.retain(|&c| group.selection_ok[c] && requested.fits(&offerings[c].alloc));
-                    n.floor = floor_of(offerings, &n.candidates);
+                    // The floor is the least over the candidates: the same
+                    // candidates, the same floor.
+                    if n.candidates.len() != before {
+                        n.floor = floor_of(offerings, &n.candidates);
+                    }
                     n.selection = group.selection_ok.clone();
                 }
                 if let Some(d) = deadline {
@@ -1362,8 +1370,7 @@ impl<'s> Scheduler<'s> {
         }
         s.ports.extend(pod.host_ports.iter().cloned());
         s.pods.push(pod_index);
-        let domains = s.domains.clone();
-        self.topo.place(terms, &domains, slot, false);
+        self.topo.place(terms, &self.slots[slot].domains, slot, false);
         self.placement[pod_index] = Some(slot);
     }
 

@@ -77,6 +77,23 @@ pub struct TopologyIndex {
     anti_owners: Vec<Vec<u32>>,
     /// slot_counts[term][slot]: placed pods counted by a spread term.
     slot_counts: Vec<Vec<u32>>,
+    /// The terms a pod can match, found from its labels: see [`Anchors`].
+    anchors: Anchors,
+}
+
+/// Terms by a label a pod must carry to match them: the first conjunct's
+/// first `matchLabels` pair, else its first `In` expression (a term with
+/// several values is under each). A term with neither (an empty selector,
+/// `Exists`, `NotIn`, ...) is `loose`: every pod is checked against it.
+/// So a pod is checked only against the terms under one of its own labels,
+/// and the loose ones, not against every term.
+#[derive(Default)]
+struct Anchors {
+    /// label key, then value: the terms anchored there.
+    by_label: HashMap<String, HashMap<String, Vec<usize>>>,
+    loose: Vec<usize>,
+    /// Terms `0..indexed` are in the index.
+    indexed: usize,
 }
 
 /// The terms one kind of pod carries, resolved to ids.
@@ -198,6 +215,11 @@ impl TopologyIndex {
         id
     }
 
+    /// How many domains there are: every id is below it.
+    pub fn domain_count(&self) -> usize {
+        self.domain_names.len()
+    }
+
     pub fn domain_name(&self, id: DomainId) -> &str {
         &self.domain_names[id as usize]
     }
@@ -304,9 +326,49 @@ impl TopologyIndex {
                 }
             })
             .collect();
-        let matched_by = (0..self.terms.len()).filter(|&t| self.term_matches(t, pod)).collect();
-        let repelled_by = anti_terms_in_use.iter().copied().filter(|&t| self.term_matches(t, pod)).collect();
+        let matched_by: Vec<usize> = self.candidate_terms(pod).into_iter().filter(|&t| self.term_matches(t, pod)).collect();
+        let repelled_by = anti_terms_in_use.iter().copied().filter(|t| matched_by.binary_search(t).is_ok()).collect();
         PodTerms { affinity, anti_affinity, spread, matched_by, repelled_by, self_affine }
+    }
+
+    /// The terms `pod` may match, ascending: those anchored under one of
+    /// its labels, and the loose ones. Indexes the terms registered since
+    /// the last call first.
+    fn candidate_terms(&mut self, pod: &Pod) -> Vec<usize> {
+        for t in self.anchors.indexed..self.terms.len() {
+            let selector = self.terms[t].conjuncts.first().and_then(|c| c.selector.as_ref());
+            let anchored: Vec<(String, String)> = match selector {
+                Some(sel) => match sel.match_labels.iter().next() {
+                    Some((k, v)) => vec![(k.clone(), v.clone())],
+                    None => sel
+                        .match_expressions
+                        .iter()
+                        .find(|r| r.operator == crate::labels::Operator::In)
+                        .map(|r| r.values.iter().map(|v| (r.key.clone(), v.clone())).collect())
+                        .unwrap_or_default(),
+                },
+                None => Vec::new(),
+            };
+            if anchored.is_empty() {
+                self.anchors.loose.push(t);
+            }
+            for (k, v) in anchored {
+                let under = self.anchors.by_label.entry(k).or_default().entry(v).or_default();
+                if under.last() != Some(&t) {
+                    under.push(t);
+                }
+            }
+        }
+        self.anchors.indexed = self.terms.len();
+        let mut candidates = self.anchors.loose.clone();
+        for (k, v) in pod.labels.iter() {
+            if let Some(under) = self.anchors.by_label.get(k.as_str()).and_then(|values| values.get(v.as_str())) {
+                candidates.extend_from_slice(under);
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates
     }
 
     pub fn key_of_term(&self, term: usize) -> usize {
