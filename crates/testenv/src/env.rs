@@ -331,13 +331,7 @@ fn remove_stale_state_dirs() {
 pub fn helm_path() -> Result<PathBuf> {
     let path = match std::env::var_os(HELM_VAR) {
         Some(path) => PathBuf::from(path),
-        None => {
-            let cache = std::env::var_os("IRONCLAIM_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/ironclaim")))
-                .unwrap_or_else(|| PathBuf::from(".cache/ironclaim"));
-            cache.join(HELM_PATH)
-        }
+        None => crate::cache_root().join(HELM_PATH),
     };
     if path.is_file() { Ok(path) } else { Err(Error::HelmNotBuilt { path }) }
 }

@@ -89,11 +89,7 @@ pub fn keda_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(KEDA_VAR) {
         return PathBuf::from(dir);
     }
-    let cache = match std::env::var_os("IRONCLAIM_CACHE") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ironclaim"),
-    };
-    cache.join(KEDA_DIR)
+    crate::cache_root().join(KEDA_DIR)
 }
 
 /// A running KEDA operator; killed on drop (its ScaledObjects stay).

@@ -31,3 +31,12 @@ mod wait;
 pub use env::{FAKE_NODE_ANNOTATION, TestEnv, chromium_path, helm, helm_path};
 pub use error::{Error, Result};
 pub use wait::eventually;
+
+/// The cache the `hack/` scripts fill: `$IRONCLAIM_CACHE`, else
+/// `$HOME/.cache/ironclaim`.
+pub fn cache_root() -> std::path::PathBuf {
+    match std::env::var_os("IRONCLAIM_CACHE") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ironclaim"),
+    }
+}

@@ -132,11 +132,7 @@ pub fn emulator_path() -> PathBuf {
     if let Some(path) = std::env::var_os(EMULATOR_VAR) {
         return PathBuf::from(path);
     }
-    let cache = match std::env::var_os("IRONCLAIM_CACHE") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ironclaim"),
-    };
-    cache.join("sushy-venv/bin/sushy-emulator")
+    crate::cache_root().join("sushy-venv/bin/sushy-emulator")
 }
 
 /// The files of a TLS-serving emulator: the CA a client must trust, and the

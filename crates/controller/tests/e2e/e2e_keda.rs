@@ -53,6 +53,34 @@ async fn replicas(client: &kube::Client) -> Option<i32> {
     Api::<Deployment>::namespaced(client.clone(), NAMESPACE).get_opt(APP).await.ok().flatten()?.spec.replicas
 }
 
+/// Waits until KEDA has scaled the Deployment to `n` replicas.
+async fn until_replicas(client: &kube::Client, n: i32) {
+    let c = client.clone();
+    eventually(&format!("KEDA scales the Deployment to {n}"), Duration::from_secs(60), || {
+        let c = c.clone();
+        async move {
+            match replicas(&c).await {
+                Some(r) if r == n => Ok(()),
+                r => Err(format!("replicas {r:?}")),
+            }
+        }
+    })
+    .await;
+}
+
+/// Waits until the Deployment has `n` pods.
+async fn until_pods(client: &kube::Client, n: usize) {
+    let c = client.clone();
+    eventually(&format!("{n} pods of {APP}"), Duration::from_secs(30), || {
+        let c = c.clone();
+        async move {
+            let have = pods(&c, NAMESPACE, &format!("app={APP}")).await.len();
+            if have == n { Ok(()) } else { Err(format!("{have} pods")) }
+        }
+    })
+    .await;
+}
+
 /// Stage timings from the trigger, printed as a table at the end.
 struct Stages {
     from: Instant,
@@ -135,27 +163,9 @@ async fn keda_scales_a_deployment_from_zero_the_servers_come_on_for_it_and_go_of
     // The queue fills.
     let mut stages = Stages { from: Instant::now(), rows: Vec::new() };
     depth.store(12, Ordering::SeqCst);
-    let c = client.clone();
-    eventually("KEDA scales the Deployment to 4", Duration::from_secs(60), || {
-        let c = c.clone();
-        async move {
-            match replicas(&c).await {
-                Some(4) => Ok(()),
-                r => Err(format!("replicas {r:?}")),
-            }
-        }
-    })
-    .await;
+    until_replicas(&client, 4).await;
     stages.mark("KEDA scaled the Deployment 0 -> 4");
-    let c = client.clone();
-    eventually("four pods pending", Duration::from_secs(30), || {
-        let c = c.clone();
-        async move {
-            let n = pods(&c, NAMESPACE, &format!("app={APP}")).await.len();
-            if n == 4 { Ok(()) } else { Err(format!("{n} pods")) }
-        }
-    })
-    .await;
+    until_pods(&client, 4).await;
     stages.mark("the ReplicaSet created 4 pending pods");
     let c = client.clone();
     eventually("claims for the pods", Duration::from_secs(30), || {
@@ -217,27 +227,9 @@ async fn keda_scales_a_deployment_from_zero_the_servers_come_on_for_it_and_go_of
     // The queue drains.
     depth.store(0, Ordering::SeqCst);
     stages.mark("the queue drained");
-    let c = client.clone();
-    eventually("KEDA scales the Deployment to 0", Duration::from_secs(60), || {
-        let c = c.clone();
-        async move {
-            match replicas(&c).await {
-                Some(0) => Ok(()),
-                r => Err(format!("replicas {r:?}")),
-            }
-        }
-    })
-    .await;
+    until_replicas(&client, 0).await;
     stages.mark("KEDA scaled the Deployment 4 -> 0 (cooldown 5 s)");
-    let c = client.clone();
-    eventually("the pods gone", Duration::from_secs(30), || {
-        let c = c.clone();
-        async move {
-            let n = pods(&c, NAMESPACE, &format!("app={APP}")).await.len();
-            if n == 0 { Ok(()) } else { Err(format!("{n} pods")) }
-        }
-    })
-    .await;
+    until_pods(&client, 0).await;
     stages.mark("the pods gone");
     let ms = machines.clone();
     eventually("both servers off", Duration::from_secs(60), || {
