@@ -61,7 +61,7 @@ pub enum Error {
         source: rcgen::Error,
     },
 
-    #[error("failed to install KEDA's CRDs")]
+    #[error("failed to install KEDA's CRDs: {source}")]
     Crds {
         #[source]
         source: crate::Error,
