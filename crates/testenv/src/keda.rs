@@ -55,6 +55,12 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    #[error("failed to find a free loopback port")]
+    NoFreePort {
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("failed to make the operator's test certificates")]
     Certificates {
         #[source]
@@ -232,7 +238,7 @@ fn ready(port: u16) -> bool {
 
 fn free_port() -> Result<u16> {
     let port = || -> std::io::Result<u16> { Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
-    port().map_err(|source| Error::WriteFiles { path: PathBuf::from("127.0.0.1:0"), source })
+    port().map_err(|source| Error::NoFreePort { source })
 }
 
 /// The files KEDA's metrics gRPC service serves with (`ca.crt`, `tls.crt`,
