@@ -25,6 +25,12 @@ pub struct ClusterArgs {
 /// Bad input (exit 2) when the kubeconfig cannot be read, names no such
 /// context, or there is none at all; the world (exit 1) otherwise.
 pub async fn connect(args: &ClusterArgs) -> Result<Connection, Failure> {
+    connect_through(args, None).await
+}
+
+/// [`connect`], every request passing through `layer` (the controller's
+/// count and rate of requests).
+pub async fn connect_through(args: &ClusterArgs, layer: Option<ironclaim_controller::api::ApiLayer>) -> Result<Connection, Failure> {
     ironclaim_redfish::install_crypto_provider();
     let options = kube::config::KubeConfigOptions { context: args.context.clone(), ..Default::default() };
     let config = match &args.kubeconfig {
@@ -63,8 +69,12 @@ pub async fn connect(args: &ClusterArgs) -> Result<Connection, Failure> {
         })?,
     };
     let server = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config)
+    let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| Failure::bad_input(anyhow!("cannot build a client for the cluster {server}: {}", first_line(&e))))?;
+    let client = match layer {
+        Some(layer) => builder.with_layer(&layer).build(),
+        None => builder.build(),
+    };
     Ok(Connection { client, server })
 }
 

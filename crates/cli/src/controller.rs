@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
+use ironclaim_controller::api::{ApiLayer, ApiRequests, RateLimit};
 use ironclaim_controller::batch::Windows;
 use ironclaim_controller::leader::LeaseSettings;
 use ironclaim_controller::{ClusterApiPower, Controller, ExternalPower, Metal3Power, ProviderRouter, RedfishPower, Settings};
@@ -85,6 +86,13 @@ pub struct Args {
     /// docs/providers.md. Unset: such Servers are held, misconfigured.
     #[arg(long, value_name = "FILE")]
     external_providers: Option<std::path::PathBuf>,
+    /// Requests per second the controller may send to the API server, over
+    /// all it does (watches count once, when opened); more wait their turn.
+    #[arg(long, value_name = "QPS", default_value_t = RateLimit::DEFAULT.qps, value_parser = api_qps)]
+    kube_api_qps: f64,
+    /// Requests that may leave at once before --kube-api-qps holds them.
+    #[arg(long, value_name = "N", default_value_t = RateLimit::DEFAULT.burst, value_parser = clap::value_parser!(u32).range(1..))]
+    kube_api_burst: u32,
     /// Serve the dashboard, /ui (and its data, /ui/state), read-only on
     /// the metrics address (docs/dashboard.md).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
@@ -100,6 +108,14 @@ pub fn external_providers(path: Option<&std::path::Path>) -> Result<ExternalPowe
     }
 }
 
+/// `--kube-api-qps`: a rate above zero.
+fn api_qps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(qps) if qps.is_finite() && qps > 0.0 => Ok(qps),
+        _ => Err(format!("{text:?} is not a rate above zero (requests per second, e.g. 100 or 12.5)")),
+    }
+}
+
 /// The leader Lease's name, unless `--lease-name` says otherwise.
 pub const LEASE_NAME: &str = "ironclaim-controller";
 
@@ -111,7 +127,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     crate::logging::init(args.log_format, "info");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
     runtime.block_on(async move {
-        let connection = crate::cluster::connect(&args.cluster).await?;
+        let api_requests = ApiRequests::default();
+        let limit = RateLimit { qps: args.kube_api_qps, burst: args.kube_api_burst };
+        let connection = crate::cluster::connect_through(&args.cluster, Some(ApiLayer::new(api_requests.clone(), Some(limit)))).await?;
         // Fail fast, with the fix, on what no retry mends.
         crate::cluster::preflight(&connection).await?;
         let client = connection.client;
@@ -126,6 +144,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             dry_run: args.dry_run,
             power_budget_watts: args.power_budget_watts,
             dashboard: args.dashboard,
+            api_requests,
             transition_limits: ironclaim_core::transitions::TransitionLimits {
                 rates: args.transition_rate.clone(),
                 max_cycles_per_day: args.max_cycles_per_day,

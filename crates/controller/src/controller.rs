@@ -84,6 +84,9 @@ pub struct Settings {
     pub transition_limits: ironclaim_core::transitions::TransitionLimits,
     /// Serve `/ui` and `/ui/state` beside `/metrics`.
     pub dashboard: bool,
+    /// What the client's [`crate::api::ApiLayer`] counts, exported with
+    /// the metrics.
+    pub api_requests: crate::api::ApiRequests,
 }
 
 impl Default for Settings {
@@ -105,6 +108,7 @@ impl Default for Settings {
             power_budget_watts: None,
             transition_limits: Default::default(),
             dashboard: true,
+            api_requests: Default::default(),
         }
     }
 }
@@ -198,20 +202,40 @@ fn now_s() -> Seconds {
     jiff::Timestamp::now().as_second().max(0) as Seconds
 }
 
-/// Feeds one kind from a watch into the index, forever.
-async fn watch<K>(api: Api<K>, index: Arc<Mutex<Index>>, notify: Arc<Notify>, synced: Arc<AtomicUsize>)
-where
-    K: Indexed + Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default,
-{
-    watch_with(api, watcher::Config::default(), index, notify, synced).await;
+/// What every watch feeds: the index, the loop to wake, the count of
+/// watches through their first list, and the lag metric.
+#[derive(Clone)]
+struct Feed {
+    index: Arc<Mutex<Index>>,
+    notify: Arc<Notify>,
+    synced: Arc<AtomicUsize>,
+    metrics: Arc<Metrics>,
 }
 
-async fn watch_with<K>(api: Api<K>, config: watcher::Config, index: Arc<Mutex<Index>>, notify: Arc<Notify>, synced: Arc<AtomicUsize>)
+/// The newest time the API stamped on an object (its creation, deletion,
+/// or a field manager's last write), in whole seconds as the API keeps it.
+fn last_stamped(meta: &kube::api::ObjectMeta) -> Option<jiff::Timestamp> {
+    let managed = meta.managed_fields.iter().flatten().filter_map(|m| m.time.as_ref());
+    meta.creation_timestamp.iter().chain(meta.deletion_timestamp.iter()).chain(managed).map(|t| t.0).max()
+}
+
+/// Feeds one kind from a watch into the index, forever.
+async fn watch<K>(api: Api<K>, feed: Feed)
 where
     K: Indexed + Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
 {
+    watch_with(api, watcher::Config::default(), feed).await;
+}
+
+async fn watch_with<K>(api: Api<K>, config: watcher::Config, feed: Feed)
+where
+    K: Indexed + Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let Feed { index, notify, synced, metrics } = feed;
+    let kind = K::kind(&Default::default()).to_string();
+    let lag = metrics.watch_lag.get_or_create(&vec![("kind".into(), kind.clone())]).clone();
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut buffer = Vec::new();
     let mut first = true;
@@ -221,7 +245,7 @@ where
         if next.is_ok()
             && let Some(failed) = failures.recovered()
         {
-            tracing::info!(kind = %K::kind(&Default::default()), failed, "watch recovered");
+            tracing::info!(%kind, failed, "watch recovered");
         }
         match next {
             Ok(Some(Event::Init)) => buffer.clear(),
@@ -235,7 +259,11 @@ where
                 notify.notify_one();
             }
             Ok(Some(Event::Apply(o))) => {
+                let stamped = last_stamped(o.meta());
                 index.lock().unwrap_or_else(PoisonError::into_inner).apply(o);
+                if let Some(stamped) = stamped {
+                    lag.observe(jiff::Timestamp::now().duration_since(stamped).as_secs_f64().max(0.0));
+                }
                 notify.notify_one();
             }
             Ok(Some(Event::Delete(o))) => {
@@ -245,7 +273,6 @@ where
             Ok(None) => return,
             Err(err) => {
                 if let Some(suppressed) = failures.failed(std::time::Instant::now()) {
-                    let kind = K::kind(&Default::default()).to_string();
                     let error = watch_error(&err);
                     tracing::warn!(%kind, %error, suppressed, "watch failed; retrying (failures in between are counted, not logged)");
                 }
@@ -322,7 +349,7 @@ impl Controller {
             tracing::warn!("dry run: every decision is told (Events, reason DryRun), none is carried out");
             settings.scaledown.repair = false;
         }
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::counting(&settings.api_requests));
         let journal = crate::events::Journal::default();
         let events = if settings.publish_events {
             Events::new(client.clone(), "ironclaim", &settings.instance, journal.clone())
@@ -388,18 +415,18 @@ impl Controller {
         let synced = Arc::new(AtomicUsize::new(0));
         let c = &self.client;
         let mut watches = tokio::task::JoinSet::new();
-        let (i, n, s) = (&self.index, &notify, &synced);
-        watches.spawn(watch(Api::<Pod>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<Node>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<Namespace>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<DaemonSet>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<PodDisruptionBudget>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<Server>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<ServerPool>::all(c.clone()), i.clone(), n.clone(), s.clone()));
-        watches.spawn(watch(Api::<ServerClaim>::all(c.clone()), i.clone(), n.clone(), s.clone()));
+        let feed = Feed { index: self.index.clone(), notify: notify.clone(), synced: synced.clone(), metrics: self.metrics.clone() };
+        watches.spawn(watch(Api::<Pod>::all(c.clone()), feed.clone()));
+        watches.spawn(watch(Api::<Node>::all(c.clone()), feed.clone()));
+        watches.spawn(watch(Api::<Namespace>::all(c.clone()), feed.clone()));
+        watches.spawn(watch(Api::<DaemonSet>::all(c.clone()), feed.clone()));
+        watches.spawn(watch(Api::<PodDisruptionBudget>::all(c.clone()), feed.clone()));
+        watches.spawn(watch(Api::<Server>::all(c.clone()), feed.clone()));
+        watches.spawn(watch(Api::<ServerPool>::all(c.clone()), feed.clone()));
+        watches.spawn(watch(Api::<ServerClaim>::all(c.clone()), feed.clone()));
         let ledger = Api::<ConfigMap>::namespaced(c.clone(), &self.settings.claims.lock_namespace);
         let only_ledger = watcher::Config::default().labels(LEDGER_LABEL);
-        watches.spawn(watch_with(ledger, only_ledger, i.clone(), n.clone(), s.clone()));
+        watches.spawn(watch_with(ledger, only_ledger, feed));
 
         let mut stop = stop_rx.clone();
         while synced.load(Ordering::SeqCst) < WATCHED_KINDS {

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 #![deny(warnings)]
 
+pub mod api;
 pub mod batch;
 pub mod buffers;
 pub mod claims;

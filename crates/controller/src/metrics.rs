@@ -40,6 +40,12 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
 }
 
+fn watch_lag_histogram() -> Histogram {
+    // The API stamps whole seconds, so a change seen at once reads 0 to 1 s:
+    // 0.25 s to about 17 min.
+    Histogram::new(exponential_buckets(0.25, 2.0, 13))
+}
+
 /// Every metric the controller exports.
 pub struct Metrics {
     registry: Registry,
@@ -58,6 +64,9 @@ pub struct Metrics {
     pending_decisions: std::sync::Mutex<std::collections::BTreeSet<&'static str>>,
     /// From the start of a decision to the last power-on request it sent.
     pub decision_latency: Histogram,
+    /// From the API's last stamp on an object to its change applied to the
+    /// index, by kind.
+    pub watch_lag: HistogramFamily,
     /// Failed steps, by error kind.
     pub errors: Family<Labels, Counter>,
     /// Power actions that failed, by provider error kind.
@@ -88,7 +97,15 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
+        Metrics::counting(&crate::api::ApiRequests::default())
+    }
+
+    /// The metrics, with the counts of the layer under the client
+    /// (`ironclaim_api_requests_total`, `ironclaim_api_throttled_seconds_total`).
+    pub fn counting(api: &crate::api::ApiRequests) -> Self {
         let mut registry = Registry::with_prefix("ironclaim");
+        registry.register("api_requests", "Requests sent to the API server, by verb", Declared(api.requests.clone()));
+        registry.register("api_throttled_seconds", "Seconds requests waited for --kube-api-qps", api.throttled_seconds.clone());
         let stage_duration = HistogramFamily::new_with_constructor(stage_histogram);
         let claims = Family::<Labels, Counter>::default();
         let servers = Family::<Labels, Gauge>::default();
@@ -96,6 +113,12 @@ impl Metrics {
         let pending_pods = Family::<Labels, Gauge>::default();
         let decision_latency = latency_histogram();
         let errors = Family::<Labels, Counter>::default();
+        let watch_lag = HistogramFamily::new_with_constructor(watch_lag_histogram);
+        registry.register(
+            "watch_lag_seconds",
+            "From the API's last stamp on an object (whole seconds) to its change in the controller's index, by kind",
+            Declared(watch_lag.clone()),
+        );
         let power_failures = Family::<Labels, Counter>::default();
         let leader = Gauge::default();
         let (claim_locks, claim_lock_ledger_bytes, servers_held) =
@@ -128,6 +151,7 @@ impl Metrics {
             pending_pods,
             pending_decisions: Default::default(),
             decision_latency,
+            watch_lag,
             errors,
             power_failures,
             leader,

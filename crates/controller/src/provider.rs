@@ -12,7 +12,7 @@
 //! NAMESPACE/NAME` on a Server without `spec.provider` is still read, with
 //! a warning: it is deprecated.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -192,6 +192,10 @@ fn state_from_redfish(state: ironclaim_redfish::PowerState) -> PowerState {
     }
 }
 
+/// How long a credentials Secret, once read, serves every call that names
+/// it: a sweep of thousands of servers sharing one Secret reads it once.
+pub const SECRET_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Each server's own BMC over Redfish, through one [`BmcFleet`] shared by
 /// every server.
 ///
@@ -199,14 +203,19 @@ fn state_from_redfish(state: ironclaim_redfish::PowerState) -> PowerState {
 /// Servers behind one BMC endpoint (a chassis manager, an enclosure, an
 /// emulator) with one account share one client: one session, one reset at
 /// a time on that endpoint, one bound on the requests in flight to it (see
-/// [`BmcFleet`]). Each call reads the server's credentials Secret, so a
+/// [`BmcFleet`]). Each call reads the server's credentials Secret (a read
+/// serves every call naming that Secret for [`SECRET_FRESH_FOR`]), so a
 /// changed password (compared by value: a Secret rewritten with the same
 /// values keeps the session, and servers with separate Secrets holding one
-/// account share it), CA bundle or TLS setting takes effect on the next
-/// call, by a new client for that endpoint.
+/// account share it), CA bundle or TLS setting takes effect on a call
+/// after that, by a new client for that endpoint.
 pub struct RedfishPower {
     client: Client,
     fleet: Arc<BmcFleet>,
+    /// Credentials Secrets by namespace and name, with when each was read
+    /// (fresh for [`SECRET_FRESH_FOR`]). Held across a read, so that a
+    /// sweep's calls wait for one read rather than each making its own.
+    secrets: tokio::sync::Mutex<HashMap<(String, String), (tokio::time::Instant, Secret)>>,
     /// Where CA bundles from Server specs are stored (named by content) for
     /// the TLS layer.
     ca_dir: PathBuf,
@@ -222,7 +231,7 @@ impl RedfishPower {
     /// Power through `fleet`, shared with whoever else holds it.
     pub fn with_fleet(client: Client, fleet: Arc<BmcFleet>) -> Self {
         let ca_dir = std::env::temp_dir().join(format!("ironclaim-bmc-ca-{}", std::process::id()));
-        RedfishPower { client, fleet, ca_dir }
+        RedfishPower { client, fleet, ca_dir, secrets: Default::default() }
     }
 
     pub fn fleet(&self) -> &Arc<BmcFleet> {
@@ -240,8 +249,19 @@ impl RedfishPower {
             ));
         };
         let secret_ref = &bmc.credentials_secret_ref;
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &secret_ref.namespace);
-        let secret = secrets.get(&secret_ref.name).await.map_err(|err| secret_unreadable(&name, &secret_ref.namespace, &secret_ref.name, &err))?;
+        let key = (secret_ref.namespace.clone(), secret_ref.name.clone());
+        let secret = {
+            let mut secrets = self.secrets.lock().await;
+            match secrets.get(&key) {
+                Some((read_at, secret)) if read_at.elapsed() <= SECRET_FRESH_FOR => secret.clone(),
+                _ => {
+                    let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret_ref.namespace);
+                    let secret = api.get(&secret_ref.name).await.map_err(|err| secret_unreadable(&name, &key.0, &key.1, &err))?;
+                    secrets.insert(key, (tokio::time::Instant::now(), secret.clone()));
+                    secret
+                }
+            }
+        };
         self.target_with(&name, bmc, secret)
     }
 
@@ -603,6 +623,44 @@ mod tests {
             ("password".to_owned(), ByteString(password.as_bytes().to_vec())),
         ]));
         secret
+    }
+
+    /// A sweep of many servers that share one credentials Secret reads it
+    /// once, not once per server and call; a read older than
+    /// [`SECRET_FRESH_FOR`] is read again, so a rotated password still
+    /// takes effect.
+    #[tokio::test(start_paused = true)]
+    async fn servers_sharing_a_secret_read_it_once_while_it_is_fresh() {
+        ironclaim_redfish::install_crypto_provider();
+        let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = reads.clone();
+        let api = tower::service_fn(move |request: ::http::Request<kube::client::Body>| {
+            let counted = counted.clone();
+            async move {
+                assert!(request.uri().path().ends_with("/namespaces/metal/secrets/bmc-shared"), "{}", request.uri());
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let body = serde_json::to_vec(&secret("1", "pw")).expect("json");
+                Ok::<_, std::convert::Infallible>(::http::Response::new(kube::client::Body::from(body)))
+            }
+        });
+        let power = RedfishPower::new(Client::new(api, "default"), Timing::default());
+        let servers: Vec<Server> = (0..50)
+            .map(|i| {
+                let spec = serde_json::json!({
+                    "bmc": {"address": format!("https://10.0.0.5/redfish/v1/Systems/{i}"), "credentialsSecretRef": {"name": "bmc-shared", "namespace": "metal"}},
+                    "hardware": {"cpu": "1", "memory": "1Gi"}
+                });
+                Server::new(&format!("r1-u{i:02}"), serde_json::from_value(spec).expect("spec"))
+            })
+            .collect();
+        for server in &servers {
+            power.target(server).await.expect("target");
+            power.target(server).await.expect("target");
+        }
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1, "one read for 100 calls");
+        tokio::time::advance(SECRET_FRESH_FOR + std::time::Duration::from_millis(1)).await;
+        power.target(&servers[0]).await.expect("target");
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 2, "read again once stale");
     }
 
     /// Issue 16, item 1: a missing Secret is a fault of configuration,

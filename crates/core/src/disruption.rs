@@ -505,13 +505,15 @@ fn best_replacement<'s>(
 /// An empty node such a pod would land on is the room it waits for (it
 /// moves once VPA, or whoever asked, evicts or recreates it): not idle. So
 /// is one a gang's pending pod would land on ([`crate::gang`]): the room
-/// is booked for the gang's pods, on their way.
+/// is booked for the gang's pods, on their way; and one any pending pod
+/// would land on, until the scheduler binds it.
 pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     let expanded = crate::resize::with_demand(snapshot);
     let mut awaited: BTreeMap<String, String> = BTreeMap::new();
     let gangs: BTreeMap<String, &str> =
         snapshot.pods.iter().filter(|p| p.is_demand()).filter_map(|p| p.gang.as_deref().map(|g| (p.key(), g))).collect();
-    if matches!(expanded, std::borrow::Cow::Owned(_)) || !gangs.is_empty() {
+    let pending = snapshot.pods.iter().any(Pod::is_pending_demand);
+    if matches!(expanded, std::borrow::Cow::Owned(_)) || !gangs.is_empty() || pending {
         for d in provision(snapshot, now_s).pods {
             match (&d.resize, d.outcome, gangs.get(&d.pod)) {
                 (Some(wait), Outcome::Existing { node }, _) => {
@@ -520,6 +522,10 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 // A gang's room, booked: its pods are on their way.
                 (None, Outcome::Existing { node }, Some(gang)) => {
                     awaited.entry(node).or_insert_with(|| format!("the room booked for {gang}"));
+                }
+                // A pending pod fits here: the scheduler has yet to bind it.
+                (None, Outcome::Existing { node }, None) => {
+                    awaited.entry(node).or_insert_with(|| format!("the room pending pod {} fits in, until the scheduler binds it", d.pod));
                 }
                 _ => {}
             }

@@ -322,6 +322,31 @@ fn pods_already_pending_take_the_room_an_underutilized_node_would_move_into() {
     assert!(d.held.iter().any(|h| h.subject == "light" && h.why.contains("do not all fit")), "{d:?}");
 }
 
+/// A node that booted for pods which the scheduler has yet to bind (they
+/// may have gone to another new node, whose room other pods now wait for)
+/// is the room pending pods wait for: not idle. Draining it would send
+/// them back for a cold boot, and at a burst of thousands the scheduler
+/// takes longer than an idle threshold to bind them all.
+#[test]
+fn an_empty_node_a_pending_pod_would_land_on_is_not_drained() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "fresh", Some(0), &[]);
+    node_with(&mut snap, "other", Some(0), &[]);
+    let mut waiting = Pod::new("app", "waiting", Resources::new(30_000, GI));
+    waiting.created_s = 10 * HOUR - 60;
+    snap.pods.push(waiting);
+    let d = disrupt(&snap, 10 * HOUR);
+    let drained: Vec<&str> = d.actions.iter().filter_map(|a| if let Action::Drain { node, .. } = a { Some(node.as_str()) } else { None }).collect();
+    // One of the two is the pending pod's room; the other is idle.
+    assert_eq!(drained.len(), 1, "{d:?}");
+    let kept = if drained[0] == "fresh" { "other" } else { "fresh" };
+    assert!(d.held.iter().any(|h| h.subject == kept && h.why.contains("app/waiting")), "{d:?}");
+    // Once it is bound, both are what they are: one running work, one idle.
+    snap.pods.last_mut().expect("the pod").node_name = Some(kept.into());
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain { node, .. } if node == kept)), "{d:?}");
+}
+
 #[test]
 fn an_empty_node_is_warm_capacity_not_room_to_consolidate_into() {
     let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };

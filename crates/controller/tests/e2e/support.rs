@@ -509,6 +509,7 @@ pub fn settings(instance: &str) -> Settings {
         power_budget_watts: None,
         transition_limits: Default::default(),
         dashboard: true,
+        api_requests: Default::default(),
     }
 }
 

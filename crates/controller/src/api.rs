@@ -1,0 +1,296 @@
+//! The controller's requests to the API server, as one layer under its
+//! client: each is counted by verb (`ironclaim_api_requests_total`), and
+//! all are held to a rate (`--kube-api-qps`, `--kube-api-burst`), so that
+//! a burst of claims cannot flood the API server.
+//!
+//! The rate is a token bucket: `burst` requests may leave at once, then
+//! one per `1/qps` seconds. A request over the rate waits its turn; none
+//! is refused. The wait is counted (`ironclaim_api_throttled_seconds_total`).
+//! A watch counts once, when it is opened.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+type Labels = Vec<(String, String)>;
+
+/// The counts the layer keeps; cheap to clone (every clone counts into
+/// the same metrics).
+#[derive(Clone, Debug, Default)]
+pub struct ApiRequests {
+    /// Requests sent, by verb: `get`, `list`, `watch`, `create`, `update`,
+    /// `patch`, `delete`.
+    pub requests: Family<Labels, Counter>,
+    /// Seconds requests waited for the rate, summed.
+    pub throttled_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl ApiRequests {
+    /// Requests sent so far with this verb.
+    pub fn sent(&self, verb: &str) -> u64 {
+        self.requests.get_or_create(&vec![("verb".into(), verb.into())]).get()
+    }
+}
+
+/// How many requests per second may leave, and how many at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateLimit {
+    pub qps: f64,
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// `--kube-api-qps`'s and `--kube-api-burst`'s defaults.
+    pub const DEFAULT: RateLimit = RateLimit { qps: 100.0, burst: 200 };
+}
+
+/// A token bucket that hands out turns: [`Bucket::turn`] says how long
+/// the caller waits before its request may leave. Turns are never refused
+/// and come in the order asked, so a waiting request cannot starve.
+#[derive(Debug)]
+pub struct Bucket {
+    limit: RateLimit,
+    /// Tokens at `at`; below zero when turns are booked ahead.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    pub fn new(limit: RateLimit, now: Instant) -> Self {
+        Bucket { limit, state: Mutex::new((f64::from(limit.burst), now)) }
+    }
+
+    /// Takes a token at `now`: how long to wait until it is there.
+    pub fn turn(&self, now: Instant) -> Duration {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (tokens, at) = *state;
+        let refilled = tokens + now.saturating_duration_since(at).as_secs_f64() * self.limit.qps;
+        let tokens = refilled.min(f64::from(self.limit.burst)) - 1.0;
+        *state = (tokens, now.max(at));
+        if tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-tokens / self.limit.qps) }
+    }
+}
+
+/// The layer: counts every request, and with a [`RateLimit`], holds each
+/// to its turn.
+#[derive(Clone, Debug)]
+pub struct ApiLayer {
+    requests: ApiRequests,
+    bucket: Option<Arc<Bucket>>,
+}
+
+impl ApiLayer {
+    /// Counts into `requests`; with `limit`, no faster than it.
+    ///
+    /// # Panics
+    /// When `limit` allows no request (qps not above zero, burst zero):
+    /// the command line refuses those first.
+    pub fn new(requests: ApiRequests, limit: Option<RateLimit>) -> Self {
+        if let Some(limit) = limit {
+            assert!(limit.qps > 0.0 && limit.burst > 0, "a rate limit must allow requests: {limit:?}");
+        }
+        ApiLayer { requests, bucket: limit.map(|l| Arc::new(Bucket::new(l, Instant::now()))) }
+    }
+}
+
+impl<S> tower::Layer<S> for ApiLayer {
+    type Service = ApiService<S>;
+    fn layer(&self, inner: S) -> ApiService<S> {
+        ApiService { inner, requests: self.requests.clone(), bucket: self.bucket.clone(), turn: Turn::None }
+    }
+}
+
+/// The service [`ApiLayer`] wraps the client's in. The client calls it
+/// from one task, one request at a time (kube buffers its stack), so
+/// waiting in `poll_ready` holds every later request behind this one, in
+/// order.
+pub struct ApiService<S> {
+    inner: S,
+    requests: ApiRequests,
+    bucket: Option<Arc<Bucket>>,
+    turn: Turn,
+}
+
+/// Where the next request stands with the bucket.
+enum Turn {
+    /// No turn taken yet.
+    None,
+    /// Taken; the request may leave when this ends.
+    Waiting(Pin<Box<tokio::time::Sleep>>),
+    /// Its time has come.
+    Granted,
+}
+
+/// The verb of a request, as the API server's audit log names it.
+pub fn verb<B>(request: &::http::Request<B>) -> &'static str {
+    let query = request.uri().query().unwrap_or_default();
+    let watching = query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1");
+    match *request.method() {
+        ::http::Method::GET if watching => "watch",
+        // A collection's path ends in its plural; an object's in its name.
+        // Without discovery, tell them by what the query asks: only lists
+        // page, select and resume.
+        ::http::Method::GET if is_list(request.uri().path(), query) => "list",
+        ::http::Method::GET => "get",
+        ::http::Method::POST => "create",
+        ::http::Method::PUT => "update",
+        ::http::Method::PATCH => "patch",
+        ::http::Method::DELETE => "delete",
+        _ => "other",
+    }
+}
+
+/// A GET of a collection: `/api/v1/pods`, `/api/v1/namespaces/x/pods`,
+/// `/apis/g/v/namespaces/x/kind`, or one that asks what only a list takes.
+fn is_list(path: &str, query: &str) -> bool {
+    if query.split('&').any(|pair| ["limit=", "continue=", "labelSelector=", "fieldSelector="].iter().any(|p| pair.starts_with(p))) {
+        return true;
+    }
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // Strip /api/v1 or /apis/group/version.
+    let rest = match segments.as_slice() {
+        ["api", _version, rest @ ..] => rest,
+        ["apis", _group, _version, rest @ ..] => rest,
+        _ => return false,
+    };
+    match rest {
+        // `namespaces` itself, a plural at cluster scope, or one in a namespace.
+        [_plural] => true,
+        ["namespaces", _ns, _plural] => true,
+        _ => false,
+    }
+}
+
+impl<S, B> tower::Service<::http::Request<B>> for ApiService<S>
+where
+    S: tower::Service<::http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if let Some(bucket) = &self.bucket {
+            if matches!(self.turn, Turn::None) {
+                let wait = bucket.turn(Instant::now());
+                self.requests.throttled_seconds.inc_by(wait.as_secs_f64());
+                self.turn = if wait.is_zero() { Turn::Granted } else { Turn::Waiting(Box::pin(tokio::time::sleep(wait))) };
+            }
+            if let Turn::Waiting(sleep) = &mut self.turn {
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.turn = Turn::Granted;
+            }
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ::http::Request<B>) -> Self::Future {
+        self.requests.requests.get_or_create(&vec![("verb".into(), verb(&request).into())]).inc();
+        self.turn = Turn::None;
+        self.inner.call(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn get(uri: &str) -> ::http::Request<()> {
+        ::http::Request::get(uri).body(()).expect("request")
+    }
+
+    #[test]
+    fn verbs_are_named_as_the_audit_log_names_them() {
+        assert_eq!(verb(&get("/api/v1/pods?watch=true&resourceVersion=5")), "watch");
+        assert_eq!(verb(&get("/api/v1/pods?limit=500")), "list");
+        assert_eq!(verb(&get("/api/v1/namespaces/x/configmaps")), "list");
+        assert_eq!(verb(&get("/apis/ironclaim.dev/v1alpha1/servers")), "list");
+        assert_eq!(verb(&get("/apis/ironclaim.dev/v1alpha1/servers/r1-u01")), "get");
+        assert_eq!(verb(&get("/api/v1/namespaces/x/configmaps/ledger")), "get");
+        assert_eq!(verb(&get("/api/v1/namespaces")), "list");
+        assert_eq!(verb(&get("/api/v1/namespaces/x")), "get");
+        assert_eq!(verb(&get("/version")), "get");
+        let patch = ::http::Request::patch("/apis/ironclaim.dev/v1alpha1/servers/a/status").body(()).expect("request");
+        assert_eq!(verb(&patch), "patch");
+    }
+
+    #[test]
+    fn a_burst_leaves_at_once_and_the_rest_one_per_period() {
+        let t0 = Instant::now();
+        let bucket = Bucket::new(RateLimit { qps: 10.0, burst: 3 }, t0);
+        let waits: Vec<Duration> = (0..5).map(|_| bucket.turn(t0)).collect();
+        assert_eq!(&waits[..3], &[Duration::ZERO; 3]);
+        assert_eq!(waits[3], Duration::from_millis(100));
+        assert_eq!(waits[4], Duration::from_millis(200));
+        // A second later, the bucket has refilled past the booked turns.
+        assert_eq!(bucket.turn(t0 + Duration::from_secs(1)), Duration::ZERO);
+    }
+
+    /// The layer under a service: every request counted by verb, and the
+    /// ones past the burst held to the rate, in order.
+    #[tokio::test(start_paused = true)]
+    async fn the_layer_counts_each_request_and_holds_those_past_the_burst() {
+        use tower::{Layer, Service, ServiceExt};
+        let requests = ApiRequests::default();
+        let layer = ApiLayer::new(requests.clone(), Some(RateLimit { qps: 10.0, burst: 2 }));
+        let start = tokio::time::Instant::now();
+        let inner = tower::service_fn(move |_: ::http::Request<()>| async move { Ok::<_, std::convert::Infallible>(start.elapsed()) });
+        let mut service = layer.layer(inner);
+        let mut left = Vec::new();
+        for uri in ["/api/v1/pods?watch=true", "/api/v1/nodes", "/api/v1/nodes/a", "/api/v1/nodes/b", "/api/v1/nodes/c"] {
+            left.push(service.ready().await.expect("ready").call(get(uri)).await.expect("call"));
+        }
+        let ms: Vec<u128> = left.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [0, 0, 100, 200, 300]);
+        assert_eq!((requests.sent("watch"), requests.sent("list"), requests.sent("get")), (1, 1, 3));
+        assert!((requests.throttled_seconds.get() - 0.3).abs() < 1e-9, "{}", requests.throttled_seconds.get());
+        // Without a limit, nothing waits.
+        let mut free = ApiLayer::new(ApiRequests::default(), None).layer(tower::service_fn(move |_: ::http::Request<()>| async move {
+            Ok::<_, std::convert::Infallible>(start.elapsed())
+        }));
+        let before = start.elapsed();
+        for _ in 0..10 {
+            assert_eq!(free.ready().await.expect("ready").call(get("/version")).await.expect("call"), before);
+        }
+    }
+
+    proptest! {
+        /// Whatever the arrivals, the requests that leave in any window of
+        /// length w number at most burst + qps * w (the bound the flags
+        /// promise), and no request waits longer than the queue ahead of it
+        /// needs.
+        #[test]
+        fn no_window_sees_more_than_the_burst_and_the_rate(
+            qps in 1u32..200,
+            burst in 1u32..50,
+            gaps_ms in proptest::collection::vec(0u64..50, 1..400),
+        ) {
+            let t0 = Instant::now();
+            let limit = RateLimit { qps: f64::from(qps), burst };
+            let bucket = Bucket::new(limit, t0);
+            let mut now = t0;
+            let mut leaves = Vec::new();
+            for gap in gaps_ms {
+                now += Duration::from_millis(gap);
+                leaves.push(now + bucket.turn(now));
+            }
+            // Turns are handed out in order.
+            prop_assert!(leaves.windows(2).all(|w| w[0] <= w[1]));
+            for (i, start) in leaves.iter().enumerate() {
+                for (j, end) in leaves.iter().enumerate().skip(i) {
+                    let window = end.duration_since(*start).as_secs_f64();
+                    let allowed = f64::from(burst) + f64::from(qps) * window + 1e-6;
+                    prop_assert!((j - i + 1) as f64 <= allowed, "{} requests in {window} s", j - i + 1);
+                }
+            }
+        }
+    }
+}
