@@ -77,6 +77,9 @@ fn every_bad_input_and_every_failure_of_the_world_is_one_line_with_the_place_and
         case(&["controller", "--power-budget-watts", "NaN"], 2, &["--power-budget-watts", "a positive number of watts"]),
         case(&["plan", "--power-budget-watts", "12kW"], 2, &["--power-budget-watts", "a positive number of watts"]),
         case(&["controller", "--transition-rate", "rack"], 2, &["--transition-rate", "SCOPE=N"]),
+        case(&["controller", "--kube-api-qps", "0"], 2, &["--kube-api-qps", "a rate above zero"]),
+        case(&["controller", "--kube-api-qps", "inf"], 2, &["--kube-api-qps", "a rate above zero"]),
+        case(&["controller", "--kube-api-burst", "0"], 2, &["--kube-api-burst"]),
         case(
             &["controller", "--external-providers", &providers],
             2,

@@ -253,9 +253,8 @@ mod tests {
         assert_eq!((requests.sent("watch"), requests.sent("list"), requests.sent("get")), (1, 1, 3));
         assert!((requests.throttled_seconds.get() - 0.3).abs() < 1e-9, "{}", requests.throttled_seconds.get());
         // Without a limit, nothing waits.
-        let mut free = ApiLayer::new(ApiRequests::default(), None).layer(tower::service_fn(move |_: ::http::Request<()>| async move {
-            Ok::<_, std::convert::Infallible>(start.elapsed())
-        }));
+        let mut free = ApiLayer::new(ApiRequests::default(), None)
+            .layer(tower::service_fn(move |_: ::http::Request<()>| async move { Ok::<_, std::convert::Infallible>(start.elapsed()) }));
         let before = start.elapsed();
         for _ in 0..10 {
             assert_eq!(free.ready().await.expect("ready").call(get("/version")).await.expect("call"), before);

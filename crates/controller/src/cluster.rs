@@ -26,7 +26,7 @@ where
 }
 
 fn reset<K: Indexed>(index: &mut Index, objects: Vec<K>) {
-    index.reset(objects);
+    index.reset::<K>(objects.into_iter().map(Indexed::listed).collect());
 }
 
 /// Lists every kind the controller watches, and reads the claim locks of

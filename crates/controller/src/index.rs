@@ -47,7 +47,12 @@ pub struct Problem {
 /// Everything watched, by kind.
 #[derive(Default, Debug)]
 pub struct Index {
+    /// Pods by key; changed only through [`Indexed`], which keeps
+    /// `demand` in step.
     pub pods: BTreeMap<String, PodEntry>,
+    /// The keys of `pods` the core plans for ([`core::Pod::is_demand`]):
+    /// a step reads them without walking every pod of the cluster.
+    demand: std::collections::BTreeSet<String>,
     /// Pods that could not be read, with why, and the node each is bound
     /// to: such a pod still holds its node (see [`Index::snapshot`]).
     pub bad_pods: BTreeMap<String, BadPod>,
@@ -87,21 +92,37 @@ pub struct LedgerContents {
 
 /// A kind the index holds.
 pub trait Indexed: Sized {
+    /// What the index keeps of one object while a relist is under way:
+    /// what [`Indexed::apply`] would store, made at once, so that a list of
+    /// 150,000 pods is never held whole as API objects.
+    type Listed;
+    fn listed(self) -> Self::Listed;
     fn apply(self, index: &mut Index);
     fn delete(&self, index: &mut Index);
     /// Replaces every object of the kind (after a watch relist).
-    fn reset(objects: Vec<Self>, index: &mut Index);
+    fn reset(objects: Vec<Self::Listed>, index: &mut Index);
 }
 
 fn object_key<K: kube::Resource>(object: &K, namespaced: bool) -> String {
     if namespaced { format!("{}/{}", object.namespace().unwrap_or_else(|| "default".to_string()), object.name_any()) } else { object.name_any() }
 }
 
+/// The object as the index keeps it: without `metadata.managedFields`,
+/// which nothing here reads and which can be a third of an object.
+fn kept<K: kube::Resource>(mut object: K) -> K {
+    object.meta_mut().managed_fields = None;
+    object
+}
+
 macro_rules! keyed {
     ($kind:ty, $field:ident, $namespaced:expr) => {
         impl Indexed for $kind {
+            type Listed = Self;
+            fn listed(self) -> Self {
+                kept(self)
+            }
             fn apply(self, index: &mut Index) {
-                index.$field.insert(object_key(&self, $namespaced), self);
+                index.$field.insert(object_key(&self, $namespaced), kept(self));
             }
             fn delete(&self, index: &mut Index) {
                 index.$field.remove(&object_key(self, $namespaced));
@@ -128,6 +149,10 @@ keyed!(ServerClaim, claims, false);
 /// server (the watch selects them by label; anything else is ignored all
 /// the same).
 impl Indexed for ConfigMap {
+    type Listed = Self;
+    fn listed(self) -> Self {
+        kept(self)
+    }
     fn apply(self, index: &mut Index) {
         let name = self.name_any();
         if Ledger::named(&name).is_none() {
@@ -152,34 +177,40 @@ impl Indexed for ConfigMap {
     }
 }
 
+/// A pod as the index keeps it, by key: converted, or refused with why.
+pub type ListedPod = (String, Result<PodEntry, BadPod>);
+
 impl Indexed for Pod {
-    fn apply(self, index: &mut Index) {
+    type Listed = ListedPod;
+    fn listed(self) -> ListedPod {
         let k = object_key(&self, true);
-        match pod_from_k8s(&self) {
+        let entry = match pod_from_k8s(&self) {
             Ok(pod) => {
-                index.bad_pods.remove(&k);
                 let consumes = self.annotations().get(ironclaim_k8s::provisioning_request::CONSUME_ANNOTATION).cloned();
-                index.pods.insert(k, PodEntry { pod, uid: self.metadata.uid.clone(), consumes });
+                Ok(PodEntry { pod, uid: self.metadata.uid.clone(), consumes })
             }
             Err(err) => {
-                index.pods.remove(&k);
                 let status = self.status.as_ref();
                 let finished = status.and_then(|s| s.phase.as_deref()).is_some_and(|p| p == "Succeeded" || p == "Failed");
                 let node = self.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
-                index.bad_pods.insert(k, BadPod { error: err.to_string(), node, finished });
+                Err(BadPod { error: err.to_string(), node, finished })
             }
-        }
+        };
+        (k, entry)
+    }
+    fn apply(self, index: &mut Index) {
+        let (k, entry) = self.listed();
+        index.put_pod(k, entry);
     }
     fn delete(&self, index: &mut Index) {
-        let k = object_key(self, true);
-        index.pods.remove(&k);
-        index.bad_pods.remove(&k);
+        index.drop_pod(&object_key(self, true));
     }
-    fn reset(objects: Vec<Self>, index: &mut Index) {
+    fn reset(objects: Vec<ListedPod>, index: &mut Index) {
         index.pods.clear();
         index.bad_pods.clear();
-        for o in objects {
-            o.apply(index);
+        index.demand.clear();
+        for (k, entry) in objects {
+            index.put_pod(k, entry);
         }
     }
 }
@@ -280,7 +311,31 @@ impl Index {
         object.delete(self);
     }
 
-    pub fn reset<K: Indexed>(&mut self, objects: Vec<K>) {
+    fn put_pod(&mut self, key: String, entry: Result<PodEntry, BadPod>) {
+        match entry {
+            Ok(entry) => {
+                self.bad_pods.remove(&key);
+                if entry.pod.is_demand() {
+                    self.demand.insert(key.clone());
+                } else {
+                    self.demand.remove(&key);
+                }
+                self.pods.insert(key, entry);
+            }
+            Err(bad) => {
+                self.drop_pod(&key);
+                self.bad_pods.insert(key, bad);
+            }
+        }
+    }
+
+    fn drop_pod(&mut self, key: &str) {
+        self.pods.remove(key);
+        self.bad_pods.remove(key);
+        self.demand.remove(key);
+    }
+
+    pub fn reset<K: Indexed>(&mut self, objects: Vec<K::Listed>) {
         self.links.take();
         K::reset(objects, self);
     }
@@ -335,7 +390,7 @@ impl Index {
     /// The pods the core will plan for, by key: pending, or waiting for an
     /// in-place resize ([`ironclaim_core::Pod::is_demand`]).
     pub fn pending_pod_keys(&self) -> impl Iterator<Item = &String> {
-        self.pods.iter().filter(|(_, e)| e.pod.is_demand()).map(|(k, _)| k).chain(self.gang_pods.keys())
+        self.demand.iter().chain(self.gang_pods.keys())
     }
 
     /// The world as the core sees it at `now_s`.
@@ -572,6 +627,74 @@ mod tests {
 
     const NOW: &str = "2026-01-05T12:00:00Z";
     const NOW_S: Seconds = 1_767_614_400;
+
+    /// One change a watch can bring to pod `name`.
+    #[derive(Clone, Debug)]
+    enum PodChange {
+        /// Created or updated: pending (no node) or bound, maybe being
+        /// deleted, or unreadable (a request no quantity parses).
+        Apply {
+            name: u8,
+            node: bool,
+            terminating: bool,
+            unreadable: bool,
+        },
+        Delete {
+            name: u8,
+        },
+        /// A relist that finds these.
+        Relist(Vec<(u8, bool)>),
+    }
+
+    fn watched_pod(name: u8, node: bool, terminating: bool, unreadable: bool) -> Pod {
+        let mut p = pod(&format!("p{name}"), NOW, node.then_some("n1"));
+        if terminating {
+            p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(NOW.parse().expect("time")));
+        }
+        if unreadable {
+            let c = &mut p.spec.as_mut().expect("spec").containers[0];
+            c.resources
+                .as_mut()
+                .expect("resources")
+                .requests
+                .as_mut()
+                .expect("requests")
+                .insert("cpu".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()));
+        }
+        p
+    }
+
+    fn pod_change() -> impl proptest::strategy::Strategy<Value = PodChange> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0u8..12, any::<bool>(), proptest::bool::weighted(0.2), proptest::bool::weighted(0.1))
+                .prop_map(|(name, node, terminating, unreadable)| PodChange::Apply { name, node, terminating, unreadable }),
+            2 => (0u8..12).prop_map(|name| PodChange::Delete { name }),
+            1 => proptest::collection::vec((0u8..12, any::<bool>()), 0..8).prop_map(PodChange::Relist),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The pods a step plans for, read from the index's own record, are
+        /// always those a walk of every pod finds, whatever the watch brought.
+        #[test]
+        fn the_demand_the_index_keeps_is_what_a_walk_of_every_pod_finds(changes in proptest::collection::vec(pod_change(), 1..60)) {
+            let mut index = Index::default();
+            for change in changes {
+                match change {
+                    PodChange::Apply { name, node, terminating, unreadable } => index.apply(watched_pod(name, node, terminating, unreadable)),
+                    PodChange::Delete { name } => index.delete(&watched_pod(name, false, false, false)),
+                    PodChange::Relist(pods) => {
+                        index.reset::<Pod>(pods.into_iter().map(|(name, node)| watched_pod(name, node, false, false).listed()).collect())
+                    }
+                }
+                let walked: Vec<&String> = index.pods.iter().filter(|(_, e)| e.pod.is_demand()).map(|(k, _)| k).collect();
+                let kept: Vec<&String> = index.pending_pod_keys().collect();
+                proptest::prop_assert_eq!(kept, walked);
+                proptest::prop_assert!(index.pods.keys().all(|k| !index.bad_pods.contains_key(k)));
+            }
+        }
+    }
 
     #[test]
     fn each_live_claim_is_one_arrival_at_its_earliest_pod_within_the_window() {
@@ -842,7 +965,7 @@ mod tests {
         let (a, b) = ("r1-u01", "r1-u02");
         assert_ne!(locks::ledger_of(a), locks::ledger_of(b), "the test needs two shards");
         let mut index = Index::default();
-        index.reset(vec![ledger(&locks::ledger_of(a), &[(a, "c-a")]), ledger(LEGACY_LEDGER_NAME, &[(a, "c-old"), (b, "c-old")])]);
+        index.reset::<ConfigMap>(vec![ledger(&locks::ledger_of(a), &[(a, "c-a")]), ledger(LEGACY_LEDGER_NAME, &[(a, "c-old"), (b, "c-old")])]);
         assert_eq!(holders(&index), [(a, "c-a"), (b, "c-old")]);
         index.apply(ledger(&locks::ledger_of(b), &[(b, "c-b")]));
         assert_eq!(holders(&index), [(a, "c-a"), (b, "c-b")]);

@@ -95,7 +95,10 @@ fn query_name(family: &str, kind: &str) -> String {
 /// The controller's metrics with one child in each family, through the
 /// same methods the controller calls, so every family shows its labels.
 fn every_metric_with_a_sample() -> Metrics {
-    let m = Metrics::new();
+    let api = crate::api::ApiRequests::default();
+    let m = Metrics::counting(&api);
+    api.requests.get_or_create(&vec![("verb".into(), "list".into())]).inc();
+    m.watch_lag.get_or_create(&vec![("kind".into(), "Pod".into())]).observe(0.3);
     m.observe_stage("booting", "default", "succeeded", 90.0);
     m.claim_ended("failed", "bmc_unreachable");
     m.set_servers_by_power_state([("on", 3), ("off", 2)]);

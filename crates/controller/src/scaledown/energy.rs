@@ -6,6 +6,7 @@
 //! power sweep already publishes as `ironclaim_fleet_watts`; this module
 //! adds what scale-down is for: what being off saves.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 
@@ -45,6 +46,16 @@ pub struct FleetSummary {
 /// state is unknown reads as off there, so leave such servers out of the
 /// snapshot (as the controller does) for an exact count.
 pub fn fleet_summary(snapshot: &Snapshot) -> FleetSummary {
+    // One pass over the nodes and one over the pods, then each server looks
+    // its node up: a fleet of 5,000 servers and 150,000 pods is not walked
+    // once per server.
+    let nodes: HashMap<&str, &ironclaim_core::model::Node> = snapshot.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    let working: HashSet<&str> = snapshot
+        .pods
+        .iter()
+        .filter(|p| p.occupies_node() && !p.terminating && !p.is_daemonset_pod())
+        .filter_map(|p| p.node_name.as_deref())
+        .collect();
     let mut summary = FleetSummary::default();
     for server in snapshot.servers.iter().filter(|s| !s.unlimited) {
         if server.power_state == PowerState::Off {
@@ -58,12 +69,8 @@ pub fn fleet_summary(snapshot: &Snapshot) -> FleetSummary {
         let busy = match &server.node {
             None => server.claim.is_some(),
             Some(node) => {
-                let usable = snapshot.nodes.iter().find(|n| &n.name == node).is_none_or(|n| n.ready && !n.unschedulable && !n.disrupting);
-                !usable
-                    || snapshot
-                        .pods
-                        .iter()
-                        .any(|p| p.node_name.as_deref() == Some(node.as_str()) && p.occupies_node() && !p.terminating && !p.is_daemonset_pod())
+                let usable = nodes.get(node.as_str()).is_none_or(|n| n.ready && !n.unschedulable && !n.disrupting);
+                !usable || working.contains(node.as_str())
             }
         };
         if !busy {
