@@ -1,8 +1,8 @@
 //! The controller binary at fleet scale, against the real control plane of
 //! `hack/testenv` (kube-apiserver, kube-controller-manager, kube-scheduler;
-//! kwok plays the kubelets) and one in-process test BMC serving every
-//! Server's Redfish system (the redfish crate's mock, the DMTF mockup's
-//! system copied per Server).
+//! kwok plays the kubelets) and an in-process test BMC per Server (the
+//! redfish crate's mock, the DMTF mockup's system copied per Server, one
+//! loopback endpoint each over one shared world).
 //!
 //! The fleet: `on` Servers powered on, each a kwok Node; `off` Servers
 //! powered off; `plain` Nodes no Server stands behind; every Node holds
@@ -322,12 +322,17 @@ where
     Fut: std::future::Future<Output = Result<(), String>>,
 {
     let started = Instant::now();
+    let mut told = Instant::now();
     loop {
         let last = match check().await {
             Ok(()) => return started.elapsed(),
             Err(e) => e,
         };
         assert!(started.elapsed() < within, "{what}: not within {within:?}: {last}");
+        if told.elapsed() >= Duration::from_secs(30) {
+            println!("  waiting for {what}, {:.0} s: {last}", started.elapsed().as_secs_f64());
+            told = Instant::now();
+        }
         tokio::time::sleep(every).await;
     }
 }
@@ -371,7 +376,13 @@ fn play_machines(client: Client, bmc: &MockBmc, first_off: usize) -> tokio::task
 }
 
 async fn run(fleet: Fleet) {
-    println!("fleet: {fleet:?}: {} nodes, {} servers, {} bound pods, a burst of {} pods", fleet.nodes(), fleet.servers(), fleet.nodes() * fleet.pods_per_node, fleet.burst_pods());
+    println!(
+        "fleet: {fleet:?}: {} nodes, {} servers, {} bound pods, a burst of {} pods",
+        fleet.nodes(),
+        fleet.servers(),
+        fleet.nodes() * fleet.pods_per_node,
+        fleet.burst_pods()
+    );
     ironclaim_redfish::install_crypto_provider();
     let env = TestEnv::for_process().expect("test environment");
     let client = env.client().await.expect("client");
@@ -381,7 +392,16 @@ async fn run(fleet: Fleet) {
         env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("established");
     }
     let _ = env.kubectl(["create", "namespace", NS]);
-    let _ = env.kubectl(["-n", NS, "create", "secret", "generic", "bmc", &format!("--from-literal=username={USERNAME}"), &format!("--from-literal=password={PASSWORD}")]);
+    let _ = env.kubectl([
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "bmc",
+        &format!("--from-literal=username={USERNAME}"),
+        &format!("--from-literal=password={PASSWORD}"),
+    ]);
     let pool = json!({"apiVersion": "ironclaim.dev/v1alpha1", "kind": "ServerPool", "metadata": {"name": "fleet"}, "spec": {"requirements": []}});
     env.kubectl_with_stdin(["apply", "-f", "-"], &pool.to_string()).expect("pool");
 
@@ -393,9 +413,14 @@ async fn run(fleet: Fleet) {
             w.add_system(&system_id(i), if i < fleet.on { "On" } else { "Off" });
         }
     }
-    let endpoint = bmc.endpoint();
+    // A BMC per server, as racks have: an endpoint each, one world behind.
+    let mut endpoints = Vec::with_capacity(fleet.servers());
+    for _ in 0..fleet.servers() {
+        endpoints.push(bmc.listen_again().await);
+    }
     println!("building the fleet");
-    create_all(&Api::<ironclaim_k8s::api::Server>::all(client.clone()), (0..fleet.servers()).map(|i| server(i, &endpoint)).collect(), "Servers").await;
+    let servers: Vec<Value> = endpoints.iter().enumerate().map(|(i, endpoint)| server(i, endpoint)).collect();
+    create_all(&Api::<ironclaim_k8s::api::Server>::all(client.clone()), servers, "Servers").await;
     let node_names: Vec<String> = (0..fleet.on).map(server_name).chain((0..fleet.plain).map(|i| format!("plain-{i:05}"))).collect();
     let nodes: Vec<Value> = node_names.iter().enumerate().map(|(i, n)| node(n, (i < fleet.on).then_some(n.as_str()))).collect();
     create_all(&Api::<Node>::all(client.clone()), nodes, "Nodes").await;
@@ -490,7 +515,8 @@ async fn run(fleet: Fleet) {
     for r in &resets {
         by_system.entry(r.system.rsplit('/').next().unwrap_or_default().to_string()).or_default().push(r.reset.clone());
     }
-    let touched_running: Vec<&String> = by_system.keys().filter(|id| id.strip_prefix("sys-").and_then(|n| n.parse::<usize>().ok()).is_some_and(|i| i < fleet.on)).collect();
+    let touched_running: Vec<&String> =
+        by_system.keys().filter(|id| id.strip_prefix("sys-").and_then(|n| n.parse::<usize>().ok()).is_some_and(|i| i < fleet.on)).collect();
     assert!(touched_running.is_empty(), "power requests to servers running work: {touched_running:?}");
     let twice: Vec<(&String, &Vec<String>)> = by_system.iter().filter(|(_, r)| r.len() != 1).collect();
     assert!(twice.is_empty(), "servers not powered on exactly once: {:?}", &twice[..twice.len().min(10)]);
@@ -509,7 +535,7 @@ async fn run(fleet: Fleet) {
             // A scrape takes a moment: allow a tenth of a second of rate.
             let allowed = f64::from(fleet.api_burst) + f64::from(fleet.qps) * (window + 0.1);
             assert!(sent <= allowed, "{sent} requests in {window:.2} s, over --kube-api-burst {} and --kube-api-qps {}", fleet.api_burst, fleet.qps);
-            if window >= 0.9 && window <= 1.6 {
+            if (0.9..=1.6).contains(&window) {
                 peak_qps = peak_qps.max(sent / window);
             }
         }
@@ -520,7 +546,7 @@ async fn run(fleet: Fleet) {
     let mut rss: Vec<u64> = samples.iter().map(|s| s.rss_kib).collect();
     let rss_peak = rss.iter().copied().max().unwrap_or(0);
     let rss_p95 = percentile(&mut rss, 0.95);
-    let cpu_at = |t: Instant| samples.iter().filter(|s| s.at <= t).next_back().map_or(0, |s| s.cpu_ticks);
+    let cpu_at = |t: Instant| samples.iter().rfind(|s| s.at <= t).map_or(0, |s| s.cpu_ticks);
     let cpu_total = samples.last().map_or(0, |s| s.cpu_ticks) as f64 / ticks;
     let cpu_start = cpu_at(settled) as f64 / ticks;
     let cpu_burst = cpu_total - cpu_start;
@@ -534,18 +560,49 @@ async fn run(fleet: Fleet) {
     let decisions = metric_sum(&after, "ironclaim_decision_latency_seconds_count") - metric_sum(&before, "ironclaim_decision_latency_seconds_count");
     let fmt_q = |v: Option<f64>| v.map_or("-".to_string(), |s| if s.is_infinite() { "over the top bucket".into() } else { format!("<= {s} s") });
     let rows = [
-        ("nodes / servers / bound pods / burst pods", format!("{} / {} / {} / {}", fleet.nodes(), fleet.servers(), fleet.nodes() * fleet.pods_per_node, fleet.burst_pods())),
+        (
+            "nodes / servers / bound pods / burst pods",
+            format!("{} / {} / {} / {}", fleet.nodes(), fleet.servers(), fleet.nodes() * fleet.pods_per_node, fleet.burst_pods()),
+        ),
         ("controller start to ready (first list)", format!("{:.1} s", ready_after.as_secs_f64())),
         ("first power sweep of every server", format!("{:.1} s", swept_after.as_secs_f64())),
         ("RSS p95 / peak over the run", format!("{:.0} MiB / {:.0} MiB", rss_p95 as f64 / 1024.0, rss_peak as f64 / 1024.0)),
         ("CPU, whole run / burst to end", format!("{cpu_total:.1} s / {cpu_burst:.1} s (run {run_s:.0} s)")),
         ("burst pods created", format!("{:.1} s", burst_created.duration_since(burst_start).as_secs_f64())),
-        ("burst start to first / last power-on request", format!("{:.1} s / {:.1} s", first_power_on.saturating_duration_since(burst_start).as_secs_f64(), last_power_on.saturating_duration_since(burst_start).as_secs_f64())),
-        ("last burst pod created to last power-on request", format!("{:.1} s (batch idle 1 s, max 10 s)", last_power_on.saturating_duration_since(burst_created).as_secs_f64())),
-        ("decisions in the burst; latency p50 / max bucket", format!("{decisions:.0}; {} / {}", fmt_q(quantile(&decision_before, &decision_after, 0.5)), fmt_q(quantile(&decision_before, &decision_after, 1.0)))),
+        (
+            "burst start to first / last power-on request",
+            format!(
+                "{:.1} s / {:.1} s",
+                first_power_on.saturating_duration_since(burst_start).as_secs_f64(),
+                last_power_on.saturating_duration_since(burst_start).as_secs_f64()
+            ),
+        ),
+        (
+            "last burst pod created to last power-on request",
+            format!("{:.1} s (batch idle 1 s, max 10 s)", last_power_on.saturating_duration_since(burst_created).as_secs_f64()),
+        ),
+        (
+            "decisions in the burst; latency p50 / max bucket",
+            format!(
+                "{decisions:.0}; {} / {}",
+                fmt_q(quantile(&decision_before, &decision_after, 0.5)),
+                fmt_q(quantile(&decision_before, &decision_after, 1.0))
+            ),
+        ),
         ("burst start to every burst pod bound", format!("{:.1} s", bound_at.duration_since(burst_start).as_secs_f64())),
-        ("watch lag of Pods in the burst p50 / p99", format!("{} / {}", fmt_q(quantile(&pod_before, &pod_after, 0.5)), fmt_q(quantile(&pod_before, &pod_after, 0.99)))),
-        ("API requests: total, mean / peak per second", format!("{requests_total}, {:.1} / {peak_qps:.0} (--kube-api-qps {} --kube-api-burst {})", requests_total as f64 / run_s, fleet.qps, fleet.api_burst)),
+        (
+            "watch lag of Pods in the burst p50 / p99",
+            format!("{} / {}", fmt_q(quantile(&pod_before, &pod_after, 0.5)), fmt_q(quantile(&pod_before, &pod_after, 0.99))),
+        ),
+        (
+            "API requests: total, mean / peak per second",
+            format!(
+                "{requests_total}, {:.1} / {peak_qps:.0} (--kube-api-qps {} --kube-api-burst {})",
+                requests_total as f64 / run_s,
+                fleet.qps,
+                fleet.api_burst
+            ),
+        ),
         ("requests by verb", verbs(&after)),
     ];
     println!();

@@ -181,29 +181,53 @@ pub struct MockBmc {
     pub addr: SocketAddr,
     pub world: Arc<Mutex<World>>,
     server: tokio::task::JoinHandle<()>,
+    root: Arc<PathBuf>,
+    /// The listeners of [`MockBmc::listen_again`].
+    more: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for MockBmc {
     fn drop(&mut self) {
         self.server.abort();
+        for more in self.more.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            more.abort();
+        }
     }
+}
+
+fn app(world: Arc<Mutex<World>>, root: Arc<PathBuf>) -> axum::Router {
+    let state = (world, root);
+    axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+        let (world, root) = state.clone();
+        async move { handle(world, root, method, uri, headers, body).await }
+    })
 }
 
 impl MockBmc {
     pub async fn start() -> MockBmc {
         let world = Arc::new(Mutex::new(World::new()));
-        let root = super::mockup_dir();
+        let root = Arc::new(super::mockup_dir());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind mock");
         let addr = listener.local_addr().expect("mock addr");
-        let state = (world.clone(), Arc::new(root));
-        let app = axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
-            let (world, root) = state.clone();
-            async move { handle(world, root, method, uri, headers, body).await }
-        });
+        let app = app(world.clone(), root.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        MockBmc { addr, world, server }
+        MockBmc { addr, world, server, root, more: Mutex::default() }
+    }
+
+    /// One more endpoint serving the same world, as a BMC of its own: a
+    /// client keeps one session and one reset at a time per endpoint, so a
+    /// fleet with a BMC per server needs an endpoint per server.
+    pub async fn listen_again(&self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind mock");
+        let addr = listener.local_addr().expect("mock addr");
+        let app = app(self.world.clone(), self.root.clone());
+        let serving = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        self.more.lock().unwrap_or_else(|p| p.into_inner()).push(serving);
+        format!("http://{addr}")
     }
 
     pub fn endpoint(&self) -> String {
