@@ -909,24 +909,26 @@ impl Sweeper {
             }
         }
         let power = self.claims.power();
-        let readings: Vec<(Server, Reading)> = futures::stream::iter(servers)
-            .map(|server| {
-                let power = power.clone();
-                async move {
-                    let read = power.power_state(&server).await;
-                    let configured = configured_by(&read);
-                    let state = read.ok();
-                    let watts = if state == Some(PowerState::On) { power.watts(&server).await.ok().flatten() } else { None };
-                    let recorded = server.status.as_ref().and_then(|s| s.identity.as_ref());
-                    let address = server.spec.bmc.as_ref().map(|b| b.address.as_str());
-                    let ask = recorded.is_none_or(|r| r.system_uuid.is_none() || r.bmc_address.as_deref() != address);
-                    let identity = if ask { power.identity(&server).await.ok().flatten() } else { None };
-                    (server, Reading { state, watts, identity, configured })
-                }
-            })
-            .buffer_unordered(SWEEP_IN_FLIGHT)
-            .collect()
-            .await;
+        let readings: Vec<(Server, Reading)> = crate::provider::as_sweep(
+            futures::stream::iter(servers)
+                .map(|server| {
+                    let power = power.clone();
+                    async move {
+                        let read = power.power_state(&server).await;
+                        let configured = configured_by(&read);
+                        let state = read.ok();
+                        let watts = if state == Some(PowerState::On) { power.watts(&server).await.ok().flatten() } else { None };
+                        let recorded = server.status.as_ref().and_then(|s| s.identity.as_ref());
+                        let address = server.spec.bmc.as_ref().map(|b| b.address.as_str());
+                        let ask = recorded.is_none_or(|r| r.system_uuid.is_none() || r.bmc_address.as_deref() != address);
+                        let identity = if ask { power.identity(&server).await.ok().flatten() } else { None };
+                        (server, Reading { state, watts, identity, configured })
+                    }
+                })
+                .buffer_unordered(SWEEP_IN_FLIGHT)
+                .collect::<Vec<_>>(),
+        )
+        .await;
         let links = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             self.metrics.claim_locks.set(index.locks.len() as i64);

@@ -674,6 +674,48 @@ mod tests {
         ]
     }
 
+    fn rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    }
+
+    /// What 150,000 bound pods cost in the index and in one snapshot, as
+    /// the fleet-scale test's pods are (docs/bench.md): run with
+    /// `cargo test --release -p ironclaim-controller --lib -- --ignored
+    /// --nocapture the_memory_of_150000_pods`.
+    #[test]
+    #[ignore = "a measurement, printed"]
+    fn the_memory_of_150000_pods() {
+        let before = rss_kib();
+        let mut index = Index::default();
+        for n in 0..5000 {
+            for k in 0..30 {
+                let p: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("bulk-srv-{n:05}-{k:02}"), "namespace": "scale", "uid": "0f6f8a1e-2b3c-4d5e-8f90-123456789abc",
+                                 "labels": {"app": "bulk"}, "creationTimestamp": NOW, "resourceVersion": "123456"},
+                    "spec": {"nodeName": format!("srv-{n:05}"),
+                             "containers": [{"name": "c", "image": "registry.invalid/app", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}],
+                             "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                                             {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]},
+                    "status": {"phase": "Running"}
+                }))
+                .expect("pod");
+                index.apply(p);
+            }
+        }
+        let indexed = rss_kib().saturating_sub(before);
+        let snapshot = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 3600 });
+        let both = rss_kib().saturating_sub(before);
+        println!(
+            "150,000 pods: index {} MiB, with one snapshot {} MiB; core::Pod {} bytes inline, PodEntry {}",
+            indexed / 1024,
+            both / 1024,
+            std::mem::size_of::<core::Pod>(),
+            std::mem::size_of::<PodEntry>()
+        );
+        assert_eq!(snapshot.0.pods.len(), 150_000);
+    }
+
     proptest::proptest! {
         /// The pods a step plans for, read from the index's own record, are
         /// always those a walk of every pod finds, whatever the watch brought.

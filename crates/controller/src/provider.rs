@@ -192,9 +192,22 @@ fn state_from_redfish(state: ironclaim_redfish::PowerState) -> PowerState {
     }
 }
 
-/// How long a credentials Secret, once read, serves every call that names
-/// it: a sweep of thousands of servers sharing one Secret reads it once.
+/// How long a credentials Secret, once read, serves the power sweep's reads
+/// of power, watts and identity that name it: a sweep of thousands of
+/// servers sharing one Secret reads it once. Everything else (a claim's
+/// reads, every power action) reads it anew.
 pub const SECRET_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+tokio::task_local! {
+    /// Set while the power sweep reads: its reads may share a Secret read.
+    static SWEEPING: ();
+}
+
+/// Runs `reads` as the power sweep's: their Redfish reads share each
+/// credentials Secret's read for [`SECRET_FRESH_FOR`].
+pub async fn as_sweep<F: std::future::Future>(reads: F) -> F::Output {
+    SWEEPING.scope((), reads).await
+}
 
 /// Each server's own BMC over Redfish, through one [`BmcFleet`] shared by
 /// every server.
@@ -203,12 +216,13 @@ pub const SECRET_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs
 /// Servers behind one BMC endpoint (a chassis manager, an enclosure, an
 /// emulator) with one account share one client: one session, one reset at
 /// a time on that endpoint, one bound on the requests in flight to it (see
-/// [`BmcFleet`]). Each call reads the server's credentials Secret (a read
-/// serves every call naming that Secret for [`SECRET_FRESH_FOR`]), so a
-/// changed password (compared by value: a Secret rewritten with the same
-/// values keeps the session, and servers with separate Secrets holding one
-/// account share it), CA bundle or TLS setting takes effect on a call
-/// after that, by a new client for that endpoint.
+/// [`BmcFleet`]). Each call reads the server's credentials Secret (the
+/// power sweep's reads share a read for [`SECRET_FRESH_FOR`]), so a
+/// changed password (compared by value: a
+/// Secret rewritten with the same values keeps the session, and servers
+/// with separate Secrets holding one account share it), CA bundle or TLS
+/// setting takes effect on the next action, by a new client for that
+/// endpoint, and a deleted Secret fails it.
 pub struct RedfishPower {
     client: Client,
     fleet: Arc<BmcFleet>,
@@ -238,8 +252,11 @@ impl RedfishPower {
         &self.fleet
     }
 
-    /// The shared client of the server's BMC and the system it names.
-    async fn target(&self, server: &Server) -> Result<(RedfishBmc, SystemSelector), PowerError> {
+    /// The shared client of the server's BMC and the system it names. An
+    /// action (`fresh`) reads the credentials Secret from the API, and so
+    /// does a read outside the power sweep; the sweep's reads take one
+    /// read less than [`SECRET_FRESH_FOR`] ago ([`as_sweep`]).
+    async fn target(&self, server: &Server, fresh: bool) -> Result<(RedfishBmc, SystemSelector), PowerError> {
         let name = server.name_any();
         let Some(bmc) = &server.spec.bmc else {
             return Err(PowerError::new(
@@ -253,7 +270,7 @@ impl RedfishPower {
         let secret = {
             let mut secrets = self.secrets.lock().await;
             match secrets.get(&key) {
-                Some((read_at, secret)) if read_at.elapsed() <= SECRET_FRESH_FOR => secret.clone(),
+                Some((read_at, secret)) if !fresh && SWEEPING.try_with(|_| ()).is_ok() && read_at.elapsed() <= SECRET_FRESH_FOR => secret.clone(),
                 _ => {
                     let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret_ref.namespace);
                     let secret = api.get(&secret_ref.name).await.map_err(|err| secret_unreadable(&name, &key.0, &key.1, &err))?;
@@ -289,7 +306,7 @@ impl RedfishPower {
 impl Power for RedfishPower {
     fn power_on<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()> {
         Box::pin(async move {
-            let (bmc, system) = self.target(server).await?;
+            let (bmc, system) = self.target(server, true).await?;
             bmc.power_on(&system).await?;
             Ok(())
         })
@@ -297,7 +314,7 @@ impl Power for RedfishPower {
 
     fn power_off<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, ()> {
         Box::pin(async move {
-            let (bmc, system) = self.target(server).await?;
+            let (bmc, system) = self.target(server, true).await?;
             bmc.power_off(&system).await?;
             Ok(())
         })
@@ -305,14 +322,14 @@ impl Power for RedfishPower {
 
     fn power_state<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, PowerState> {
         Box::pin(async move {
-            let (bmc, system) = self.target(server).await?;
+            let (bmc, system) = self.target(server, false).await?;
             Ok(state_from_redfish(bmc.power_state(&system).await?))
         })
     }
 
     fn watts<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<f64>> {
         Box::pin(async move {
-            let (bmc, system) = self.target(server).await?;
+            let (bmc, system) = self.target(server, false).await?;
             match bmc.watts(&system).await {
                 Ok(w) => Ok(Some(w.watts)),
                 Err(err) if err.metric_label() == "watts_unavailable" => Ok(None),
@@ -323,7 +340,7 @@ impl Power for RedfishPower {
 
     fn identity<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<SystemIdentity>> {
         Box::pin(async move {
-            let (bmc, system) = self.target(server).await?;
+            let (bmc, system) = self.target(server, false).await?;
             Ok(Some(bmc.identity(&system).await?))
         })
     }
@@ -627,8 +644,8 @@ mod tests {
 
     /// A sweep of many servers that share one credentials Secret reads it
     /// once, not once per server and call; a read older than
-    /// [`SECRET_FRESH_FOR`] is read again, so a rotated password still
-    /// takes effect.
+    /// [`SECRET_FRESH_FOR`] is read again, and a power action always reads
+    /// it, so a rotated or deleted Secret takes effect at once there.
     #[tokio::test(start_paused = true)]
     async fn servers_sharing_a_secret_read_it_once_while_it_is_fresh() {
         ironclaim_redfish::install_crypto_provider();
@@ -653,14 +670,25 @@ mod tests {
                 Server::new(&format!("r1-u{i:02}"), serde_json::from_value(spec).expect("spec"))
             })
             .collect();
-        for server in &servers {
-            power.target(server).await.expect("target");
-            power.target(server).await.expect("target");
-        }
-        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1, "one read for 100 calls");
+        as_sweep(async {
+            for server in &servers {
+                power.target(server, false).await.expect("target");
+                power.target(server, false).await.expect("target");
+            }
+        })
+        .await;
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1, "one read for the sweep's 100 reads of state");
         tokio::time::advance(SECRET_FRESH_FOR + std::time::Duration::from_millis(1)).await;
-        power.target(&servers[0]).await.expect("target");
+        as_sweep(power.target(&servers[0], false)).await.expect("target");
         assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 2, "read again once stale");
+        // A claim's read, outside the sweep, reads it.
+        power.target(&servers[0], false).await.expect("target");
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 3, "a read outside the sweep reads the Secret");
+        // A power action never trusts an earlier read: a Secret deleted or
+        // changed a moment ago fails or changes the next action.
+        as_sweep(power.target(&servers[1], true)).await.expect("target");
+        power.target(&servers[2], true).await.expect("target");
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 5, "each action reads the Secret");
     }
 
     /// Issue 16, item 1: a missing Secret is a fault of configuration,
