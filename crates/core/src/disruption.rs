@@ -499,6 +499,41 @@ fn best_replacement<'s>(
     best
 }
 
+fn pending_room(pod: &str) -> String {
+    format!("the room pending pod {pod} fits in, until the scheduler binds it")
+}
+
+/// The empty nodes (no workload pod on them) some pending pod fits on, each
+/// with one such pod: a plan of the pending pods over those nodes alone.
+/// Cheap at any fleet size (the busy nodes and their pods stay out), and
+/// on the side of keeping: a pod that would rather land on a busy node
+/// holds an empty one it fits all the same.
+fn empty_nodes_pending_pods_fit(snapshot: &Snapshot, now_s: Seconds) -> Vec<(String, String)> {
+    let working: std::collections::HashSet<&str> =
+        snapshot.pods.iter().filter(|p| p.occupies_node() && !p.is_daemonset_pod()).filter_map(|p| p.node_name.as_deref()).collect();
+    let empty: std::collections::HashSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).filter(|n| !working.contains(n)).collect();
+    if empty.is_empty() {
+        return Vec::new();
+    }
+    let reduced = Snapshot {
+        nodes: snapshot.nodes.iter().filter(|n| empty.contains(n.name.as_str())).cloned().collect(),
+        servers: snapshot.servers.iter().filter(|s| s.node.as_deref().is_some_and(|n| empty.contains(n))).cloned().collect(),
+        pods: snapshot.pods.iter().filter(|p| p.is_pending_demand() || p.node_name.as_deref().is_some_and(|n| empty.contains(n))).cloned().collect(),
+        namespaces: snapshot.namespaces.clone(),
+        daemonsets: snapshot.daemonsets.clone(),
+        pools: snapshot.pools.clone(),
+        ..Snapshot::default()
+    };
+    provision(&reduced, now_s)
+        .pods
+        .into_iter()
+        .filter_map(|d| match d.outcome {
+            Outcome::Existing { node } => Some((node, d.pod)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Decides the scale-down half of a plan. Pure: same inputs, same output.
 /// Pods waiting for an in-place resize count as demand for room at their
 /// new size, as pending pods do ([`crate::resize`]).
@@ -513,7 +548,7 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
     let gangs: BTreeMap<String, &str> =
         snapshot.pods.iter().filter(|p| p.is_demand()).filter_map(|p| p.gang.as_deref().map(|g| (p.key(), g))).collect();
     let pending = snapshot.pods.iter().any(Pod::is_pending_demand);
-    if matches!(expanded, std::borrow::Cow::Owned(_)) || !gangs.is_empty() || pending {
+    if matches!(expanded, std::borrow::Cow::Owned(_)) || !gangs.is_empty() {
         for d in provision(snapshot, now_s).pods {
             match (&d.resize, d.outcome, gangs.get(&d.pod)) {
                 (Some(wait), Outcome::Existing { node }, _) => {
@@ -523,12 +558,15 @@ pub fn disrupt(snapshot: &Snapshot, now_s: Seconds) -> Disruption {
                 (None, Outcome::Existing { node }, Some(gang)) => {
                     awaited.entry(node).or_insert_with(|| format!("the room booked for {gang}"));
                 }
-                // A pending pod fits here: the scheduler has yet to bind it.
                 (None, Outcome::Existing { node }, None) => {
-                    awaited.entry(node).or_insert_with(|| format!("the room pending pod {} fits in, until the scheduler binds it", d.pod));
+                    awaited.entry(node).or_insert_with(|| pending_room(&d.pod));
                 }
                 _ => {}
             }
+        }
+    } else if pending {
+        for (node, pod) in empty_nodes_pending_pods_fit(snapshot, now_s) {
+            awaited.entry(node).or_insert_with(|| pending_room(&pod));
         }
     }
     disrupt_expanded(&expanded, &awaited, now_s)
