@@ -210,14 +210,19 @@ fn clock_ticks_per_second() -> f64 {
     Command::new("getconf").arg("CLK_TCK").output().ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).unwrap_or(100.0)
 }
 
-async fn metrics(port: u16) -> Option<String> {
+/// The body of the controller's `GET path`, when it answers 200.
+async fn get(port: u16, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).await.ok()?;
     let mut text = String::new();
     stream.read_to_string(&mut text).await.ok()?;
     let (head, body) = text.split_once("\r\n\r\n")?;
     head.contains(" 200 ").then(|| body.to_string())
+}
+
+async fn metrics(port: u16) -> Option<String> {
+    get(port, "/metrics").await
 }
 
 /// The sum of a metric's samples whose name and labels start with `prefix`.
@@ -448,13 +453,7 @@ async fn run(fleet: Fleet) {
         })
     };
     let ready_after = until("the controller ready", Duration::from_secs(600), Duration::from_millis(200), || async move {
-        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            Ok(_) if metrics(port).await.is_some() => {
-                let body = ready_status(port).await;
-                if body { Ok(()) } else { Err("not ready".into()) }
-            }
-            _ => Err("not serving".into()),
-        }
+        if get(port, "/readyz").await.is_some() { Ok(()) } else { Err("not ready (or not serving yet)".into()) }
     })
     .await;
     assert!(controller.alive(), "the controller exited:\n{}", controller.log_tail());
@@ -624,17 +623,6 @@ fn verbs(text: &str) -> String {
         .filter_map(|l| Some(format!("{} {}", l.split("verb=\"").nth(1)?.split('"').next()?, l.rsplit_once(' ')?.1)))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-async fn ready_status(port: u16) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return false };
-    if stream.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n").await.is_err() {
-        return false;
-    }
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text).await;
-    text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200")
 }
 
 /// A small fleet, in the default suite: the same run and checks as the
