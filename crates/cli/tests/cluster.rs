@@ -112,10 +112,7 @@ async fn setup() -> (TestEnv, Client) {
     let env = TestEnv::shared().expect("test environment");
     let client = env.client().await.expect("client");
     let crds = ironclaim_k8s::api::crds_yaml().expect("crds");
-    env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &crds).expect("apply CRDs");
-    for crd in ["servers", "serverpools", "serverclaims"] {
-        env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("established");
-    }
+    env.install_crds(&crds, &ironclaim_k8s::api::crd_names()).expect("ironclaim's CRDs");
     let _ = env.kubectl(["create", "namespace", NS]);
     apply(
         &env,

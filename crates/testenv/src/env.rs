@@ -127,6 +127,37 @@ impl TestEnv {
         self.kubectl_with_stdin(args, "")
     }
 
+    /// Waits up to 30 s until each CRD (`servers.ironclaim.dev`) is
+    /// Established. A CRD just created has no conditions yet, and `kubectl
+    /// wait` then fails at once ("accessor error") instead of waiting: it
+    /// is asked again until the CRD is there.
+    ///
+    /// # Errors
+    /// kubectl's last failure once the 30 s are over.
+    pub fn wait_established<S: AsRef<str>>(&self, crds: &[S]) -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        for crd in crds {
+            loop {
+                match self.kubectl(["wait", "--for=condition=Established", &format!("crd/{}", crd.as_ref()), "--timeout=30s"]) {
+                    Ok(_) => break,
+                    Err(err) if std::time::Instant::now() >= deadline => return Err(err),
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(250)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `yaml` (server-side) and waits until `crds` are Established
+    /// ([`TestEnv::wait_established`]).
+    ///
+    /// # Errors
+    /// kubectl's failure to apply or the wait's.
+    pub fn install_crds<S: AsRef<str>>(&self, yaml: &str, crds: &[S]) -> Result<()> {
+        self.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], yaml)?;
+        self.wait_established(crds)
+    }
+
     /// Like [`TestEnv::kubectl`], feeding `stdin` to it (for `apply -f -`).
     pub fn kubectl_with_stdin<I, S>(&self, args: I, stdin: &str) -> Result<String>
     where

@@ -123,17 +123,7 @@ impl Keda {
         let crds = home.join("crds");
         env.kubectl(["apply", "--server-side", "--force-conflicts", "-f"].map(PathBuf::from).into_iter().chain([crds]))
             .map_err(|source| Error::Crds { source })?;
-        // A CRD just created has no conditions yet, and `kubectl wait`
-        // then fails at once ("accessor error") instead of waiting: ask
-        // again until it is Established.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match env.kubectl(["wait", "--for=condition=Established", "crd/scaledobjects.keda.sh", "--timeout=30s"]) {
-                Ok(_) => break,
-                Err(source) if Instant::now() >= deadline => return Err(Error::Crds { source }),
-                Err(_) => std::thread::sleep(Duration::from_millis(250)),
-            }
-        }
+        env.wait_established(&["scaledobjects.keda.sh"]).map_err(|source| Error::Crds { source })?;
         let _ = env.kubectl(["create", "namespace", KEDA_NAMESPACE]);
 
         let dir = std::env::temp_dir().join(format!("ironclaim-keda-{}-{}", std::process::id(), free_port()?));

@@ -308,10 +308,7 @@ pub async fn setup() -> (Cluster, Client) {
     let env = TestEnv::for_process().expect("test environment");
     let client = env.client().await.expect("client");
     let crds = ironclaim_k8s::api::crds_yaml().expect("crds");
-    env.kubectl_with_stdin(["apply", "--server-side", "-f", "-"], &crds).expect("apply CRDs");
-    for crd in ["servers", "serverpools", "serverclaims"] {
-        env.kubectl(["wait", "--for=condition=Established", &format!("crd/{crd}.ironclaim.dev"), "--timeout=30s"]).expect("crd established");
-    }
+    env.install_crds(&crds, &ironclaim_k8s::api::crd_names()).expect("ironclaim's CRDs");
     reset(&env, &client).await;
     let _ = env.kubectl(["create", "namespace", NAMESPACE]);
     let _ = env.kubectl(["-n", NAMESPACE, "create", "secret", "generic", "bmc", "--from-literal=username=admin", "--from-literal=password=password"]);

@@ -38,3 +38,8 @@ pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
     }
     Ok(out)
 }
+
+/// The names of the CRDs [`crds_yaml`] holds (`servers.ironclaim.dev`, ...).
+pub fn crd_names() -> Vec<String> {
+    crds().into_iter().filter_map(|c| c.metadata.name).collect()
+}
