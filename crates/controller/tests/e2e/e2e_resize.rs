@@ -100,6 +100,18 @@ async fn a_resize_its_node_cannot_give_powers_on_a_server_and_the_recreated_pod_
             pods.patch_status(&pod, &PatchParams::default(), &Patch::Strategic(&status)).await.map(|_| ()).unwrap_or_else(|e| panic!("status: {e}"));
         }
     };
+    // kwok marks the pod running once (it sets the pod IP); wait for that,
+    // or its status, with no `resources`, would overwrite the kubelet's
+    // below and the API server would refuse the resize as unsupported.
+    let (p, n) = (pods.clone(), pod.clone());
+    eventually("kwok marks db running", Duration::from_secs(30), || {
+        let (p, n) = (p.clone(), n.clone());
+        async move {
+            let pod = p.get(&n).await.map_err(|e| e.to_string())?;
+            pod.status.and_then(|s| s.pod_ip).map(|_| ()).ok_or_else(|| "no pod IP yet".to_string())
+        }
+    })
+    .await;
     kubelet_says(false).await;
     // The resize, through the subresource, as VPA's updater asks for it.
     let resized = Instant::now();
