@@ -173,6 +173,9 @@ impl Opening {
 
 /// The driver's clock: wall time since the epoch, the clock the API's
 /// timestamps are on.
+/// The least time between two steps of the control loop.
+const STEP_GAP: Duration = Duration::from_millis(100);
+
 fn clock() -> Duration {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }
@@ -480,6 +483,7 @@ impl Controller {
         let mut was_leading = false;
         let mut next_sweep = Instant::now();
         let sweeping = Arc::new(AtomicBool::new(false));
+        let mut last_step = Instant::now();
         loop {
             let until_wake = autoscaler.next_wake().saturating_sub(clock()).min(self.settings.tick);
             let mut reports = Vec::new();
@@ -492,6 +496,17 @@ impl Controller {
                 _ = gate.lost(), if was_leading => {}
                 _ = tokio::time::sleep(until_wake) => {}
             }
+            // A burst of watch events is one step, not one each: the
+            // watches apply what arrives meanwhile without waiting for the
+            // index.
+            let since = last_step.elapsed();
+            if since < STEP_GAP {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => break,
+                    _ = tokio::time::sleep(STEP_GAP - since) => {}
+                }
+            }
+            last_step = Instant::now();
             while let Ok(report) = report_rx.try_recv() {
                 reports.push(report);
             }

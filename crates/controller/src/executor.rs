@@ -12,9 +12,12 @@
 //! - Power actions, reads and takes run each as their own task, so a slow
 //!   BMC holds up nothing else, and concurrent takes share one write of
 //!   the lock ledger; at most `open_concurrency` takes run at once.
-//! - The other effects of one batch (stage and status writes, events) run
-//!   in order in one task: a node is linked before its claim records it
-//!   joined, a stage is written before the measurements it ended.
+//! - The other effects of one batch (stage and status writes, events) that
+//!   touch the same claim, server or node run in order in one task: a node
+//!   is linked before its claim records it joined, a stage is written
+//!   before the measurements it ended. Writes about different objects run
+//!   side by side, at most [`WRITES_IN_FLIGHT`] tasks at once, so a burst
+//!   of claims is not written one after another.
 //! - Every task stops when the loop aborts them (the lease was lost); the
 //!   provider refuses any action that reaches it after that anyway
 //!   ([`crate::leader::FencedPower`]).
@@ -44,6 +47,87 @@ struct WriteJob {
     subject: Option<Kind>,
 }
 
+/// Tasks of writes that run at once (each carries one group of
+/// [`write_groups`] in order).
+pub const WRITES_IN_FLIGHT: usize = 16;
+
+/// What a write touches, as keys: the claim, server and node it names or
+/// carries.
+fn touches(job: &WriteJob) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut claim = |c: &str| keys.push(format!("claim/{c}"));
+    match &job.effect {
+        Effect::EnterStage { claim: c, .. } | Effect::FailClaim { claim: c, .. } | Effect::DeleteClaim { claim: c } => claim(c),
+        Effect::LinkNode { claim: c, server, node, .. } => {
+            claim(c);
+            keys.push(format!("server/{server}"));
+            keys.push(format!("node/{node}"));
+        }
+        Effect::Release { server, claim: c, .. } => {
+            claim(c);
+            keys.push(format!("server/{server}"));
+        }
+        Effect::Measure { server, .. } | Effect::RecordIdle { server, .. } => keys.push(format!("server/{server}")),
+        Effect::ParkNode { node, server } => {
+            keys.push(format!("node/{node}"));
+            keys.push(format!("server/{server}"));
+        }
+        Effect::Cordon { node, .. }
+        | Effect::Uncordon { node, .. }
+        | Effect::KeepCordoned { node }
+        | Effect::DeleteNode { node }
+        | Effect::MarkSpare { node, .. } => keys.push(format!("node/{node}")),
+        // A note's subject is a claim, server or node by name: it goes
+        // after the writes about any of them.
+        Effect::Note { subject, .. } => {
+            claim(subject);
+            keys.push(format!("server/{subject}"));
+            keys.push(format!("node/{subject}"));
+        }
+        Effect::TakeServer { .. } | Effect::PowerOn { .. } | Effect::PowerOff { .. } | Effect::ReadPower { .. } | Effect::Evict { .. } => {}
+    }
+    if let Some(s) = &job.server {
+        keys.push(format!("server/{}", kube::ResourceExt::name_any(s)));
+    }
+    if let Some(n) = &job.node {
+        keys.push(format!("node/{}", kube::ResourceExt::name_any(n)));
+    }
+    keys
+}
+
+/// The writes of one batch in groups: two writes that touch a claim,
+/// server or node in common are in the same group, in the order given.
+fn write_groups(writes: Vec<Box<WriteJob>>) -> Vec<Vec<Box<WriteJob>>> {
+    // Union-find over the writes, joined through the keys they touch.
+    let mut parent: Vec<usize> = (0..writes.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut first: HashMap<String, usize> = HashMap::new();
+    for (i, job) in writes.iter().enumerate() {
+        for key in touches(job) {
+            let j = *first.entry(key).or_insert(i);
+            let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+            parent[a.max(b)] = a.min(b);
+        }
+    }
+    let mut groups: Vec<Vec<Box<WriteJob>>> = Vec::new();
+    let mut slot: HashMap<usize, usize> = HashMap::new();
+    for (i, job) in writes.into_iter().enumerate() {
+        let r = root(&mut parent, i);
+        let g = *slot.entry(r).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(job);
+    }
+    groups
+}
+
 /// An effect with what it needs copied out of the index.
 enum Prepared {
     Take { claim: Box<ClaimRecord>, uids: HashMap<String, String>, server: Option<Box<Server>> },
@@ -66,6 +150,8 @@ pub struct Executor {
     opening: Arc<Mutex<HashMap<String, Vec<PodKey>>>>,
     /// Takes under way at once are bounded by its permits.
     takes: Arc<Semaphore>,
+    /// Groups of writes under way at once are bounded by its permits.
+    writes: Arc<Semaphore>,
     /// Cordons handed over and not yet written (None), or failed
     /// (Some(false)), by node: an eviction waits for its node's, and none
     /// is sent from a node that could not be cordoned, so nothing new
@@ -118,6 +204,7 @@ impl Executor {
             reports,
             opening: Arc::default(),
             takes,
+            writes: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
             cordons: Arc::default(),
             eviction_timeout,
             dry_run: false,
@@ -350,10 +437,12 @@ impl Executor {
                 Prepared::Write(job) => writes.push(job),
             }
         }
-        if !writes.is_empty() {
+        for group in write_groups(writes) {
             let this = self.clone();
             tasks.spawn(async move {
-                for w in writes {
+                // Never closed: a permit is always granted in turn.
+                let _permit = this.writes.acquire().await;
+                for w in group {
                     this.write(w).await;
                 }
             });
@@ -632,6 +721,75 @@ impl Executor {
             self.notes.warn(kind, subject, reason, message).await;
         } else {
             self.notes.normal(kind, subject, reason, message).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ironclaim_driver::Stage;
+    use proptest::prelude::*;
+
+    fn job(effect: Effect) -> Box<WriteJob> {
+        Box::new(WriteJob { effect, pods: Vec::new(), server: None, node: None, pool: None, subject: None })
+    }
+
+    /// One of a few writes over three claims, servers and nodes.
+    fn effect() -> impl Strategy<Value = Effect> {
+        let name = |p: &'static str| (0..3u8).prop_map(move |i| format!("{p}{i}"));
+        prop_oneof![
+            name("c").prop_map(|claim| Effect::EnterStage { claim, stage: Stage::PoweringOn, message: String::new() }),
+            (name("c"), name("s"), name("n")).prop_map(|(claim, server, node)| Effect::LinkNode { claim, server, node, pool: "p".into() }),
+            name("s").prop_map(|server| Effect::Measure { server, sample: [1, 2, 3, 4] }),
+            name("n").prop_map(|node| Effect::Uncordon { node, abandoned: false }),
+            (name("s"), name("c")).prop_map(|(server, claim)| Effect::Release {
+                server,
+                claim,
+                count_failure: false,
+                quarantine: false,
+                untouched: false
+            }),
+        ]
+    }
+
+    #[test]
+    fn a_burst_of_claims_is_written_side_by_side_and_one_claims_writes_in_order() {
+        let mut writes: Vec<Box<WriteJob>> =
+            (0..50).map(|i| job(Effect::EnterStage { claim: format!("c{i}"), stage: Stage::PoweringOn, message: String::new() })).collect();
+        writes.push(job(Effect::Note { subject: "c7".into(), reason: "ServerClaimed", message: "m".into(), warning: false }));
+        let groups = write_groups(writes);
+        assert_eq!(groups.len(), 50);
+        let c7: Vec<String> =
+            groups.iter().find(|g| g.len() == 2).expect("c7's stage and note together").iter().map(|j| format!("{:?}", j.effect)).collect();
+        assert!(c7[0].starts_with("EnterStage") && c7[1].starts_with("Note"), "{c7:?}");
+    }
+
+    proptest! {
+        /// Writes that touch an object in common share a group, and every
+        /// group keeps the order the writes were given in.
+        #[test]
+        fn writes_touching_one_object_stay_in_order(effects in proptest::collection::vec(effect(), 0..30)) {
+            let writes: Vec<Box<WriteJob>> = effects.iter().cloned().map(job).collect();
+            let keys: Vec<Vec<String>> = writes.iter().map(|j| touches(j)).collect();
+            let tagged: Vec<Box<WriteJob>> = writes.into_iter().enumerate().map(|(i, mut j)| { j.pods = vec![(i.to_string(), String::new(), None)]; j }).collect();
+            let groups = write_groups(tagged);
+            let mut group_of = vec![usize::MAX; effects.len()];
+            for (g, group) in groups.iter().enumerate() {
+                let order: Vec<usize> = group.iter().map(|j| j.pods[0].0.parse().unwrap()).collect();
+                prop_assert!(order.windows(2).all(|w| w[0] < w[1]), "group {g} out of order: {order:?}");
+                for i in order {
+                    group_of[i] = g;
+                }
+            }
+            prop_assert!(group_of.iter().all(|&g| g != usize::MAX), "every write is in a group");
+            for a in 0..effects.len() {
+                for b in a + 1..effects.len() {
+                    if keys[a].iter().any(|k| keys[b].contains(k)) {
+                        prop_assert_eq!(group_of[a], group_of[b], "{:?} and {:?} touch the same object", effects[a], effects[b]);
+                    }
+                }
+            }
         }
     }
 }

@@ -97,6 +97,9 @@ pub trait Indexed: Sized {
     /// 150,000 pods is never held whole as API objects.
     type Listed;
     fn listed(self) -> Self::Listed;
+    /// Whether a change of an object of the kind can change
+    /// [`Index::links`] (only Nodes and Servers say which runs on which).
+    const LINKS: bool = false;
     fn apply(self, index: &mut Index);
     fn delete(&self, index: &mut Index);
     /// Replaces every object of the kind (after a watch relist).
@@ -116,8 +119,12 @@ fn kept<K: kube::Resource>(mut object: K) -> K {
 
 macro_rules! keyed {
     ($kind:ty, $field:ident, $namespaced:expr) => {
+        keyed!($kind, $field, $namespaced, false);
+    };
+    ($kind:ty, $field:ident, $namespaced:expr, $links:expr) => {
         impl Indexed for $kind {
             type Listed = Self;
+            const LINKS: bool = $links;
             fn listed(self) -> Self {
                 kept(self)
             }
@@ -137,11 +144,11 @@ macro_rules! keyed {
     };
 }
 
-keyed!(Node, nodes, false);
+keyed!(Node, nodes, false, true);
 keyed!(Namespace, namespaces, false);
 keyed!(DaemonSet, daemonsets, true);
 keyed!(PodDisruptionBudget, pdbs, true);
-keyed!(Server, servers, false);
+keyed!(Server, servers, false, true);
 keyed!(ServerPool, pools, false);
 keyed!(ServerClaim, claims, false);
 
@@ -302,12 +309,16 @@ pub fn last_failure_s(server: &Server) -> Option<Seconds> {
 
 impl Index {
     pub fn apply<K: Indexed>(&mut self, object: K) {
-        self.links.take();
+        if K::LINKS {
+            self.links.take();
+        }
         object.apply(self);
     }
 
     pub fn delete<K: Indexed>(&mut self, object: &K) {
-        self.links.take();
+        if K::LINKS {
+            self.links.take();
+        }
         object.delete(self);
     }
 
@@ -336,7 +347,9 @@ impl Index {
     }
 
     pub fn reset<K: Indexed>(&mut self, objects: Vec<K::Listed>) {
-        self.links.take();
+        if K::LINKS {
+            self.links.take();
+        }
         K::reset(objects, self);
     }
 

@@ -10,7 +10,7 @@ use ironclaim_driver::autoscaler::World;
 use ironclaim_driver::{ClaimRecord, ClaimView, NodeFacts, ServerFacts, Stage};
 use ironclaim_k8s::api::ServerClaim;
 use ironclaim_k8s::api::serverclaim::ServerClaimStatus;
-use ironclaim_k8s::server_to_core;
+use ironclaim_k8s::convert::stage_durations;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
@@ -69,7 +69,7 @@ impl IndexWorld<'_> {
             let status = s.status.as_ref();
             ServerFacts {
                 holder: status.and_then(|st| st.claim.clone()).filter(|c| !c.is_empty()),
-                durations: server_to_core(s).map(|c| c.durations).unwrap_or_default(),
+                durations: stage_durations(s).unwrap_or_default(),
                 failures: status.map_or(0, |st| u32::try_from(st.failures.max(0)).unwrap_or(u32::MAX)),
                 power_on_sent: status.is_some_and(|st| st.powered_on_by_ironclaim),
             }

@@ -117,7 +117,9 @@ pub fn server_to_core(server: &Server) -> Result<core::Server> {
     })
 }
 
-fn stage_durations(server: &Server) -> Result<core::StageDurations> {
+/// The server's stage durations as [`server_to_core`] reads them, without
+/// converting the rest of it.
+pub fn stage_durations(server: &Server) -> Result<core::StageDurations> {
     let defaults = core::StageDurations::default();
     let spec = server.spec.stage_durations.as_ref();
     let measured = server.status.as_ref().and_then(|s| s.measured_durations.as_ref());
