@@ -599,7 +599,8 @@ async fn run(fleet: Fleet) {
                 fleet.api_burst
             ),
         ),
-        ("requests by verb", verbs(&after)),
+        ("requests by verb", requests_by(&after, "verb")),
+        ("requests by resource", requests_by(&after, "resource")),
     ];
     println!();
     for (what, value) in rows {
@@ -614,12 +615,18 @@ fn kind_buckets(text: &str, series: &str, kind: &str) -> Vec<(f64, f64)> {
     buckets(&only, series)
 }
 
-fn verbs(text: &str) -> String {
-    text.lines()
-        .filter(|l| l.starts_with("ironclaim_api_requests_total{"))
-        .filter_map(|l| Some(format!("{} {}", l.split("verb=\"").nth(1)?.split('"').next()?, l.rsplit_once(' ')?.1)))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// `ironclaim_api_requests_total` summed by one label (`verb` or
+/// `resource`), most first.
+fn requests_by(text: &str, label: &str) -> String {
+    let mut sums: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    for l in text.lines().filter(|l| l.starts_with("ironclaim_api_requests_total{")) {
+        let Some(value) = l.split(&format!("{label}=\"")).nth(1).and_then(|v| v.split('"').next()) else { continue };
+        let n: f64 = l.rsplit_once(' ').and_then(|(_, n)| n.parse().ok()).unwrap_or(0.0);
+        *sums.entry(value.to_string()).or_default() += n;
+    }
+    let mut sums: Vec<(String, f64)> = sums.into_iter().collect();
+    sums.sort_by(|a, b| b.1.total_cmp(&a.1));
+    sums.iter().map(|(v, n)| format!("{v} {n}")).collect::<Vec<_>>().join(", ")
 }
 
 /// A small fleet, in the default suite: the same run and checks as the

@@ -24,17 +24,17 @@ type Labels = Vec<(String, String)>;
 /// the same metrics).
 #[derive(Clone, Debug, Default)]
 pub struct ApiRequests {
-    /// Requests sent, by verb: `get`, `list`, `watch`, `create`, `update`,
-    /// `patch`, `delete`.
+    /// Requests sent, by verb (`get`, `list`, `watch`, `create`,
+    /// `update`, `patch`, `delete`) and resource (see [`resource`]).
     pub requests: Family<Labels, Counter>,
     /// Seconds requests waited for the rate, summed.
     pub throttled_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl ApiRequests {
-    /// Requests sent so far with this verb.
-    pub fn sent(&self, verb: &str) -> u64 {
-        self.requests.get_or_create(&vec![("verb".into(), verb.into())]).get()
+    /// Requests sent so far with this verb to this resource.
+    pub fn sent(&self, verb: &str, resource: &str) -> u64 {
+        self.requests.get_or_create(&vec![("verb".into(), verb.into()), ("resource".into(), resource.into())]).get()
     }
 }
 
@@ -145,6 +145,29 @@ pub fn verb<B>(request: &::http::Request<B>) -> &'static str {
     }
 }
 
+/// The resource a request is about, as its plural with the subresource:
+/// `pods`, `pods/eviction`, `serverclaims/status`, `configmaps`; `other`
+/// for a path outside `/api` and `/apis`.
+pub fn resource<B>(request: &::http::Request<B>) -> String {
+    let segments: Vec<&str> = request.uri().path().trim_matches('/').split('/').collect();
+    let rest = match segments.as_slice() {
+        ["api", _version, rest @ ..] => rest,
+        ["apis", _group, _version, rest @ ..] => rest,
+        _ => return "other".into(),
+    };
+    // In a namespace: namespaces/NS/PLURAL/...; `namespaces/NS` alone is
+    // a Namespace.
+    let rest = match rest {
+        ["namespaces", _ns, plural, more @ ..] => [&[*plural][..], more].concat(),
+        other => other.to_vec(),
+    };
+    match rest.as_slice() {
+        [] => "other".into(),
+        [plural] | [plural, _] => (*plural).to_string(),
+        [plural, _, sub, ..] => format!("{plural}/{sub}"),
+    }
+}
+
 /// A GET of a collection: `/api/v1/pods`, `/api/v1/namespaces/x/pods`,
 /// `/apis/g/v/namespaces/x/kind`, or one that asks what only a list takes.
 fn is_list(path: &str, query: &str) -> bool {
@@ -192,7 +215,7 @@ where
     }
 
     fn call(&mut self, request: ::http::Request<B>) -> Self::Future {
-        self.requests.requests.get_or_create(&vec![("verb".into(), verb(&request).into())]).inc();
+        self.requests.requests.get_or_create(&vec![("verb".into(), verb(&request).into()), ("resource".into(), resource(&request))]).inc();
         self.turn = Turn::None;
         self.inner.call(request)
     }
@@ -205,6 +228,20 @@ mod tests {
 
     fn get(uri: &str) -> ::http::Request<()> {
         ::http::Request::get(uri).body(()).expect("request")
+    }
+
+    #[test]
+    fn resources_are_named_by_plural_and_subresource() {
+        assert_eq!(resource(&get("/api/v1/pods?watch=true")), "pods");
+        assert_eq!(resource(&get("/api/v1/namespaces/x/pods/p")), "pods");
+        assert_eq!(resource(&get("/api/v1/namespaces/x/pods/p/eviction")), "pods/eviction");
+        assert_eq!(resource(&get("/api/v1/namespaces/x")), "namespaces");
+        assert_eq!(resource(&get("/api/v1/namespaces")), "namespaces");
+        assert_eq!(resource(&get("/api/v1/namespaces/x/events")), "events");
+        assert_eq!(resource(&get("/apis/ironclaim.dev/v1alpha1/serverclaims/c/status")), "serverclaims/status");
+        assert_eq!(resource(&get("/apis/ironclaim.dev/v1alpha1/servers")), "servers");
+        assert_eq!(resource(&get("/api/v1/nodes/n")), "nodes");
+        assert_eq!(resource(&get("/version")), "other");
     }
 
     #[test]
@@ -250,7 +287,7 @@ mod tests {
         }
         let ms: Vec<u128> = left.iter().map(Duration::as_millis).collect();
         assert_eq!(ms, [0, 0, 100, 200, 300]);
-        assert_eq!((requests.sent("watch"), requests.sent("list"), requests.sent("get")), (1, 1, 3));
+        assert_eq!((requests.sent("watch", "pods"), requests.sent("list", "nodes"), requests.sent("get", "nodes")), (1, 1, 3));
         assert!((requests.throttled_seconds.get() - 0.3).abs() < 1e-9, "{}", requests.throttled_seconds.get());
         // Without a limit, nothing waits.
         let mut free = ApiLayer::new(ApiRequests::default(), None)

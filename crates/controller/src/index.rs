@@ -81,6 +81,8 @@ pub struct Index {
     /// gang, in every snapshot and among the pending pods, kept by
     /// [`crate::provisioning_requests`].
     pub gang_pods: BTreeMap<String, core::Pod>,
+    /// One copy of each distinct set of pod labels and node selectors.
+    labels: ironclaim_core::labels::LabelInterner,
 }
 
 /// One ledger ConfigMap as the index keeps it.
@@ -324,7 +326,9 @@ impl Index {
 
     fn put_pod(&mut self, key: String, entry: Result<PodEntry, BadPod>) {
         match entry {
-            Ok(entry) => {
+            Ok(mut entry) => {
+                self.labels.intern(&mut entry.pod.labels);
+                self.labels.intern(&mut entry.pod.node_selector);
                 self.bad_pods.remove(&key);
                 if entry.pod.is_demand() {
                     self.demand.insert(key.clone());

@@ -104,7 +104,7 @@ impl Metrics {
     /// (`ironclaim_api_requests_total`, `ironclaim_api_throttled_seconds_total`).
     pub fn counting(api: &crate::api::ApiRequests) -> Self {
         let mut registry = Registry::with_prefix("ironclaim");
-        registry.register("api_requests", "Requests sent to the API server, by verb", Declared(api.requests.clone()));
+        registry.register("api_requests", "Requests sent to the API server, by verb and resource", Declared(api.requests.clone()));
         registry.register("api_throttled_seconds", "Seconds requests waited for --kube-api-qps", api.throttled_seconds.clone());
         let stage_duration = HistogramFamily::new_with_constructor(stage_histogram);
         let claims = Family::<Labels, Counter>::default();

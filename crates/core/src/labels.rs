@@ -16,6 +16,52 @@ impl Labels {
     pub fn new() -> Self {
         Labels::default()
     }
+
+    /// Whether this copy is the only one of its map.
+    pub fn unshared(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
+    /// Whether two copies share one map.
+    pub fn same_map(&self, other: &Labels) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// One map per distinct set of labels among many copies: pods of one
+/// ReplicaSet carry the same labels, and a fleet's 150,000 pods would
+/// otherwise hold 150,000 copies of a few hundred maps.
+#[derive(Debug, Default)]
+pub struct LabelInterner {
+    maps: std::collections::HashSet<Labels>,
+    /// How many maps were kept after the last sweep of unused ones.
+    kept: usize,
+}
+
+impl LabelInterner {
+    /// The shared copy of `labels`' map, kept from now on if it is new.
+    pub fn intern(&mut self, labels: &mut Labels) {
+        if let Some(known) = self.maps.get(labels) {
+            *labels = known.clone();
+            return;
+        }
+        self.maps.insert(labels.clone());
+        // Maps no one else holds any more are dropped once their number
+        // could have doubled since the last sweep.
+        if self.maps.len() > 2 * self.kept + 1024 {
+            self.maps.retain(|l| !l.unshared());
+            self.kept = self.maps.len();
+        }
+    }
+
+    /// How many distinct maps are kept.
+    pub fn len(&self) -> usize {
+        self.maps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty()
+    }
 }
 
 impl std::ops::Deref for Labels {
@@ -276,6 +322,30 @@ pub fn untolerated_taint<'t>(taints: &'t [Taint], tolerations: &[Toleration]) ->
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn equal_maps_share_one_copy_and_unused_ones_are_dropped_in_time() {
+        let make = |i: usize| -> Labels { [("app".to_string(), format!("a{i}"))].into_iter().collect() };
+        let mut interner = LabelInterner::default();
+        let mut first = make(1);
+        let mut second = make(1);
+        interner.intern(&mut first);
+        interner.intern(&mut second);
+        assert!(first.same_map(&second), "equal labels share one map");
+        assert_eq!(interner.len(), 1);
+        drop((first, second));
+        // 5,000 distinct maps, each dropped at once: the interner never
+        // holds more than twice what is in use plus its slack.
+        for i in 2..5000 {
+            let mut l = make(i);
+            interner.intern(&mut l);
+        }
+        assert!(interner.len() <= 1024 + 1, "kept {}", interner.len());
+        let mut again = make(4999);
+        let kept = interner.len();
+        interner.intern(&mut again);
+        assert!(interner.len() <= kept + 1);
+    }
+
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {

@@ -97,7 +97,7 @@ fn query_name(family: &str, kind: &str) -> String {
 fn every_metric_with_a_sample() -> Metrics {
     let api = crate::api::ApiRequests::default();
     let m = Metrics::counting(&api);
-    api.requests.get_or_create(&vec![("verb".into(), "list".into())]).inc();
+    api.requests.get_or_create(&vec![("verb".into(), "list".into()), ("resource".into(), "pods".into())]).inc();
     m.watch_lag.get_or_create(&vec![("kind".into(), "Pod".into())]).observe(0.3);
     m.observe_stage("booting", "default", "succeeded", 90.0);
     m.claim_ended("failed", "bmc_unreachable");
