@@ -129,10 +129,14 @@ pub fn run(args: Args) -> Result<(), Failure> {
     runtime.block_on(async move {
         let api_requests = ApiRequests::default();
         let limit = RateLimit { qps: args.kube_api_qps, burst: args.kube_api_burst };
-        let connection = crate::cluster::connect_through(&args.cluster, Some(ApiLayer::new(api_requests.clone(), Some(limit)))).await?;
+        let layer = ApiLayer::new(api_requests.clone(), Some(limit));
+        let connection = crate::cluster::connect_through(&args.cluster, Some(layer.clone())).await?;
         // Fail fast, with the fix, on what no retry mends.
         crate::cluster::preflight(&connection).await?;
         let client = connection.client;
+        // Events leave through a client of their own, which yields to the
+        // controller's within the same rate.
+        let events_client = crate::cluster::connect_through(&args.cluster, Some(layer.background())).await?.client;
         let identity =
             args.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| format!("ironclaim-{}", std::process::id()));
         let mut settings = Settings {
@@ -145,6 +149,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             power_budget_watts: args.power_budget_watts,
             dashboard: args.dashboard,
             api_requests,
+            events_client: Some(ironclaim_controller::events::EventClient(events_client)),
             transition_limits: ironclaim_core::transitions::TransitionLimits {
                 rates: args.transition_rate.clone(),
                 max_cycles_per_day: args.max_cycles_per_day,

@@ -65,6 +65,30 @@ impl Bucket {
         Bucket { limit, state: Mutex::new((f64::from(limit.burst), now)) }
     }
 
+    /// Tokens a background request leaves in the bucket: half the burst,
+    /// for the controller's own requests.
+    fn reserve(&self) -> f64 {
+        f64::from(self.limit.burst / 2)
+    }
+
+    /// Takes a token at `now` for a background request, only if more than
+    /// [`Bucket::reserve`] are there, never booking ahead: zero when taken,
+    /// else how long until one may be.
+    pub fn spare_turn(&self, now: Instant) -> Duration {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (tokens, at) = *state;
+        let refilled = (tokens + now.saturating_duration_since(at).as_secs_f64() * self.limit.qps).min(f64::from(self.limit.burst));
+        let short = self.reserve() + 1.0 - refilled;
+        if short <= 0.0 {
+            *state = (refilled - 1.0, now.max(at));
+            Duration::ZERO
+        } else {
+            *state = (refilled, now.max(at));
+            // Never zero: that is a token taken.
+            Duration::from_secs_f64(short / self.limit.qps).max(Duration::from_nanos(1))
+        }
+    }
+
     /// Takes a token at `now`: how long to wait until it is there.
     pub fn turn(&self, now: Instant) -> Duration {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -82,6 +106,8 @@ impl Bucket {
 pub struct ApiLayer {
     requests: ApiRequests,
     bucket: Option<Arc<Bucket>>,
+    /// Its requests yield to the others of the bucket.
+    background: bool,
 }
 
 impl ApiLayer {
@@ -94,14 +120,23 @@ impl ApiLayer {
         if let Some(limit) = limit {
             assert!(limit.qps > 0.0 && limit.burst > 0, "a rate limit must allow requests: {limit:?}");
         }
-        ApiLayer { requests, bucket: limit.map(|l| Arc::new(Bucket::new(l, Instant::now()))) }
+        ApiLayer { requests, bucket: limit.map(|l| Arc::new(Bucket::new(l, Instant::now()))), background: false }
+    }
+
+    /// The same count and rate for a client whose requests can wait (the
+    /// Events'): each takes a token only while more than half the burst
+    /// is left, and never books one ahead, so the controller's own
+    /// requests always find half the burst and are never queued behind
+    /// them. Both clients together stay within the one rate.
+    pub fn background(&self) -> Self {
+        ApiLayer { background: true, ..self.clone() }
     }
 }
 
 impl<S> tower::Layer<S> for ApiLayer {
     type Service = ApiService<S>;
     fn layer(&self, inner: S) -> ApiService<S> {
-        ApiService { inner, requests: self.requests.clone(), bucket: self.bucket.clone(), turn: Turn::None }
+        ApiService { inner, requests: self.requests.clone(), bucket: self.bucket.clone(), background: self.background, turn: Turn::None }
     }
 }
 
@@ -113,6 +148,7 @@ pub struct ApiService<S> {
     inner: S,
     requests: ApiRequests,
     bucket: Option<Arc<Bucket>>,
+    background: bool,
     turn: Turn,
 }
 
@@ -199,16 +235,22 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if let Some(bucket) = &self.bucket {
-            if matches!(self.turn, Turn::None) {
-                let wait = bucket.turn(Instant::now());
-                self.requests.throttled_seconds.inc_by(wait.as_secs_f64());
-                self.turn = if wait.is_zero() { Turn::Granted } else { Turn::Waiting(Box::pin(tokio::time::sleep(wait))) };
-            }
-            if let Turn::Waiting(sleep) = &mut self.turn {
-                if sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
+            loop {
+                if matches!(self.turn, Turn::None) {
+                    let wait = if self.background { bucket.spare_turn(Instant::now()) } else { bucket.turn(Instant::now()) };
+                    self.requests.throttled_seconds.inc_by(wait.as_secs_f64());
+                    self.turn = if wait.is_zero() { Turn::Granted } else { Turn::Waiting(Box::pin(tokio::time::sleep(wait))) };
                 }
-                self.turn = Turn::Granted;
+                if let Turn::Waiting(sleep) = &mut self.turn {
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    // A background request asks again once the wait is
+                    // over; the others' token was booked with it.
+                    self.turn = if self.background { Turn::None } else { Turn::Granted };
+                    continue;
+                }
+                break;
             }
         }
         self.inner.poll_ready(cx)
@@ -320,13 +362,66 @@ mod tests {
             }
             // Turns are handed out in order.
             prop_assert!(leaves.windows(2).all(|w| w[0] <= w[1]));
-            for (i, start) in leaves.iter().enumerate() {
-                for (j, end) in leaves.iter().enumerate().skip(i) {
-                    let window = end.duration_since(*start).as_secs_f64();
-                    let allowed = f64::from(burst) + f64::from(qps) * window + 1e-6;
-                    prop_assert!((j - i + 1) as f64 <= allowed, "{} requests in {window} s", j - i + 1);
+            window_bound(&leaves, qps, burst)?;
+        }
+
+        /// Background requests mixed in (each asking again when told to
+        /// wait): all the requests together keep the bound, and a
+        /// controller request that arrives to a bucket untouched for a
+        /// second leaves at once, however many background ones wait.
+        #[test]
+        fn background_requests_keep_the_bound_and_leave_the_reserve(
+            qps in 1u32..200,
+            burst in 1u32..50,
+            arrivals in proptest::collection::vec((0u64..50, proptest::bool::ANY), 1..300),
+        ) {
+            let t0 = Instant::now();
+            let bucket = Bucket::new(RateLimit { qps: f64::from(qps), burst }, t0);
+            // (when, background, arrived after a quiet second)
+            let mut waiting: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, bool, bool)>> = Default::default();
+            let mut now = t0;
+            let mut last_foreground = t0;
+            for (gap, background) in arrivals {
+                now += Duration::from_millis(gap);
+                waiting.push(std::cmp::Reverse((now, background, false)));
+            }
+            let mut leaves = Vec::new();
+            let mut asks = 0;
+            while let Some(std::cmp::Reverse((at, background, _))) = waiting.pop() {
+                asks += 1;
+                prop_assert!(asks < 1_000_000, "background requests never leave");
+                if background {
+                    let wait = bucket.spare_turn(at);
+                    if wait.is_zero() {
+                        leaves.push(at);
+                    } else {
+                        waiting.push(std::cmp::Reverse((at + wait, true, false)));
+                    }
+                } else {
+                    let quiet = at.duration_since(last_foreground) >= Duration::from_secs(1) && at > t0;
+                    let wait = bucket.turn(at);
+                    if quiet {
+                        prop_assert_eq!(wait, Duration::ZERO, "a controller request after a quiet second waited");
+                    }
+                    last_foreground = at + wait;
+                    leaves.push(at + wait);
                 }
             }
+            leaves.sort();
+            window_bound(&leaves, qps, burst)?;
         }
+    }
+
+    /// No window of `leaves` (sorted) holds more than burst + qps * its
+    /// length.
+    fn window_bound(leaves: &[Instant], qps: u32, burst: u32) -> Result<(), proptest::test_runner::TestCaseError> {
+        for (i, start) in leaves.iter().enumerate() {
+            for (j, end) in leaves.iter().enumerate().skip(i) {
+                let window = end.duration_since(*start).as_secs_f64();
+                let allowed = f64::from(burst) + f64::from(qps) * window + 1e-6;
+                prop_assert!((j - i + 1) as f64 <= allowed, "{} requests in {window} s", j - i + 1);
+            }
+        }
+        Ok(())
     }
 }

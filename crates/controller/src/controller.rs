@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use crate::batch::Windows;
 use crate::claims::{ClaimSettings, Claims};
 use crate::error::Result;
-use crate::events::Events;
+use crate::events::{Events, Sink};
 use crate::executor::Executor;
 use crate::index::{FailureBackoff, Index, Indexed};
 use crate::leader::{self, Gate, LeaseSettings};
@@ -87,6 +87,10 @@ pub struct Settings {
     /// What the client's [`crate::api::ApiLayer`] counts, exported with
     /// the metrics.
     pub api_requests: crate::api::ApiRequests,
+    /// The client Events leave through (one that yields to the
+    /// controller's, [`crate::api::ApiLayer::background`]); `None` sends
+    /// them through the controller's.
+    pub events_client: Option<crate::events::EventClient>,
 }
 
 impl Default for Settings {
@@ -109,6 +113,7 @@ impl Default for Settings {
             transition_limits: Default::default(),
             dashboard: true,
             api_requests: Default::default(),
+            events_client: None,
         }
     }
 }
@@ -199,6 +204,8 @@ pub struct Controller {
     decisions: Arc<Mutex<Vec<Decision>>>,
     /// The last Events sent, for the dashboard.
     journal: crate::events::Journal,
+    /// Where every Event leaves.
+    sink: Sink,
 }
 
 fn now_s() -> Seconds {
@@ -357,23 +364,17 @@ impl Controller {
         }
         let metrics = Arc::new(Metrics::counting(&settings.api_requests));
         let journal = crate::events::Journal::default();
-        let events = if settings.publish_events {
-            Events::new(client.clone(), "ironclaim", &settings.instance, journal.clone())
-        } else {
-            Events::disabled_into(journal.clone())
-        };
+        let through = settings.events_client.as_ref().map_or_else(|| client.clone(), |c| c.0.clone());
+        let sink = Sink::new(through, "ironclaim", &settings.instance, metrics.events_dropped.clone());
+        let events = if settings.publish_events { Events::new(sink.clone(), journal.clone()) } else { Events::disabled_into(journal.clone()) };
         let gate = if settings.lease.is_some() { Gate::closed() } else { Gate::always() };
         let claims = Arc::new(Claims::new(client.clone(), power, settings.claims.clone(), metrics.clone(), events).with_gate(gate));
-        Controller { client, settings, metrics, index: Arc::default(), claims, ready: Arc::default(), decisions: Arc::default(), journal }
+        Controller { client, settings, metrics, index: Arc::default(), claims, ready: Arc::default(), decisions: Arc::default(), journal, sink }
     }
 
     /// Events on nodes, servers and pools, kept in the journal too.
     fn notes(&self) -> Notes {
-        if self.settings.publish_events {
-            Notes::new(self.client.clone(), "ironclaim", &self.settings.instance, self.journal.clone())
-        } else {
-            Notes::disabled_into(self.journal.clone())
-        }
+        if self.settings.publish_events { Notes::new(self.sink.clone(), self.journal.clone()) } else { Notes::disabled_into(self.journal.clone()) }
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
@@ -463,7 +464,7 @@ impl Controller {
             self.metrics.clone(),
             self.settings.failure_backoff,
             if self.settings.scaledown.publish_events {
-                Notes::new(self.client.clone(), "ironclaim", &self.settings.instance, self.journal.clone())
+                Notes::new(self.sink.clone(), self.journal.clone())
             } else {
                 Notes::disabled_into(self.journal.clone())
             },

@@ -1,15 +1,114 @@
 //! Events on pods: what a waiting pod waits for, and why a pod cannot be
-//! placed, in the words of the core.
+//! placed, in the words of the core; and the [`Sink`] every Event of the
+//! controller leaves through.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
 
 /// Tries to publish one event this many times.
 const PUBLISH_ATTEMPTS: u32 = 3;
+/// Events that may wait to be sent; past it, new ones are dropped and
+/// counted (`ironclaim_events_dropped_total`).
+pub const QUEUED_EVENTS: usize = 4096;
+/// Events sent at once.
+const SENDING: usize = 4;
+
+/// The client Events leave through, when it is not the controller's.
+#[derive(Clone)]
+pub struct EventClient(pub Client);
+
+impl std::fmt::Debug for EventClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventClient")
+    }
+}
+
+/// What to do when an Event could not be sent (so that the same note may
+/// be sent again later).
+type OnFailure = Box<dyn FnOnce() + Send>;
+
+/// A sink's recorder and queue before its task starts.
+type Idle = (Recorder, mpsc::Receiver<Queued>);
+
+struct Queued {
+    event: Event,
+    reference: ObjectReference,
+    failed: Option<OnFailure>,
+}
+
+/// Where the controller's Events leave: one bounded queue, sent in the
+/// background a few at a time. A write never waits for the Event that
+/// tells of it, and a burst of Events waits in the queue, not in front of
+/// the claims' writes (the client that sends them yields to the
+/// controller's, see [`crate::api::ApiLayer::background`]).
+#[derive(Clone)]
+pub struct Sink {
+    queue: mpsc::Sender<Queued>,
+    /// The recorder and the queue's far end, until the first Event starts
+    /// the task that sends them.
+    idle: Arc<Mutex<Option<Idle>>>,
+    dropped: Counter,
+}
+
+impl Sink {
+    /// Events sent through `client` as `controller`/`instance`; those the
+    /// queue has no room for counted in `dropped`.
+    pub fn new(client: Client, controller: &str, instance: &str, dropped: Counter) -> Self {
+        let reporter = Reporter { controller: controller.to_string(), instance: Some(instance.to_string()) };
+        let (queue, rx) = mpsc::channel(QUEUED_EVENTS);
+        Sink { queue, idle: Arc::new(Mutex::new(Some((Recorder::new(client, reporter), rx)))), dropped }
+    }
+
+    /// Queues one Event; `failed` runs if it is dropped or cannot be sent.
+    pub fn send(&self, event: Event, reference: ObjectReference, failed: Option<OnFailure>) {
+        if let Some((recorder, rx)) = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            tokio::spawn(deliver(recorder, rx));
+        }
+        if let Err(err) = self.queue.try_send(Queued { event, reference, failed }) {
+            self.dropped.inc();
+            let queued = match err {
+                mpsc::error::TrySendError::Full(q) | mpsc::error::TrySendError::Closed(q) => q,
+            };
+            tracing::debug!(object = ?queued.reference.name, reason = %queued.event.reason, "the Event queue is full; the Event is dropped");
+            if let Some(failed) = queued.failed {
+                failed();
+            }
+        }
+    }
+}
+
+/// Sends what is queued, [`SENDING`] at a time, each tried
+/// [`PUBLISH_ATTEMPTS`] times: a busy API server may time out.
+async fn deliver(recorder: Recorder, rx: mpsc::Receiver<Queued>) {
+    let queued = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|q| (q, rx)) });
+    queued
+        .for_each_concurrent(SENDING, |q| {
+            let recorder = recorder.clone();
+            async move {
+                for attempt in 1..=PUBLISH_ATTEMPTS {
+                    match recorder.publish(&q.event, &q.reference).await {
+                        Ok(()) => return,
+                        Err(err) if attempt == PUBLISH_ATTEMPTS => {
+                            tracing::warn!(object = ?q.reference.name, error = %err, "publishing an event failed");
+                            if let Some(failed) = q.failed {
+                                failed();
+                            }
+                            return;
+                        }
+                        Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt))).await,
+                    }
+                }
+            }
+        })
+        .await;
+}
 
 /// The last Events this controller sent, newest last, for the dashboard.
 #[derive(Clone, Default)]
@@ -59,20 +158,19 @@ impl Journal {
 /// Publishes Events; the same note for the same pod and reason is sent once.
 #[derive(Clone)]
 pub struct Events {
-    recorder: Option<Recorder>,
+    sink: Option<Sink>,
     last: Arc<Mutex<HashMap<(String, String), String>>>,
     journal: Journal,
 }
 
 impl Events {
-    pub fn new(client: Client, controller: &str, instance: &str, journal: Journal) -> Self {
-        let reporter = Reporter { controller: controller.to_string(), instance: Some(instance.to_string()) };
-        Events { recorder: Some(Recorder::new(client, reporter)), last: Arc::default(), journal }
+    pub fn new(sink: Sink, journal: Journal) -> Self {
+        Events { sink: Some(sink), last: Arc::default(), journal }
     }
 
     /// Events that go nowhere (benchmarks) but into `journal`.
     pub fn disabled_into(journal: Journal) -> Self {
-        Events { recorder: None, last: Arc::default(), journal }
+        Events { sink: None, last: Arc::default(), journal }
     }
 
     /// Events that go nowhere.
@@ -98,7 +196,7 @@ impl Events {
             last.insert(key.clone(), note.to_string());
         }
         self.journal.record("Pod", &key.0, reason, note, type_ == EventType::Warning);
-        let Some(recorder) = &self.recorder else { return };
+        let Some(sink) = &self.sink else { return };
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
@@ -119,21 +217,16 @@ impl Events {
             action: format!("Provisioning-{:08x}", std::hash::Hasher::finish(&hasher) as u32),
             secondary: None,
         };
-        // A busy API server may time out: a few quick retries, then the note
-        // is forgotten so the same note can be sent again later.
-        for attempt in 1..=PUBLISH_ATTEMPTS {
-            match recorder.publish(&event, &reference).await {
-                Ok(()) => return,
-                Err(err) if attempt == PUBLISH_ATTEMPTS => {
-                    tracing::warn!(pod = %format!("{namespace}/{name}"), error = %err, "publishing an event failed");
-                    let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-                    if last.get(&key).map(String::as_str) == Some(note) {
-                        last.remove(&key);
-                    }
-                }
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt))).await,
+        // A note that could not be sent is forgotten, so the same note can
+        // be sent again later.
+        let (last, note) = (self.last.clone(), note.to_string());
+        let forget = move || {
+            let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.get(&key).map(String::as_str) == Some(note.as_str()) {
+                last.remove(&key);
             }
-        }
+        };
+        sink.send(event, reference, Some(Box::new(forget)));
     }
 
     /// Forgets pods that are gone, so the memory stays bounded.

@@ -87,6 +87,8 @@ pub struct Metrics {
     dry_run_actions: Family<Labels, Counter>,
     /// Scale-down: energy saved, warm spares, drains and evictions.
     pub scaledown: crate::scaledown::energy::ScaleDownMetrics,
+    /// Events dropped because the queue they leave through was full.
+    pub events_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -142,6 +144,12 @@ impl Metrics {
         let dry_run_actions = Family::<Labels, Counter>::default();
         registry.register("dry_run_actions", "Actions a dry run decided and did not carry out, by action", Declared(dry_run_actions.clone()));
         let scaledown = crate::scaledown::energy::ScaleDownMetrics::register(&mut registry);
+        let events_dropped = Counter::default();
+        registry.register(
+            "events_dropped",
+            format!("Events dropped because {} were already waiting to be sent", crate::events::QUEUED_EVENTS),
+            events_dropped.clone(),
+        );
         Metrics {
             registry,
             stage_duration,
@@ -161,6 +169,7 @@ impl Metrics {
             servers_held,
             dry_run_actions,
             scaledown,
+            events_dropped,
         }
     }
 

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
+
+use crate::events::Sink;
 
 /// The shortest interval between two different notes of one key.
 const NOTE_INTERVAL: Duration = Duration::from_secs(60);
@@ -28,20 +29,19 @@ type Sent = HashMap<(String, String), (String, Instant)>;
 
 #[derive(Clone)]
 pub struct Notes {
-    recorder: Option<Recorder>,
+    sink: Option<Sink>,
     last: Arc<Mutex<Sent>>,
     journal: crate::events::Journal,
 }
 
 impl Notes {
-    pub fn new(client: Client, controller: &str, instance: &str, journal: crate::events::Journal) -> Self {
-        let reporter = Reporter { controller: controller.to_string(), instance: Some(instance.to_string()) };
-        Notes { recorder: Some(Recorder::new(client, reporter)), last: Arc::default(), journal }
+    pub fn new(sink: Sink, journal: crate::events::Journal) -> Self {
+        Notes { sink: Some(sink), last: Arc::default(), journal }
     }
 
     /// Notes that go nowhere but into `journal`.
     pub fn disabled_into(journal: crate::events::Journal) -> Self {
-        Notes { recorder: None, last: Arc::default(), journal }
+        Notes { sink: None, last: Arc::default(), journal }
     }
 
     pub fn disabled() -> Self {
@@ -80,7 +80,7 @@ impl Notes {
             Kind::ServerPool => "ServerPool",
         };
         self.journal.record(kind_name, name, reason, note, type_ == EventType::Warning);
-        let Some(recorder) = &self.recorder else { return };
+        let Some(sink) = &self.sink else { return };
         let reference = match kind {
             Kind::Node => {
                 ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.into()), ..Default::default() }
@@ -94,8 +94,6 @@ impl Notes {
         };
         let event =
             Event { type_, reason: reason.to_string(), note: Some(note.chars().take(1000).collect()), action: "ScaleDown".into(), secondary: None };
-        if let Err(err) = recorder.publish(&event, &reference).await {
-            tracing::warn!(object = %name, error = %err, "publishing an event failed");
-        }
+        sink.send(event, reference, None);
     }
 }

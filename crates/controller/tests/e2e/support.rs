@@ -507,6 +507,7 @@ pub fn settings(instance: &str) -> Settings {
         transition_limits: Default::default(),
         dashboard: true,
         api_requests: Default::default(),
+        events_client: None,
     }
 }
 
