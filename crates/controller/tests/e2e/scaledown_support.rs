@@ -130,16 +130,7 @@ pub fn ready(pod: &Pod) -> bool {
 
 /// The Events on a cluster-scoped object, as "reason: note".
 pub async fn object_events(client: &Client, kind: &str, name: &str) -> Vec<String> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
-    events
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)))
-        .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
+    crate::support::settled_events(client, None, |r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)).await
 }
 
 /// Removes a test's objects so later tests on the shared control plane

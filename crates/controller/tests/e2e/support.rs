@@ -612,16 +612,38 @@ pub async fn pod_node(client: &Client, name: &str) -> Option<String> {
 
 /// The Events on a pod, as "reason: note" lines.
 pub async fn pod_events(client: &Client, pod: &str) -> Vec<String> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NAMESPACE);
-    events
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
-        .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
+    settled_events(client, Some(NAMESPACE), |r| r.name.as_deref() == Some(pod)).await
+}
+
+/// The Events about what `regarding` picks, as `reason: note`, once two
+/// reads a quarter of a second apart agree (at most 3 s): the controller
+/// sends Events from a queue, after the writes they tell of.
+pub async fn settled_events(
+    client: &Client,
+    namespace: Option<&str>,
+    regarding: impl Fn(&k8s_openapi::api::core::v1::ObjectReference) -> bool,
+) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let read = || async {
+        let list = events.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+        list.into_iter()
+            .filter(|e| e.regarding.as_ref().is_some_and(&regarding))
+            .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect::<Vec<String>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut last = read().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = read().await;
+        if now == last || std::time::Instant::now() >= deadline {
+            return now;
+        }
+        last = now;
+    }
 }
 
 pub fn names(claims: &[ServerClaim]) -> Vec<String> {
