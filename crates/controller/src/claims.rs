@@ -272,7 +272,13 @@ impl Claims {
     /// fails): only then is it ironclaim's to power off again. One the BMC
     /// already reads on is left unrecorded: that power was not ironclaim's,
     /// and whatever runs there keeps it until a node links to the server.
+    /// The power read and the power-on are one action: they share one
+    /// read of the credentials Secret ([`crate::provider::one_action`]).
     pub async fn power_on(&self, server: Server, pods: &[PodKey]) -> Report {
+        crate::provider::one_action(self.power_on_in_action(server, pods)).await
+    }
+
+    async fn power_on_in_action(&self, server: Server, pods: &[PodKey]) -> Report {
         let name = server.name_any();
         let answer = |result| Report::PoweredOn { server: name.clone(), result };
         match self.power.power_state(&server).await {
@@ -432,14 +438,26 @@ impl Claims {
 
     /// Reads the ServerClaim, lets `change` edit its status, and writes it on
     /// the version read, read again on a conflict. Ok(None) when the claim
-    /// is gone; otherwise the claim as read.
-    async fn update_claim(&self, claim: &str, mut change: impl FnMut(&ServerClaim, &mut ServerClaimStatus) -> bool) -> Result<Option<ServerClaim>> {
+    /// is gone; otherwise the claim as read. `known` (the index's copy)
+    /// stands in for the first read: a stale copy only costs a conflict
+    /// and a read, and what a stale copy shows as done (a stage entered, a
+    /// failure) is done, since neither is ever undone.
+    async fn update_claim(
+        &self,
+        claim: &str,
+        known: Option<ServerClaim>,
+        mut change: impl FnMut(&ServerClaim, &mut ServerClaimStatus) -> bool,
+    ) -> Result<Option<ServerClaim>> {
         self.ensure_acting()?;
+        let mut known = known.filter(|k| k.metadata.resource_version.is_some());
         for _ in 0..5 {
-            let read = match self.claims_api().get_status(claim).await {
-                Ok(c) => c,
-                Err(err) if not_found(&err) => return Ok(None),
-                Err(source) => return Err(Error::ReadFailed { what: format!("ServerClaim {claim}"), source }),
+            let read = match known.take() {
+                Some(k) => k,
+                None => match self.claims_api().get_status(claim).await {
+                    Ok(c) => c,
+                    Err(err) if not_found(&err) => return Ok(None),
+                    Err(source) => return Err(Error::ReadFailed { what: format!("ServerClaim {claim}"), source }),
+                },
             };
             let mut status = read.status.clone().unwrap_or_default();
             if !change(&read, &mut status) {
@@ -464,12 +482,13 @@ impl Claims {
         message: &str,
         pods: &[PodKey],
         server: Option<&Server>,
+        known: Option<ServerClaim>,
     ) -> Result<()> {
         let now = now_s();
         let mut ended = None;
         let mut written = ServerClaimStatus::default();
         let read = self
-            .update_claim(claim, |read, status| {
+            .update_claim(claim, known, |read, status| {
                 if status.stage == Some(stage) || status.failure_reason.is_some() {
                     return false;
                 }
@@ -538,11 +557,19 @@ impl Claims {
         self.claims_api().get_opt(claim).await.ok().flatten().map(|c| c.spec.server)
     }
 
-    pub async fn fail(&self, claim: &str, reason: ironclaim_driver::FailureReason, message: &str, timed_out: bool, pods: &[PodKey]) -> Result<()> {
+    pub async fn fail(
+        &self,
+        claim: &str,
+        reason: ironclaim_driver::FailureReason,
+        message: &str,
+        timed_out: bool,
+        pods: &[PodKey],
+        known: Option<ServerClaim>,
+    ) -> Result<()> {
         let now = now_s();
         let mut ended = None;
         let read = self
-            .update_claim(claim, |_, status| {
+            .update_claim(claim, known, |_, status| {
                 if status.failure_reason.is_some() {
                     return false;
                 }
@@ -637,7 +664,7 @@ impl Claims {
             "GatesWaiting" => (GATES_CONDITION, "Waiting".to_string()),
             _ => return Ok(()),
         };
-        self.update_claim(claim, |read, status| {
+        self.update_claim(claim, None, |read, status| {
             timeline::set_condition(&mut status.conditions, condition.0, false, &condition.1, message, now, read.metadata.generation);
             true
         })

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ironclaim_driver::{ClaimRecord, Effect, Eviction, FailureReason, PowerFailure, Report};
-use ironclaim_k8s::api::{Server, ServerPool};
+use ironclaim_k8s::api::{Server, ServerClaim, ServerPool};
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
@@ -41,6 +41,8 @@ use crate::scaledown::notes::{Kind, Notes};
 struct WriteJob {
     effect: Effect,
     pods: Vec<PodKey>,
+    /// The claim the effect names, as the index holds it.
+    claim: Option<ServerClaim>,
     server: Option<Server>,
     node: Option<Node>,
     pool: Option<ServerPool>,
@@ -304,7 +306,7 @@ impl Executor {
 
     fn prepare(&self, index: &Index, effect: Effect) -> Prepared {
         let write = |effect: Effect, pods: Vec<PodKey>, server: Option<Server>| {
-            Prepared::Write(Box::new(WriteJob { effect, pods, server, node: None, pool: None, subject: None }))
+            Prepared::Write(Box::new(WriteJob { effect, pods, claim: None, server, node: None, pool: None, subject: None }))
         };
         match effect {
             Effect::TakeServer { claim } => {
@@ -341,10 +343,11 @@ impl Executor {
                 write(effect, Vec::new(), None)
             }
             Effect::EnterStage { ref claim, .. } | Effect::FailClaim { ref claim, .. } => {
-                let (pods, server) = (waiting_pods(index, claim), claim_server(index, claim).cloned());
-                write(effect, pods, server)
+                let (pods, server, known) = (waiting_pods(index, claim), claim_server(index, claim).cloned(), index.claims.get(claim).cloned());
+                Prepared::Write(Box::new(WriteJob { effect, pods, claim: known, server, node: None, pool: None, subject: None }))
             }
             Effect::LinkNode { ref server, ref node, ref pool, .. } => Prepared::Write(Box::new(WriteJob {
+                claim: None,
                 server: index.servers.get(server).cloned(),
                 node: index.nodes.get(node).cloned(),
                 pool: index.pools.get(pool).cloned(),
@@ -357,7 +360,15 @@ impl Executor {
                 // the last of them (a machine powered off deregisters).
                 let drain = matches!(reason, "Draining" | "DrainWaiting" | "Drained" | "DrainAbandoned" | "ConsolidationProposed");
                 let kind = if drain || index.nodes.contains_key(subject) { Kind::Node } else { Kind::Server };
-                Prepared::Write(Box::new(WriteJob { effect, pods: Vec::new(), server: None, node: None, pool: None, subject: Some(kind) }))
+                Prepared::Write(Box::new(WriteJob {
+                    effect,
+                    pods: Vec::new(),
+                    claim: None,
+                    server: None,
+                    node: None,
+                    pool: None,
+                    subject: Some(kind),
+                }))
             }
             other => write(other, Vec::new(), None),
         }
@@ -622,11 +633,11 @@ impl Executor {
     /// it was a claim's record, reported so the driver steps the claim
     /// again.
     async fn write(&self, job: Box<WriteJob>) {
-        let WriteJob { effect, pods, server, node, pool, subject } = *job;
+        let WriteJob { effect, pods, claim: known, server, node, pool, subject } = *job;
         let claims = &self.claims;
         let (result, claim): (crate::Result<()>, Option<String>) = match &effect {
             Effect::EnterStage { claim, stage, message } => {
-                (claims.enter_stage(claim, *stage, message, &pods, server.as_ref()).await, Some(claim.clone()))
+                (claims.enter_stage(claim, *stage, message, &pods, server.as_ref(), known).await, Some(claim.clone()))
             }
             Effect::FailClaim { claim, reason, message, timed_out } => {
                 // Held back before the claim is failed: once it is, its pods
@@ -641,7 +652,7 @@ impl Executor {
                         self.hold_back_misconfigured(&name, *reason, message).await;
                     }
                 }
-                (claims.fail(claim, *reason, message, *timed_out, &pods).await, Some(claim.clone()))
+                (claims.fail(claim, *reason, message, *timed_out, &pods, known).await, Some(claim.clone()))
             }
             Effect::LinkNode { claim, server: name, node: node_name, .. } => {
                 (claims.link(claim, name, node_name, node, pool.as_ref(), server).await, Some(claim.clone()))
@@ -732,7 +743,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn job(effect: Effect) -> Box<WriteJob> {
-        Box::new(WriteJob { effect, pods: Vec::new(), server: None, node: None, pool: None, subject: None })
+        Box::new(WriteJob { effect, pods: Vec::new(), claim: None, server: None, node: None, pool: None, subject: None })
     }
 
     /// One of a few writes over three claims, servers and nodes.

@@ -201,6 +201,15 @@ pub const SECRET_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs
 tokio::task_local! {
     /// Set while the power sweep reads: its reads may share a Secret read.
     static SWEEPING: ();
+    /// The Secrets one action has read so far ([`one_action`]).
+    static ACTION: std::cell::RefCell<HashMap<(String, String), Secret>>;
+}
+
+/// Runs `calls` as one action: the calls it makes to one server's BMC
+/// (the power read before a power-on, and the power-on) share one read of
+/// its credentials Secret, made for that action.
+pub async fn one_action<F: std::future::Future>(calls: F) -> F::Output {
+    ACTION.scope(Default::default(), calls).await
 }
 
 /// Runs `reads` as the power sweep's: their Redfish reads share each
@@ -267,18 +276,35 @@ impl RedfishPower {
         };
         let secret_ref = &bmc.credentials_secret_ref;
         let key = (secret_ref.namespace.clone(), secret_ref.name.clone());
-        let secret = {
-            let mut secrets = self.secrets.lock().await;
-            match secrets.get(&key) {
-                Some((read_at, secret)) if !fresh && SWEEPING.try_with(|_| ()).is_ok() && read_at.elapsed() <= SECRET_FRESH_FOR => secret.clone(),
-                _ => {
-                    let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret_ref.namespace);
-                    let secret = api.get(&secret_ref.name).await.map_err(|err| secret_unreadable(&name, &key.0, &key.1, &err))?;
-                    secrets.insert(key, (tokio::time::Instant::now(), secret.clone()));
-                    secret
+        let read = || async {
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret_ref.namespace);
+            api.get(&secret_ref.name).await.map_err(|err| secret_unreadable(&name, &key.0, &key.1, &err))
+        };
+        let in_action = ACTION.try_with(|a| a.borrow().get(&key).cloned()).ok().flatten();
+        let secret = match in_action {
+            Some(secret) => secret,
+            // The sweep's calls wait for one read rather than each making
+            // their own.
+            None if !fresh && SWEEPING.try_with(|_| ()).is_ok() => {
+                let mut secrets = self.secrets.lock().await;
+                match secrets.get(&key) {
+                    Some((read_at, secret)) if read_at.elapsed() <= SECRET_FRESH_FOR => secret.clone(),
+                    _ => {
+                        let secret = read().await?;
+                        secrets.insert(key.clone(), (tokio::time::Instant::now(), secret.clone()));
+                        secret
+                    }
                 }
             }
+            // Anything else reads anew, holding no lock while it reads: a
+            // burst of power-ons is not one read after another.
+            None => {
+                let secret = read().await?;
+                self.secrets.lock().await.insert(key.clone(), (tokio::time::Instant::now(), secret.clone()));
+                secret
+            }
         };
+        let _ = ACTION.try_with(|a| a.borrow_mut().insert(key, secret.clone()));
         self.target_with(&name, bmc, secret)
     }
 
@@ -689,6 +715,49 @@ mod tests {
         as_sweep(power.target(&servers[1], true)).await.expect("target");
         power.target(&servers[2], true).await.expect("target");
         assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 5, "each action reads the Secret");
+        // One action's calls (the power read before a power-on, and the
+        // power-on) share its read; the next action reads again.
+        one_action(async {
+            power.target(&servers[3], false).await.expect("target");
+            power.target(&servers[3], true).await.expect("target");
+        })
+        .await;
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 6, "one read for one action's two calls");
+        one_action(power.target(&servers[3], true)).await.expect("target");
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 7, "the next action reads anew");
+    }
+
+    /// Power actions read their Secrets side by side: a read in flight
+    /// (slow behind the API rate) holds up no other action.
+    #[tokio::test(start_paused = true)]
+    async fn actions_read_their_secrets_side_by_side() {
+        ironclaim_redfish::install_crypto_provider();
+        let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (i, m) = (in_flight.clone(), most.clone());
+        let api = tower::service_fn(move |_: ::http::Request<kube::client::Body>| {
+            let (i, m) = (i.clone(), m.clone());
+            async move {
+                let now = i.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                m.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                i.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                let body = serde_json::to_vec(&secret("1", "pw")).expect("json");
+                Ok::<_, std::convert::Infallible>(::http::Response::new(kube::client::Body::from(body)))
+            }
+        });
+        let power = RedfishPower::new(Client::new(api, "default"), Timing::default());
+        let server = |i: usize| {
+            let spec = serde_json::json!({
+                "bmc": {"address": format!("https://10.0.0.5/redfish/v1/Systems/{i}"), "credentialsSecretRef": {"name": "bmc-shared", "namespace": "metal"}},
+                "hardware": {"cpu": "1", "memory": "1Gi"}
+            });
+            Server::new(&format!("r1-u{i:02}"), serde_json::from_value(spec).expect("spec"))
+        };
+        let (a, b, c) = (server(1), server(2), server(3));
+        let (ra, rb, rc) = tokio::join!(power.target(&a, true), power.target(&b, true), power.target(&c, true));
+        assert!(ra.is_ok() && rb.is_ok() && rc.is_ok());
+        assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 3, "the three actions' reads were in flight together");
     }
 
     /// Issue 16, item 1: a missing Secret is a fault of configuration,
