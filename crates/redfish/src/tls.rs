@@ -75,19 +75,29 @@ impl TlsSettings {
                 }
                 roots
             }
-            None => {
-                let mut roots = RootCertStore::empty();
-                let loaded = rustls_native_certs::load_native_certs();
-                for err in &loaded.errors {
-                    tracing::debug!(error = %err, "skipping part of the system trust store");
-                }
-                let (added, ignored) = roots.add_parsable_certificates(loaded.certs);
-                tracing::debug!(added, ignored, "loaded the system trust store");
-                roots
-            }
+            None => return Ok(builder.with_root_certificates(system_roots()).with_no_client_auth()),
         };
         Ok(builder.with_root_certificates(roots).with_no_client_auth())
     }
+}
+
+/// The system trust store, read once per process and shared by every
+/// client that trusts it: a fleet of 5,000 BMCs holds one copy of it, not
+/// 5,000 (about 150 KB each).
+fn system_roots() -> Arc<RootCertStore> {
+    static ROOTS: std::sync::OnceLock<Arc<RootCertStore>> = std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let mut roots = RootCertStore::empty();
+            let loaded = rustls_native_certs::load_native_certs();
+            for err in &loaded.errors {
+                tracing::debug!(error = %err, "skipping part of the system trust store");
+            }
+            let (added, ignored) = roots.add_parsable_certificates(loaded.certs);
+            tracing::debug!(added, ignored, "loaded the system trust store");
+            Arc::new(roots)
+        })
+        .clone()
 }
 
 /// Stores a CA bundle given as PEM text (a Server's `spec.bmc.caBundle`)
@@ -168,6 +178,18 @@ impl ServerCertVerifier for AcceptAnyCertificate {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_client_that_trusts_the_system_store_shares_one_copy_of_it() {
+        assert!(Arc::ptr_eq(&system_roots(), &system_roots()));
+        let settings = TlsSettings::default();
+        let configs: Vec<rustls::ClientConfig> =
+            ["https://10.0.0.1", "https://10.0.0.2"].iter().map(|e| settings.client_config(e).expect("a client configuration")).collect();
+        // Each configuration holds the shared store (other tests may hold
+        // it too): the static's, this call's and the two configurations'.
+        assert!(Arc::strong_count(&system_roots()) >= 4, "{}", Arc::strong_count(&system_roots()));
+        drop(configs);
+    }
+
     use super::*;
 
     #[test]
