@@ -466,6 +466,8 @@ impl Claims {
             match self.patch_claim_status(claim, &status, read.metadata.resource_version.as_deref()).await {
                 Ok(()) => return Ok(Some(read)),
                 Err(Error::ApplyStatusFailed { source: kube::Error::Api(s), .. }) if s.code == 409 => continue,
+                // Gone since the index's copy.
+                Err(Error::ApplyStatusFailed { source: kube::Error::Api(s), .. }) if s.code == 404 => return Ok(None),
                 Err(err) => return Err(err),
             }
         }

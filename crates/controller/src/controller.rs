@@ -176,11 +176,11 @@ impl Opening {
     }
 }
 
-/// The driver's clock: wall time since the epoch, the clock the API's
-/// timestamps are on.
 /// The least time between two steps of the control loop.
 const STEP_GAP: Duration = Duration::from_millis(100);
 
+/// The driver's clock: wall time since the epoch, the clock the API's
+/// timestamps are on.
 fn clock() -> Duration {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }

@@ -79,13 +79,15 @@ fn touches(job: &WriteJob) -> Vec<String> {
         | Effect::KeepCordoned { node }
         | Effect::DeleteNode { node }
         | Effect::MarkSpare { node, .. } => keys.push(format!("node/{node}")),
-        // A note's subject is a claim, server or node by name: it goes
-        // after the writes about any of them.
-        Effect::Note { subject, .. } => {
-            claim(subject);
-            keys.push(format!("server/{subject}"));
-            keys.push(format!("node/{subject}"));
-        }
+        // A note's subject is `claim NAME`, or a server or node by name:
+        // it goes after the writes about it.
+        Effect::Note { subject, .. } => match subject.strip_prefix("claim ") {
+            Some(name) => claim(name),
+            None => {
+                keys.push(format!("server/{subject}"));
+                keys.push(format!("node/{subject}"));
+            }
+        },
         Effect::TakeServer { .. } | Effect::PowerOn { .. } | Effect::PowerOff { .. } | Effect::ReadPower { .. } | Effect::Evict { .. } => {}
     }
     if let Some(s) = &job.server {
@@ -768,7 +770,7 @@ mod tests {
     fn a_burst_of_claims_is_written_side_by_side_and_one_claims_writes_in_order() {
         let mut writes: Vec<Box<WriteJob>> =
             (0..50).map(|i| job(Effect::EnterStage { claim: format!("c{i}"), stage: Stage::PoweringOn, message: String::new() })).collect();
-        writes.push(job(Effect::Note { subject: "c7".into(), reason: "ServerClaimed", message: "m".into(), warning: false }));
+        writes.push(job(Effect::Note { subject: "claim c7".into(), reason: "GatesWaiting", message: "m".into(), warning: false }));
         let groups = write_groups(writes);
         assert_eq!(groups.len(), 50);
         let c7: Vec<String> =

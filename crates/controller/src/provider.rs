@@ -296,13 +296,10 @@ impl RedfishPower {
                     }
                 }
             }
-            // Anything else reads anew, holding no lock while it reads: a
-            // burst of power-ons is not one read after another.
-            None => {
-                let secret = read().await?;
-                self.secrets.lock().await.insert(key.clone(), (tokio::time::Instant::now(), secret.clone()));
-                secret
-            }
+            // Anything else reads anew and keeps it to itself: a burst of
+            // power-ons is not one read after another behind the sweep's
+            // lock, and a slow read never overwrites a newer one there.
+            None => read().await?,
         };
         let _ = ACTION.try_with(|a| a.borrow_mut().insert(key, secret.clone()));
         self.target_with(&name, bmc, secret)

@@ -58,9 +58,9 @@ impl Notes {
 
     async fn publish(&self, kind: Kind, name: &str, reason: &str, note: &str, type_: EventType) {
         tracing::info!(object = %format!("{kind:?}/{name}"), reason, note, "scale-down");
+        let key = (format!("{kind:?}/{name}"), reason.to_string());
         {
             let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-            let key = (format!("{kind:?}/{name}"), reason.to_string());
             if let Some((text, at)) = last.get(&key)
                 && (text == note || at.elapsed() < NOTE_INTERVAL)
             {
@@ -72,7 +72,7 @@ impl Notes {
                 let cut = ages[ages.len() / 2];
                 last.retain(|_, (_, at)| *at > cut);
             }
-            last.insert(key, (note.to_string(), Instant::now()));
+            last.insert(key.clone(), (note.to_string(), Instant::now()));
         }
         let kind_name = match kind {
             Kind::Node => "Node",
@@ -94,6 +94,15 @@ impl Notes {
         };
         let event =
             Event { type_, reason: reason.to_string(), note: Some(note.chars().take(1000).collect()), action: "ScaleDown".into(), secondary: None };
-        sink.send(event, reference, None);
+        // A note that could not be sent is forgotten, so it can be sent
+        // again.
+        let (last, note) = (self.last.clone(), note.to_string());
+        let forget = move || {
+            let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.get(&key).is_some_and(|(text, _)| *text == note) {
+                last.remove(&key);
+            }
+        };
+        sink.send(event, reference, Some(Box::new(forget)));
     }
 }
