@@ -185,22 +185,27 @@ pub fn verb<B>(request: &::http::Request<B>) -> &'static str {
 /// `pods`, `pods/eviction`, `serverclaims/status`, `configmaps`; `other`
 /// for a path outside `/api` and `/apis`.
 pub fn resource<B>(request: &::http::Request<B>) -> String {
-    let segments: Vec<&str> = request.uri().path().trim_matches('/').split('/').collect();
-    let rest = match segments.as_slice() {
-        ["api", _version, rest @ ..] => rest,
-        ["apis", _group, _version, rest @ ..] => rest,
-        _ => return "other".into(),
-    };
+    let Some(rest) = below_version(request.uri().path()) else { return "other".into() };
     // In a namespace: namespaces/NS/PLURAL/...; `namespaces/NS` alone is
     // a Namespace.
-    let rest = match rest {
+    let rest = match rest.as_slice() {
         ["namespaces", _ns, plural, more @ ..] => [&[*plural][..], more].concat(),
-        other => other.to_vec(),
+        _ => rest,
     };
     match rest.as_slice() {
         [] => "other".into(),
         [plural] | [plural, _] => (*plural).to_string(),
         [plural, _, sub, ..] => format!("{plural}/{sub}"),
+    }
+}
+
+/// The segments of an API path after `/api/v1` or `/apis/GROUP/VERSION`;
+/// None for any other path.
+fn below_version(path: &str) -> Option<Vec<&str>> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["api", _version, rest @ ..] | ["apis", _, _version, rest @ ..] => Some(rest.to_vec()),
+        _ => None,
     }
 }
 
@@ -210,14 +215,8 @@ fn is_list(path: &str, query: &str) -> bool {
     if query.split('&').any(|pair| ["limit=", "continue=", "labelSelector=", "fieldSelector="].iter().any(|p| pair.starts_with(p))) {
         return true;
     }
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    // Strip /api/v1 or /apis/group/version.
-    let rest = match segments.as_slice() {
-        ["api", _version, rest @ ..] => rest,
-        ["apis", _group, _version, rest @ ..] => rest,
-        _ => return false,
-    };
-    match rest {
+    let Some(rest) = below_version(path) else { return false };
+    match rest.as_slice() {
         // `namespaces` itself, a plural at cluster scope, or one in a namespace.
         [_plural] => true,
         ["namespaces", _ns, _plural] => true,

@@ -947,3 +947,37 @@ proptest! {
         }
     }
 }
+
+/// The room a pending pod waits for is held whatever the server's status
+/// says of its node yet (its link is written after the node registers):
+/// the node names its server, and that is enough.
+#[test]
+fn an_empty_node_a_pending_pod_fits_is_held_before_its_server_records_the_node() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "fresh", Some(0), &[]);
+    snap.servers[0].node = None;
+    let mut waiting = Pod::new("app", "waiting", Resources::new(30_000, GI));
+    waiting.created_s = 10 * HOUR - 60;
+    snap.pods.push(waiting);
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain { node, .. } if node == "fresh")), "{d:?}");
+    assert!(d.held.iter().any(|h| h.subject == "fresh" && h.why.contains("app/waiting")), "{d:?}");
+}
+
+/// A burst: every empty node the pending pods fill is held, not only the
+/// first few.
+#[test]
+fn every_empty_node_a_burst_of_pending_pods_fills_is_held() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    for i in 0..20 {
+        node_with(&mut snap, &format!("n{i:02}"), Some(0), &[]);
+    }
+    for i in 0..100 {
+        let mut waiting = Pod::new("app", &format!("burst-{i:03}"), Resources::new(6_000, GI));
+        waiting.created_s = 10 * HOUR - 60;
+        snap.pods.push(waiting);
+    }
+    let d = disrupt(&snap, 10 * HOUR);
+    let drained: Vec<&str> = d.actions.iter().filter_map(|a| if let Action::Drain { node, .. } = a { Some(node.as_str()) } else { None }).collect();
+    assert!(drained.is_empty(), "{drained:?} drained with pods pending; held {:?}", d.held.iter().map(|h| &h.subject).collect::<Vec<_>>());
+}
