@@ -507,7 +507,11 @@ fn pending_room(pod: &str) -> String {
 /// with one such pod: a plan of the pending pods over those nodes alone.
 /// Cheap at any fleet size (the busy nodes and their pods stay out), and
 /// on the side of keeping: a pod that would rather land on a busy node
-/// holds an empty one it fits all the same.
+/// holds an empty one it fits all the same. A Ready node still carrying
+/// the node lifecycle controller's `not-ready` or `unreachable` taint
+/// counts without it: a node just registered keeps it some seconds after
+/// it is Ready (longer on a busy control plane), and the pod lands there
+/// once it clears.
 fn empty_nodes_pending_pods_fit(snapshot: &Snapshot, now_s: Seconds) -> Vec<(String, String)> {
     let working: std::collections::HashSet<&str> =
         snapshot.pods.iter().filter(|p| p.occupies_node() && !p.is_daemonset_pod()).filter_map(|p| p.node_name.as_deref()).collect();
@@ -516,7 +520,18 @@ fn empty_nodes_pending_pods_fit(snapshot: &Snapshot, now_s: Seconds) -> Vec<(Str
         return Vec::new();
     }
     let reduced = Snapshot {
-        nodes: snapshot.nodes.iter().filter(|n| empty.contains(n.name.as_str())).cloned().collect(),
+        nodes: snapshot
+            .nodes
+            .iter()
+            .filter(|n| empty.contains(n.name.as_str()))
+            .map(|n| {
+                let mut n = n.clone();
+                if n.ready {
+                    n.taints.retain(|t| t.key != crate::predicates::NOT_READY_TAINT && t.key != crate::predicates::UNREACHABLE_TAINT);
+                }
+                n
+            })
+            .collect(),
         servers: snapshot.servers.iter().filter(|s| s.node.as_deref().is_some_and(|n| empty.contains(n))).cloned().collect(),
         pods: snapshot.pods.iter().filter(|p| p.is_pending_demand() || p.node_name.as_deref().is_some_and(|n| empty.contains(n))).cloned().collect(),
         namespaces: snapshot.namespaces.clone(),

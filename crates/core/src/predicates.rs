@@ -13,6 +13,9 @@ use std::fmt;
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 /// The taint the node lifecycle controller gives a NotReady node.
 pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// The taint the node lifecycle controller gives a node whose Ready
+/// condition is Unknown (no word from its kubelet).
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
 /// Why a pod does not fit one node, before other pods are considered.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -981,3 +981,22 @@ fn every_empty_node_a_burst_of_pending_pods_fills_is_held() {
     let drained: Vec<&str> = d.actions.iter().filter_map(|a| if let Action::Drain { node, .. } = a { Some(node.as_str()) } else { None }).collect();
     assert!(drained.is_empty(), "{drained:?} drained with pods pending; held {:?}", d.held.iter().map(|h| &h.subject).collect::<Vec<_>>());
 }
+
+/// A node just registered is Ready before the node lifecycle controller
+/// takes off the `not-ready` (or `unreachable`) taint it gave it: the
+/// room is there for the pending pod all the same, once that lags clear,
+/// and the node is not drained as idle meanwhile.
+#[test]
+fn a_ready_node_still_carrying_the_lifecycle_taints_is_held_for_a_pending_pod() {
+    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+        node_with(&mut snap, "fresh", Some(0), &[]);
+        snap.nodes[0].taints.push(Taint::new(key, "", TaintEffect::NoSchedule));
+        let mut waiting = Pod::new("app", "waiting", Resources::new(6_000, GI));
+        waiting.created_s = 10 * HOUR - 60;
+        snap.pods.push(waiting);
+        let d = disrupt(&snap, 10 * HOUR);
+        assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain { node, .. } if node == "fresh")), "{key}: {d:?}");
+        assert!(d.held.iter().any(|h| h.subject == "fresh" && h.why.contains("app/waiting")), "{key}: {d:?}");
+    }
+}
