@@ -69,13 +69,18 @@ pub async fn connect_through(args: &ClusterArgs, layer: Option<ironclaim_control
         })?,
     };
     let server = config.cluster_url.to_string();
+    let client = client_of(config.clone(), &server, layer.as_ref())?;
+    Ok(Connection { client, server, config })
+}
+
+/// A client of `config` (the cluster at `server`), through `layer`.
+fn client_of(config: kube::Config, server: &str, layer: Option<&ironclaim_controller::api::ApiLayer>) -> Result<kube::Client, Failure> {
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| Failure::bad_input(anyhow!("cannot build a client for the cluster {server}: {}", first_line(&e))))?;
-    let client = match layer {
-        Some(layer) => builder.with_layer(&layer).build(),
+    Ok(match layer {
+        Some(layer) => builder.with_layer(layer).build(),
         None => builder.build(),
-    };
-    Ok(Connection { client, server })
+    })
 }
 
 /// A client, and the API server it talks to, for the errors to name.
@@ -84,6 +89,16 @@ pub struct Connection {
     pub client: kube::Client,
     /// The API server's URL, as the kubeconfig gives it.
     pub server: String,
+    /// What the client was made of, for another client of the same cluster.
+    config: kube::Config,
+}
+
+impl Connection {
+    /// Another client of the same cluster, as the kubeconfig was read
+    /// once, through `layer`.
+    pub fn client_through(&self, layer: &ironclaim_controller::api::ApiLayer) -> Result<kube::Client, Failure> {
+        client_of(self.config.clone(), &self.server, Some(layer))
+    }
 }
 
 /// What no retry mends, checked before a command relies on the cluster:

@@ -133,10 +133,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
         let connection = crate::cluster::connect_through(&args.cluster, Some(layer.clone())).await?;
         // Fail fast, with the fix, on what no retry mends.
         crate::cluster::preflight(&connection).await?;
-        let client = connection.client;
         // Events leave through a client of their own, which yields to the
         // controller's within the same rate.
-        let events_client = crate::cluster::connect_through(&args.cluster, Some(layer.background())).await?.client;
+        let events_client = connection.client_through(&layer.background())?;
+        let client = connection.client;
         let identity =
             args.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| format!("ironclaim-{}", std::process::id()));
         let mut settings = Settings {

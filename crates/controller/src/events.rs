@@ -32,7 +32,24 @@ impl std::fmt::Debug for EventClient {
 
 /// What to do when an Event could not be sent (so that the same note may
 /// be sent again later).
-type OnFailure = Box<dyn FnOnce() + Send>;
+pub type OnFailure = Box<dyn FnOnce() + Send>;
+
+/// What to do when a note could not be sent: forget it in `last` (keyed by
+/// object and reason) if it is still the note last sent there, so that
+/// the same note may be sent again.
+pub fn forget_unsent<V: Send + 'static>(
+    last: Arc<Mutex<HashMap<(String, String), V>>>,
+    key: (String, String),
+    note: String,
+    text: fn(&V) -> &str,
+) -> OnFailure {
+    Box::new(move || {
+        let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.get(&key).is_some_and(|v| text(v) == note) {
+            last.remove(&key);
+        }
+    })
+}
 
 /// A sink's recorder and queue before its task starts.
 type Idle = (Recorder, mpsc::Receiver<Queued>);
@@ -217,16 +234,7 @@ impl Events {
             action: format!("Provisioning-{:08x}", std::hash::Hasher::finish(&hasher) as u32),
             secondary: None,
         };
-        // A note that could not be sent is forgotten, so the same note can
-        // be sent again later.
-        let (last, note) = (self.last.clone(), note.to_string());
-        let forget = move || {
-            let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
-            if last.get(&key).map(String::as_str) == Some(note.as_str()) {
-                last.remove(&key);
-            }
-        };
-        sink.send(event, reference, Some(Box::new(forget)));
+        sink.send(event, reference, Some(forget_unsent(self.last.clone(), key, note.to_string(), String::as_str)));
     }
 
     /// Forgets pods that are gone, so the memory stays bounded.

@@ -49,6 +49,13 @@ struct WriteJob {
     subject: Option<Kind>,
 }
 
+impl WriteJob {
+    /// The write of `effect`, with nothing copied out of the index yet.
+    fn of(effect: Effect) -> Self {
+        WriteJob { effect, pods: Vec::new(), claim: None, server: None, node: None, pool: None, subject: None }
+    }
+}
+
 /// Tasks of writes that run at once (each carries one group of
 /// [`write_groups`] in order).
 pub const WRITES_IN_FLIGHT: usize = 16;
@@ -307,9 +314,7 @@ impl Executor {
     }
 
     fn prepare(&self, index: &Index, effect: Effect) -> Prepared {
-        let write = |effect: Effect, pods: Vec<PodKey>, server: Option<Server>| {
-            Prepared::Write(Box::new(WriteJob { effect, pods, claim: None, server, node: None, pool: None, subject: None }))
-        };
+        let write = |job: WriteJob| Prepared::Write(Box::new(job));
         match effect {
             Effect::TakeServer { claim } => {
                 let uids: HashMap<String, String> = claim.pods.iter().filter_map(|k| Some((k.clone(), index.pods.get(k)?.uid.clone()?))).collect();
@@ -342,37 +347,26 @@ impl Executor {
             Effect::Cordon { ref node, .. } => {
                 let (tx, _) = tokio::sync::watch::channel(None);
                 self.cordons.lock().unwrap_or_else(PoisonError::into_inner).insert(node.clone(), tx);
-                write(effect, Vec::new(), None)
+                write(WriteJob::of(effect))
             }
             Effect::EnterStage { ref claim, .. } | Effect::FailClaim { ref claim, .. } => {
                 let (pods, server, known) = (waiting_pods(index, claim), claim_server(index, claim).cloned(), index.claims.get(claim).cloned());
-                Prepared::Write(Box::new(WriteJob { effect, pods, claim: known, server, node: None, pool: None, subject: None }))
+                write(WriteJob { pods, claim: known, server, ..WriteJob::of(effect) })
             }
-            Effect::LinkNode { ref server, ref node, ref pool, .. } => Prepared::Write(Box::new(WriteJob {
-                claim: None,
+            Effect::LinkNode { ref server, ref node, ref pool, .. } => write(WriteJob {
                 server: index.servers.get(server).cloned(),
                 node: index.nodes.get(node).cloned(),
                 pool: index.pools.get(pool).cloned(),
-                effect,
-                pods: Vec::new(),
-                subject: None,
-            })),
+                ..WriteJob::of(effect)
+            }),
             Effect::Note { ref subject, reason, .. } => {
                 // A drain's notes are about its node, which may be gone by
                 // the last of them (a machine powered off deregisters).
                 let drain = matches!(reason, "Draining" | "DrainWaiting" | "Drained" | "DrainAbandoned" | "ConsolidationProposed");
                 let kind = if drain || index.nodes.contains_key(subject) { Kind::Node } else { Kind::Server };
-                Prepared::Write(Box::new(WriteJob {
-                    effect,
-                    pods: Vec::new(),
-                    claim: None,
-                    server: None,
-                    node: None,
-                    pool: None,
-                    subject: Some(kind),
-                }))
+                write(WriteJob { subject: Some(kind), ..WriteJob::of(effect) })
             }
-            other => write(other, Vec::new(), None),
+            other => write(WriteJob::of(other)),
         }
     }
 
@@ -745,7 +739,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn job(effect: Effect) -> Box<WriteJob> {
-        Box::new(WriteJob { effect, pods: Vec::new(), claim: None, server: None, node: None, pool: None, subject: None })
+        Box::new(WriteJob::of(effect))
     }
 
     /// One of a few writes over three claims, servers and nodes.

@@ -310,17 +310,20 @@ pub fn last_failure_s(server: &Server) -> Option<Seconds> {
 }
 
 impl Index {
-    pub fn apply<K: Indexed>(&mut self, object: K) {
+    /// Throws away [`Index::links`] when a change of a `K` can change them.
+    fn changing<K: Indexed>(&mut self) {
         if K::LINKS {
             self.links.take();
         }
+    }
+
+    pub fn apply<K: Indexed>(&mut self, object: K) {
+        self.changing::<K>();
         object.apply(self);
     }
 
     pub fn delete<K: Indexed>(&mut self, object: &K) {
-        if K::LINKS {
-            self.links.take();
-        }
+        self.changing::<K>();
         object.delete(self);
     }
 
@@ -351,9 +354,7 @@ impl Index {
     }
 
     pub fn reset<K: Indexed>(&mut self, objects: Vec<K::Listed>) {
-        if K::LINKS {
-            self.links.take();
-        }
+        self.changing::<K>();
         K::reset(objects, self);
     }
 

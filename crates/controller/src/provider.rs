@@ -655,6 +655,15 @@ mod tests {
         }
     }
 
+    /// Server `i` of a rack whose BMCs all take the Secret metal/bmc-shared.
+    fn sharing_a_secret(i: usize) -> Server {
+        let spec = serde_json::json!({
+            "bmc": {"address": format!("https://10.0.0.5/redfish/v1/Systems/{i}"), "credentialsSecretRef": {"name": "bmc-shared", "namespace": "metal"}},
+            "hardware": {"cpu": "1", "memory": "1Gi"}
+        });
+        Server::new(&format!("r1-u{i:02}"), serde_json::from_value(spec).expect("spec"))
+    }
+
     fn secret(version: &str, password: &str) -> Secret {
         let mut secret = Secret::default();
         secret.metadata.resource_version = Some(version.into());
@@ -684,15 +693,7 @@ mod tests {
             }
         });
         let power = RedfishPower::new(Client::new(api, "default"), Timing::default());
-        let servers: Vec<Server> = (0..50)
-            .map(|i| {
-                let spec = serde_json::json!({
-                    "bmc": {"address": format!("https://10.0.0.5/redfish/v1/Systems/{i}"), "credentialsSecretRef": {"name": "bmc-shared", "namespace": "metal"}},
-                    "hardware": {"cpu": "1", "memory": "1Gi"}
-                });
-                Server::new(&format!("r1-u{i:02}"), serde_json::from_value(spec).expect("spec"))
-            })
-            .collect();
+        let servers: Vec<Server> = (0..50).map(sharing_a_secret).collect();
         as_sweep(async {
             for server in &servers {
                 power.target(server, false).await.expect("target");
@@ -744,14 +745,7 @@ mod tests {
             }
         });
         let power = RedfishPower::new(Client::new(api, "default"), Timing::default());
-        let server = |i: usize| {
-            let spec = serde_json::json!({
-                "bmc": {"address": format!("https://10.0.0.5/redfish/v1/Systems/{i}"), "credentialsSecretRef": {"name": "bmc-shared", "namespace": "metal"}},
-                "hardware": {"cpu": "1", "memory": "1Gi"}
-            });
-            Server::new(&format!("r1-u{i:02}"), serde_json::from_value(spec).expect("spec"))
-        };
-        let (a, b, c) = (server(1), server(2), server(3));
+        let (a, b, c) = (sharing_a_secret(1), sharing_a_secret(2), sharing_a_secret(3));
         let (ra, rb, rc) = tokio::join!(power.target(&a, true), power.target(&b, true), power.target(&c, true));
         assert!(ra.is_ok() && rb.is_ok() && rc.is_ok());
         assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 3, "the three actions' reads were in flight together");

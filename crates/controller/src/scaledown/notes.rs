@@ -94,15 +94,6 @@ impl Notes {
         };
         let event =
             Event { type_, reason: reason.to_string(), note: Some(note.chars().take(1000).collect()), action: "ScaleDown".into(), secondary: None };
-        // A note that could not be sent is forgotten, so it can be sent
-        // again.
-        let (last, note) = (self.last.clone(), note.to_string());
-        let forget = move || {
-            let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
-            if last.get(&key).is_some_and(|(text, _)| *text == note) {
-                last.remove(&key);
-            }
-        };
-        sink.send(event, reference, Some(Box::new(forget)));
+        sink.send(event, reference, Some(crate::events::forget_unsent(self.last.clone(), key, note.to_string(), |(text, _)| text)));
     }
 }
