@@ -40,6 +40,14 @@ fn node_with(snap: &mut Snapshot, name: &str, idle_since: Option<u64>, pods: &[(
     }
 }
 
+/// A pod of namespace `app` asking for `cpu_milli`, pending since a
+/// minute before ten hours.
+fn pending_since_a_minute(name: &str, cpu_milli: i64) -> Pod {
+    let mut pod = Pod::new("app", name, Resources::new(cpu_milli, GI));
+    pod.created_s = 10 * HOUR - 60;
+    pod
+}
+
 fn spare(snap: &mut Snapshot, name: &str, idle_since: u64) {
     let mut s = server(name).warm();
     s.idle_since_s = Some(idle_since);
@@ -332,9 +340,7 @@ fn an_empty_node_a_pending_pod_would_land_on_is_not_drained() {
     let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
     node_with(&mut snap, "fresh", Some(0), &[]);
     node_with(&mut snap, "other", Some(0), &[]);
-    let mut waiting = Pod::new("app", "waiting", Resources::new(30_000, GI));
-    waiting.created_s = 10 * HOUR - 60;
-    snap.pods.push(waiting);
+    snap.pods.push(pending_since_a_minute("waiting", 30_000));
     let d = disrupt(&snap, 10 * HOUR);
     let drained: Vec<&str> = d.actions.iter().filter_map(|a| if let Action::Drain { node, .. } = a { Some(node.as_str()) } else { None }).collect();
     // One of the two is the pending pod's room; the other is idle.
@@ -956,9 +962,7 @@ fn an_empty_node_a_pending_pod_fits_is_held_before_its_server_records_the_node()
     let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
     node_with(&mut snap, "fresh", Some(0), &[]);
     snap.servers[0].node = None;
-    let mut waiting = Pod::new("app", "waiting", Resources::new(30_000, GI));
-    waiting.created_s = 10 * HOUR - 60;
-    snap.pods.push(waiting);
+    snap.pods.push(pending_since_a_minute("waiting", 30_000));
     let d = disrupt(&snap, 10 * HOUR);
     assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain { node, .. } if node == "fresh")), "{d:?}");
     assert!(d.held.iter().any(|h| h.subject == "fresh" && h.why.contains("app/waiting")), "{d:?}");
@@ -973,9 +977,7 @@ fn every_empty_node_a_burst_of_pending_pods_fills_is_held() {
         node_with(&mut snap, &format!("n{i:02}"), Some(0), &[]);
     }
     for i in 0..100 {
-        let mut waiting = Pod::new("app", &format!("burst-{i:03}"), Resources::new(6_000, GI));
-        waiting.created_s = 10 * HOUR - 60;
-        snap.pods.push(waiting);
+        snap.pods.push(pending_since_a_minute(&format!("burst-{i:03}"), 6_000));
     }
     let d = disrupt(&snap, 10 * HOUR);
     let drained: Vec<&str> = d.actions.iter().filter_map(|a| if let Action::Drain { node, .. } = a { Some(node.as_str()) } else { None }).collect();
@@ -992,9 +994,7 @@ fn a_ready_node_still_carrying_the_lifecycle_taints_is_held_for_a_pending_pod() 
         let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
         node_with(&mut snap, "fresh", Some(0), &[]);
         snap.nodes[0].taints.push(Taint::new(key, "", TaintEffect::NoSchedule));
-        let mut waiting = Pod::new("app", "waiting", Resources::new(6_000, GI));
-        waiting.created_s = 10 * HOUR - 60;
-        snap.pods.push(waiting);
+        snap.pods.push(pending_since_a_minute("waiting", 6_000));
         let d = disrupt(&snap, 10 * HOUR);
         assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain { node, .. } if node == "fresh")), "{key}: {d:?}");
         assert!(d.held.iter().any(|h| h.subject == "fresh" && h.why.contains("app/waiting")), "{key}: {d:?}");
