@@ -85,7 +85,7 @@ fn touches(job: &WriteJob) -> Vec<String> {
         | Effect::Uncordon { node, .. }
         | Effect::KeepCordoned { node }
         | Effect::DeleteNode { node }
-        | Effect::MarkSpare { node, .. } => keys.push(format!("node/{node}")),
+        | Effect::Mark { node, .. } => keys.push(format!("node/{node}")),
         // A note's subject is `claim NAME`, or a server or node by name:
         // it goes after the writes about it.
         Effect::Note { subject, .. } => match subject.strip_prefix("claim ") {
@@ -568,7 +568,7 @@ impl Executor {
                 drain::uncordon_noting(&client, node, abandoned.then(jiff::Timestamp::now)).await
             }
             Effect::KeepCordoned { node } => drain::leave_cordoned(&client, node).await,
-            Effect::MarkSpare { node, spare } => drain::mark_spare(&client, node, *spare).await,
+            Effect::Mark { node, mark, on } => drain::mark(&client, node, mark.taint(), *on).await,
             Effect::DeleteNode { node } => match kube::Api::<Node>::all(client).delete(node, &kube::api::DeleteParams::default()).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),

@@ -126,6 +126,11 @@ pub struct Held {
 pub struct Disruption {
     pub actions: Vec<Action>,
     pub held: Vec<Held>,
+    /// The nodes that are to carry [`EMPTYING_TAINT`], with why: new pods
+    /// avoid them so they empty by attrition. A node not named here is to
+    /// carry none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub emptying: BTreeMap<String, String>,
     /// [`next_candidate_s`] of the same snapshot, reckoned with what the
     /// pass already worked out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -351,6 +356,76 @@ fn drain_blocker(snapshot: &Snapshot, c: &Candidate<'_>, pdb_left: &[i64], now_s
     let k = (0..needed.len()).find(|&k| needed[k] > pdb_left[k])?;
     let pdb = &snapshot.pdbs[k];
     Some(format!("PodDisruptionBudget {}/{} allows {} more evictions, the drain needs {}", pdb.namespace, pdb.name, pdb_left[k], needed[k]))
+}
+
+/// The soft taint (`PreferNoSchedule`) on a node chosen to empty by
+/// attrition: kube-scheduler puts new pods there only when no other node
+/// has room, so an underutilized node's pods finish or move on their own
+/// and it empties with no eviction.
+pub const EMPTYING_TAINT: &str = "ironclaim.dev/emptying";
+
+/// The nodes to carry [`EMPTYING_TAINT`], with why, by node name: per
+/// ServerPool that consolidates and has not grown for its quiet time
+/// ([`growth_quiet_s`]), one underutilized node with pods (the one already
+/// marked, else the emptiest), if the pool's other nodes with pods have
+/// room for all its pods together. A marked node that has emptied keeps
+/// its mark until it is powered off, kept as a spare or is room a pending
+/// pod waits for. Never a node that says do-not-disrupt, a node not
+/// Ready, nor one whose claim is in flight. One at a time: each node that
+/// empties is a server powered off, and the room the next burst finds on
+/// running nodes is that much smaller.
+fn emptying(candidates: &[Candidate<'_>], in_flight: &[&str], awaited: &BTreeMap<String, String>, growing: &[&str]) -> BTreeMap<String, String> {
+    let marked = |c: &Candidate<'_>| c.node.taints.iter().any(|t| t.key == EMPTYING_TAINT);
+    let steady = |c: &Candidate<'_>| {
+        c.node.ready
+            && !c.node.do_not_disrupt
+            && !c.pool.disruption.never
+            && c.server.is_some_and(|s| !in_flight.contains(&s.name.as_str()))
+            && !awaited.contains_key(&c.node.name)
+    };
+    let mut out = BTreeMap::new();
+    let mut pools: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, c) in candidates.iter().enumerate().filter(|(_, c)| steady(c)) {
+        if c.pods.is_empty() {
+            if marked(c) {
+                out.insert(c.node.name.clone(), "empty, on its way to being powered off".to_string());
+            }
+            continue;
+        }
+        pools.entry(c.pool.name.as_str()).or_default().push(i);
+    }
+    for (pool, nodes) in pools {
+        if growing.contains(&pool) {
+            continue;
+        }
+        let mut under: Vec<(bool, f64, usize)> =
+            nodes.iter().map(|&i| (!marked(&candidates[i]), candidates[i].utilization(), i)).filter(|&(_, u, _)| u < UNDERUTILIZED_BELOW).collect();
+        under.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let free_of = |c: &Candidate<'_>| {
+            let mut free = c.node.allocatable.clone();
+            for p in c.pods.iter().chain(&c.daemonset_pods) {
+                free.sub(&p.requests);
+            }
+            free.max_with(&crate::Resources::default())
+        };
+        let mut free = crate::Resources::default();
+        for &i in &nodes {
+            free.add(&free_of(&candidates[i]));
+        }
+        // The first whose pods fit in the room of the others.
+        let fits = |c: &Candidate<'_>| {
+            let mut pods = crate::Resources::default();
+            for p in &c.pods {
+                pods.add(&p.requests);
+            }
+            pods.fits(&free.minus(&free_of(c)))
+        };
+        if let Some(&(_, u, i)) = under.iter().find(|&&(_, _, i)| fits(&candidates[i])) {
+            let why = format!("{:.0} % used; its pods fit on the other nodes of ServerPool {pool}", u * 100.0);
+            out.insert(candidates[i].node.name.clone(), why);
+        }
+    }
+    out
 }
 
 /// Why a Node that says do-not-disrupt is held.
@@ -752,6 +827,8 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
     let mut replacing_pools: Vec<&str> = Vec::new();
     let last_growth = last_growth_by_pool(snapshot, &m);
     let growing = |pool: &ServerPool| still_growing(pool, last_growth.get(pool.name.as_str()).copied(), now_s).is_some();
+    let growing_pools: Vec<&str> = pools.iter().filter(|p| growing(p)).map(|p| p.name.as_str()).collect();
+    out.emptying = emptying(&candidates, &in_flight, awaited, &growing_pools);
     for pool in pools.iter().filter(|p| !p.disruption.never && !growing(p)) {
         if underutilized_budget_left(pool, &drains_by_pool) == 0 {
             continue;

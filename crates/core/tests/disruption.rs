@@ -924,6 +924,40 @@ proptest! {
         check_plan(seed)?;
     }
 
+    /// At most one node with pods per pool is marked to empty; it is Ready,
+    /// underutilized, and its pods fit, together, in the room the pool's
+    /// other nodes with pods have.
+    #[test]
+    fn a_node_marked_to_empty_leaves_room_for_its_pods_on_the_rest(seed in any::<u64>()) {
+        let (snap, now) = random_fleet(seed);
+        let d = disrupt(&snap, now);
+        let on = |node: &str| -> Vec<&Pod> { snap.pods.iter().filter(|p| p.node_name.as_deref() == Some(node) && p.occupies_node() && !p.terminating).collect() };
+        let mut with_pods = 0;
+        for name in d.emptying.keys() {
+            let n = snap.nodes.iter().find(|n| &n.name == name).unwrap();
+            prop_assert!(n.ready && !n.disrupting && !n.do_not_disrupt, "seed {seed}: {name}");
+            let mut used = Resources::default();
+            for p in on(name).into_iter().filter(|p| !p.is_daemonset_pod()) {
+                used.add(&p.requests);
+            }
+            if used.is_zero() {
+                continue;
+            }
+            with_pods += 1;
+            prop_assert!(used.cpu_milli * 2 < n.allocatable.cpu_milli || used.memory_bytes * 2 < n.allocatable.memory_bytes, "seed {seed}: {name} is not underutilized");
+            let mut room = Resources::default();
+            for other in snap.nodes.iter().filter(|o| &o.name != name && !o.disrupting && on(&o.name).iter().any(|p| !p.is_daemonset_pod())) {
+                let mut free = other.allocatable.clone();
+                for p in on(&other.name) {
+                    free.sub(&p.requests);
+                }
+                room.add(&free.max_with(&Resources::default()));
+            }
+            prop_assert!(used.fits(&room), "seed {seed}: {name}'s pods do not fit the others' room");
+        }
+        prop_assert!(with_pods <= 1, "seed {seed}: {with_pods} nodes with pods marked in one pool");
+    }
+
     /// The wake time a pass carries is the one the snapshot alone gives.
     #[test]
     fn a_pass_wakes_when_the_snapshot_says(seed in any::<u64>()) {
@@ -999,4 +1033,76 @@ fn a_ready_node_still_carrying_the_lifecycle_taints_is_held_for_a_pending_pod() 
         assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain { node, .. } if node == "fresh")), "{key}: {d:?}");
         assert!(d.held.iter().any(|h| h.subject == "fresh" && h.why.contains("app/waiting")), "{key}: {d:?}");
     }
+}
+
+fn emptying(d: &Disruption) -> Vec<&str> {
+    d.emptying.keys().map(String::as_str).collect()
+}
+
+fn mark_emptying(snap: &mut Snapshot, node: &str) {
+    let n = snap.nodes.iter_mut().find(|n| n.name == node).unwrap();
+    n.taints.push(Taint::new(ironclaim_core::disruption::EMPTYING_TAINT, "", TaintEffect::PreferNoSchedule));
+}
+
+/// Bare pods pin their nodes: no drain can move them. The emptiest node
+/// whose pods fit on the others is marked instead, one per pool, so new
+/// pods go elsewhere and it empties as its pods finish.
+#[test]
+fn the_emptiest_underutilized_node_is_marked_to_empty_by_attrition() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 20_000)]);
+    node_with(&mut snap, "light", None, &[("b", 4000)]);
+    node_with(&mut snap, "lighter", None, &[("c", 2000)]);
+    for p in snap.pods.iter_mut() {
+        p.owner = None;
+    }
+    let d = disrupt(&snap, 10 * HOUR);
+    assert!(d.actions.is_empty(), "bare pods are not evicted: {d:?}");
+    assert_eq!(emptying(&d), ["lighter"]);
+    assert!(d.emptying["lighter"].contains("6 % used"), "{d:?}");
+
+    // A mark stays where it is while it still holds, not moved to a node
+    // that has just become emptier.
+    mark_emptying(&mut snap, "light");
+    assert_eq!(emptying(&disrupt(&snap, 10 * HOUR)), ["light"]);
+
+    // Emptied, it keeps its mark on its way to being powered off.
+    snap.pods.retain(|p| p.name != "b");
+    snap.servers.iter_mut().find(|s| s.name == "light").unwrap().idle_since_s = Some(10 * HOUR);
+    assert_eq!(emptying(&disrupt(&snap, 10 * HOUR)), ["light", "lighter"]);
+
+    // A Node that says do-not-disrupt is not chosen.
+    let mut held = snap.clone();
+    held.nodes.iter_mut().find(|n| n.name == "lighter").unwrap().do_not_disrupt = true;
+    assert_eq!(emptying(&disrupt(&held, 10 * HOUR)), ["light"]);
+}
+
+#[test]
+fn no_node_is_marked_to_empty_in_a_pool_still_growing_or_where_its_pods_fit_nowhere_else() {
+    let mut snap = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut snap, "busy", None, &[("a", 20_000)]);
+    node_with(&mut snap, "light", None, &[("b", 2000)]);
+    let now = 10 * HOUR;
+    snap.arrivals.push(Arrival { at_s: now - HOUR, server: "busy".into(), deadline_s: None });
+    assert!(disrupt(&snap, now).emptying.is_empty());
+    assert_eq!(emptying(&disrupt(&snap, now + 3 * HOUR + 1)), ["light"]);
+    snap.pools[0].disruption.never = true;
+    assert!(disrupt(&snap, now + 3 * HOUR + 1).emptying.is_empty(), "consolidateAfter: Never");
+
+    let mut full = Snapshot { pools: vec![pool()], ..Default::default() };
+    node_with(&mut full, "a", None, &[("x", 10_000)]);
+    node_with(&mut full, "b", None, &[("y", 10_000)]);
+    full.nodes[1].allocatable = Resources::new(12_000, 128 * GI).with_pods(110);
+    assert!(disrupt(&full, HOUR).emptying.is_empty(), "a's 10 cpu do not fit b's 2 free");
+}
+
+#[test]
+fn random_fleets_do_exercise_the_emptying_mark() {
+    let marked = (0..2000u64).filter(|&seed| !disrupt_random(seed).emptying.is_empty()).count();
+    assert!(marked >= 100, "only {marked} of 2000 fleets mark a node: the property would check little");
+}
+
+fn disrupt_random(seed: u64) -> Disruption {
+    let (snap, now) = random_fleet(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    disrupt(&snap, now)
 }

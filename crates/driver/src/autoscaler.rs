@@ -52,7 +52,7 @@ use crate::claim::{self, ClaimIo, ClaimRecord, ClaimSettings, ClaimView, Io};
 use crate::drain::{Drain, DrainSettings, Ended};
 use crate::idle::IdleClock;
 use crate::pacing::{self, Settling};
-use crate::{Effect, Report, Stage};
+use crate::{Effect, Mark, Report, Stage};
 
 /// What the autoscaler reads of the world. Every method is a read of what
 /// the runner holds now (an index fed by watches, or the simulated rack).
@@ -870,7 +870,7 @@ impl Autoscaler {
                 .filter_map(|p| p.node_name.as_deref())
                 .filter(|n| spares.contains(n))
                 .collect();
-            out.extend(working.into_iter().map(|n| Effect::MarkSpare { node: n.to_string(), spare: false }));
+            out.extend(working.into_iter().map(|n| Effect::Mark { node: n.to_string(), mark: Mark::Spare, on: false }));
         }
         for s in &snap.servers {
             if let Some(c) = &s.claim {
@@ -934,6 +934,22 @@ impl Autoscaler {
         pacing::hold_cooling(&mut snap, &cooling);
         let mut plan = disrupt(&snap, now_s);
         let next_candidate_s = plan.next_candidate_s;
+        // Underutilized nodes empty by attrition: marked, new pods prefer
+        // other nodes; a node no longer chosen is unmarked. A node being
+        // drained is left as it is.
+        let emptying = std::mem::take(&mut plan.emptying);
+        for n in snap.nodes.iter().filter(|n| n.server.is_some() && !n.disrupting && !n.unschedulable) {
+            let marked = n.taints.iter().any(|t| t.key == Mark::Emptying.taint());
+            match emptying.get(&n.name) {
+                Some(why) if !marked => {
+                    out.push(Effect::Mark { node: n.name.clone(), mark: Mark::Emptying, on: true });
+                    let message = format!("{why}: new pods prefer other nodes, so it may empty with no eviction");
+                    out.push(Effect::Note { subject: n.name.clone(), reason: "Emptying", message, warning: false });
+                }
+                None if marked => out.push(Effect::Mark { node: n.name.clone(), mark: Mark::Emptying, on: false }),
+                _ => {}
+            }
+        }
         pacing::drop_cooling(&mut plan.actions, &mut plan.held, &cooling, now_s);
         let (go, waiting) = self.settling.settle(plan.actions, now_s, sd.revalidate_after.as_secs());
         if let Some(cap) = sd.quiet_max
@@ -1254,11 +1270,50 @@ mod tests {
         busy.snap.servers[0].node = Some("s1".into());
         busy.snap.servers[0].power_state = PowerState::On;
         let mut b = Autoscaler::new(Settings::default());
-        let unmark = Effect::MarkSpare { node: "s1".into(), spare: false };
+        let unmark = Effect::Mark { node: "s1".into(), mark: Mark::Spare, on: false };
         assert!(!b.step(&busy, s(10_000)).contains(&unmark), "an empty spare keeps its mark");
         busy.snap.pods.push(Pod::new("ns", "web", Resources::new(1_000, 1 << 30)).bound_to("s1"));
         let mut c = Autoscaler::new(Settings::default());
         assert!(c.step(&busy, s(10_000)).contains(&unmark));
+    }
+
+    /// The node the plan chooses to empty is marked, and says why; a mark
+    /// the plan no longer wants comes off; a node being drained is left as
+    /// it is.
+    #[test]
+    fn the_node_chosen_to_empty_is_marked_and_unmarked_when_no_longer_chosen() {
+        let mut world = toy();
+        for (name, cpu) in [("s1", 10_000), ("s2", 1_000)] {
+            let mut node = ironclaim_core::Node::new(name, Resources::new(16_000, 64 << 30));
+            node.server = Some(name.into());
+            world.snap.nodes.push(node);
+            let server = world.snap.servers.iter_mut().find(|s| s.name == name).unwrap();
+            server.node = Some(name.into());
+            server.power_state = PowerState::On;
+            world.snap.pods.push(Pod::new("ns", &format!("on-{name}"), Resources::new(cpu, 1 << 30)).bound_to(name));
+        }
+        let mark = |on| Effect::Mark { node: "s2".into(), mark: Mark::Emptying, on };
+        let effects = Autoscaler::new(Settings::default()).step(&world, s(10_000));
+        assert!(effects.contains(&mark(true)), "{effects:?}");
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Note { subject, reason: "Emptying", message, .. } if subject == "s2" && message.contains("6 % used"))),
+            "{effects:?}"
+        );
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Mark { node, .. } if node == "s1")), "{effects:?}");
+
+        // Marked already: nothing to write.
+        let taint = ironclaim_core::labels::Taint::new(Mark::Emptying.taint(), "", ironclaim_core::labels::TaintEffect::PreferNoSchedule);
+        world.snap.nodes[1].taints.push(taint.clone());
+        let effects = Autoscaler::new(Settings::default()).step(&world, s(10_000));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Mark { .. } | Effect::Note { reason: "Emptying", .. })), "{effects:?}");
+
+        // Busier now, it is no longer chosen: unmarked. While drained, left alone.
+        world.snap.pods.push(Pod::new("ns", "more", Resources::new(8_000, 1 << 30)).bound_to("s2"));
+        assert!(Autoscaler::new(Settings::default()).step(&world, s(10_000)).contains(&mark(false)));
+        world.snap.nodes[1].disrupting = true;
+        assert!(!Autoscaler::new(Settings::default()).step(&world, s(10_000)).contains(&mark(false)));
     }
 
     #[test]

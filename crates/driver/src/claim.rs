@@ -229,7 +229,7 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
                 let mut out = vec![Effect::LinkNode { claim: name.into(), server: r.server.clone(), node: node.name.clone(), pool: r.pool.clone() }];
                 if r.pods.is_empty() {
                     // A claim of no pods keeps a warm spare as a node.
-                    out.push(Effect::MarkSpare { node: node.name.clone(), spare: true });
+                    out.push(Effect::Mark { node: node.name.clone(), mark: crate::Mark::Spare, on: true });
                 }
                 out.push(enter(name, Stage::Joined, format!("node {} registered", node.name)));
                 return out;

@@ -199,6 +199,28 @@ pub enum Eviction {
     Failed(String),
 }
 
+/// A soft taint (`PreferNoSchedule`) ironclaim puts on a node, so
+/// kube-scheduler puts new pods there only when no other node has room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// A node kept as a warm spare stays whole for the burst it is kept
+    /// for ([`ironclaim_core::provision::SPARE_TAINT`]).
+    Spare,
+    /// An underutilized node empties by attrition
+    /// ([`ironclaim_core::disruption::EMPTYING_TAINT`]).
+    Emptying,
+}
+
+impl Mark {
+    /// The key of its taint.
+    pub fn taint(self) -> &'static str {
+        match self {
+            Mark::Spare => ironclaim_core::provision::SPARE_TAINT,
+            Mark::Emptying => ironclaim_core::disruption::EMPTYING_TAINT,
+        }
+    }
+}
+
 /// What the runner is asked to do. Each carries what the runner needs to
 /// check before it acts, so a stale decision is refused at the boundary.
 #[derive(Clone, Debug, PartialEq)]
@@ -252,9 +274,8 @@ pub enum Effect {
     /// and marked suspended, and counts as no node until the server boots
     /// again.
     ParkNode { node: String, server: String },
-    /// Put on (`spare`) or take off the soft taint of a node kept as a warm
-    /// spare ([`ironclaim_core::provision::SPARE_TAINT`]).
-    MarkSpare { node: String, spare: bool },
+    /// Put on (`on`) or take off one of ironclaim's soft taints.
+    Mark { node: String, mark: Mark, on: bool },
     /// Record since when the server idles (None clears it).
     RecordIdle { server: String, since: Option<Seconds> },
     /// Tell people: an Event on the subject (a pod `namespace/name`, a

@@ -41,7 +41,7 @@ use ironclaim_core::identity::{self, Links, NodeSays};
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint, TaintEffect};
 use ironclaim_core::model::{Arrival, PowerChange, Resize, ResizeReason};
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
-use ironclaim_core::provision::{SERVER_LABEL, SERVERPOOL_LABEL, SPARE_TAINT};
+use ironclaim_core::provision::{SERVER_LABEL, SERVERPOOL_LABEL};
 use ironclaim_core::transitions::CYCLE_WINDOW_S;
 use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot};
 use ironclaim_driver::autoscaler::World;
@@ -1334,7 +1334,7 @@ impl<'a> Engine<'a> {
                 | Effect::KeepCordoned { .. }
                 | Effect::DeleteNode { .. }
                 | Effect::ParkNode { .. }
-                | Effect::MarkSpare { .. }
+                | Effect::Mark { .. }
                 | Effect::Note { .. } => {
                     // Logged and counted by the executor; the driver sees
                     // the world as it is at its next step.
@@ -1448,14 +1448,14 @@ impl<'a> Engine<'a> {
                 self.changed = true;
                 None
             }
-            Effect::MarkSpare { node, spare } => {
+            Effect::Mark { node, mark, on } => {
                 if let Some(s) = self.index(&node)
                     && self.srv[s].node.is_some()
                 {
                     let taints = &mut self.srv[s].taints;
-                    taints.retain(|t| t.key != SPARE_TAINT);
-                    if spare {
-                        taints.push(Taint::new(SPARE_TAINT, "", TaintEffect::PreferNoSchedule));
+                    taints.retain(|t| t.key != mark.taint());
+                    if on {
+                        taints.push(Taint::new(mark.taint(), "", TaintEffect::PreferNoSchedule));
                     }
                     self.nodes_epoch += 1;
                     self.changed = true;

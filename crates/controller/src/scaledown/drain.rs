@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ironclaim_core::DISRUPTING_TAINT;
-use ironclaim_core::provision::SPARE_TAINT;
 use ironclaim_k8s::api::server::PowerState;
 use ironclaim_k8s::api::{Server, ServerClaim};
 use k8s_openapi::api::core::v1::Node;
@@ -103,7 +102,7 @@ pub enum DrainError {
         source: kube::Error,
     },
     #[error("marking node {node} as a warm spare (or no longer one) failed")]
-    MarkSpareFailed {
+    MarkFailed {
         node: String,
         #[source]
         source: kube::Error,
@@ -129,7 +128,7 @@ impl DrainError {
             DrainError::PowerOffRefused { .. } => "power_off_refused",
             DrainError::DeleteNodeFailed { .. } => "delete_node_failed",
             DrainError::ReleaseFailed { .. } => "release_failed",
-            DrainError::MarkSpareFailed { .. } => "mark_spare_failed",
+            DrainError::MarkFailed { .. } => "mark_failed",
             DrainError::ParkFailed { .. } => "park_failed",
         }
     }
@@ -279,12 +278,12 @@ pub async fn uncordon_noting(client: &Client, node: &str, abandoned_at: Option<j
     Err(fail(kube::Error::Service("the node kept changing under the uncordon".into())))
 }
 
-/// Puts on (`spare`) or takes off the soft taint of a node kept as a warm
-/// spare ([`SPARE_TAINT`]), leaving every other taint as it is. A node
-/// already gone, or already so, is fine.
-pub async fn mark_spare(client: &Client, node: &str, spare: bool) -> Result<()> {
+/// Puts on (`on`) or takes off one of ironclaim's soft taints (`key`,
+/// `PreferNoSchedule`), leaving every other taint as it is. A node already
+/// gone, or already so, is fine.
+pub async fn mark(client: &Client, node: &str, key: &str, on: bool) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let fail = |source| DrainError::MarkSpareFailed { node: node.to_string(), source };
+    let fail = |source| DrainError::MarkFailed { node: node.to_string(), source };
     for _ in 0..5 {
         let current = match nodes.get(node).await {
             Ok(n) => n,
@@ -292,17 +291,12 @@ pub async fn mark_spare(client: &Client, node: &str, spare: bool) -> Result<()> 
             Err(source) => return Err(fail(source)),
         };
         let mut taints = current.spec.clone().unwrap_or_default().taints.unwrap_or_default();
-        if taints.iter().any(|t| t.key == SPARE_TAINT) == spare {
+        if taints.iter().any(|t| t.key == key) == on {
             return Ok(());
         }
-        taints.retain(|t| t.key != SPARE_TAINT);
-        if spare {
-            taints.push(k8s_openapi::api::core::v1::Taint {
-                key: SPARE_TAINT.to_string(),
-                value: None,
-                effect: "PreferNoSchedule".into(),
-                time_added: None,
-            });
+        taints.retain(|t| t.key != key);
+        if on {
+            taints.push(k8s_openapi::api::core::v1::Taint { key: key.to_string(), value: None, effect: "PreferNoSchedule".into(), time_added: None });
         }
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": current.resource_version()},

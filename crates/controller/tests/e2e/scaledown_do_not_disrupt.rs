@@ -66,6 +66,17 @@ async fn a_do_not_disrupt_pod_keeps_its_underutilized_server_on() {
     let events = object_events(&client, "Node", a).await;
     assert!(events.iter().any(|e| e.starts_with("ScaleDownHeld:") && e.contains("must not be disrupted")), "{events:?}");
     assert_eq!(bmcs.is_on(&machines[1]).await, Some(true));
+    // Not drained, a is left to empty by attrition: the emptier of the
+    // two, its pod fits beside b's, so new pods are steered to b.
+    let emptying = |n: &k8s_openapi::api::core::v1::Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "ironclaim.dev/emptying" && t.effect == "PreferNoSchedule"))
+    };
+    assert!(emptying(&n), "node a is not marked to empty: {:?}", n.spec);
+    assert!(!emptying(&node(&client, b).await.expect("node b")), "node b was marked too");
+    assert!(events.iter().any(|e| e.starts_with("Emptying:") && e.contains("fit on the other nodes")), "{events:?}");
     running.stop().await;
     let _ = env.kubectl(["-n", NAMESPACE, "delete", "replicaset", "sd-dnr-keep", "sd-dnr-pinned", "--ignore-not-found"]);
     clean(&env, &client, &machines, pool).await;

@@ -102,17 +102,18 @@ async fn a_spare_node_is_marked_with_a_soft_taint_and_unmarked_leaving_other_tai
     let taints = |n: k8s_openapi::api::core::v1::Node| -> Vec<(String, String)> {
         n.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().map(|t| (t.key, t.effect)).collect()
     };
-    use ironclaim_controller::scaledown::drain::mark_spare;
-    mark_spare(&client, "spare-mark", true).await.expect("mark");
-    mark_spare(&client, "spare-mark", true).await.expect("mark again");
+    use ironclaim_controller::scaledown::drain::mark;
+    use ironclaim_core::provision::SPARE_TAINT;
+    mark(&client, "spare-mark", SPARE_TAINT, true).await.expect("mark");
+    mark(&client, "spare-mark", SPARE_TAINT, true).await.expect("mark again");
     let spare = ("ironclaim.dev/spare".to_string(), "PreferNoSchedule".to_string());
     let keep = ("keep-me".to_string(), "NoSchedule".to_string());
     // The node lifecycle controller may add taints of its own meanwhile.
     let marked = taints(nodes.get("spare-mark").await.unwrap());
     assert!(marked.contains(&keep) && marked.iter().filter(|t| **t == spare).count() == 1, "{marked:?}");
-    mark_spare(&client, "spare-mark", false).await.expect("unmark");
+    mark(&client, "spare-mark", SPARE_TAINT, false).await.expect("unmark");
     let unmarked = taints(nodes.get("spare-mark").await.unwrap());
     assert!(unmarked.contains(&keep) && !unmarked.contains(&spare), "{unmarked:?}");
-    mark_spare(&client, "no-such-node", true).await.expect("a node already gone is fine");
+    mark(&client, "no-such-node", SPARE_TAINT, true).await.expect("a node already gone is fine");
     nodes.delete("spare-mark", &DeleteParams::default()).await.unwrap();
 }
