@@ -380,6 +380,7 @@ fn emptying(candidates: &[Candidate<'_>], in_flight: &[&str], awaited: &BTreeMap
         c.node.ready
             && !c.node.do_not_disrupt
             && !c.pool.disruption.never
+            && c.pool.disruption.empty_by_attrition
             && c.server.is_some_and(|s| !in_flight.contains(&s.name.as_str()))
             && !awaited.contains_key(&c.node.name)
     };

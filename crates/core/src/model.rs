@@ -706,7 +706,7 @@ pub struct Budget {
     pub reasons: Vec<DisruptionReason>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DisruptionPolicy {
     /// How long a node must be empty or underused first; it can only
     /// lengthen a server's break-even time. None: break-even alone.
@@ -724,6 +724,23 @@ pub struct DisruptionPolicy {
     /// What becomes of a node once its server is powered off.
     #[serde(default)]
     pub node_after_power_off: NodeAfterPowerOff,
+    /// Mark an underutilized node so that new pods go elsewhere and it
+    /// empties with no eviction ([`crate::disruption::EMPTYING_TAINT`]).
+    #[serde(default = "yes")]
+    pub empty_by_attrition: bool,
+}
+
+impl Default for DisruptionPolicy {
+    fn default() -> Self {
+        DisruptionPolicy {
+            consolidate_after_s: None,
+            never: false,
+            budgets: Vec::new(),
+            drain_timeout_s: None,
+            node_after_power_off: NodeAfterPowerOff::default(),
+            empty_by_attrition: true,
+        }
+    }
 }
 
 /// What becomes of a node once its server is powered off.

@@ -1086,6 +1086,9 @@ fn no_node_is_marked_to_empty_in_a_pool_still_growing_or_where_its_pods_fit_nowh
     snap.arrivals.push(Arrival { at_s: now - HOUR, server: "busy".into(), deadline_s: None });
     assert!(disrupt(&snap, now).emptying.is_empty());
     assert_eq!(emptying(&disrupt(&snap, now + 3 * HOUR + 1)), ["light"]);
+    snap.pools[0].disruption.empty_by_attrition = false;
+    assert!(disrupt(&snap, now + 3 * HOUR + 1).emptying.is_empty(), "emptyByAttrition: false");
+    snap.pools[0].disruption.empty_by_attrition = true;
     snap.pools[0].disruption.never = true;
     assert!(disrupt(&snap, now + 3 * HOUR + 1).emptying.is_empty(), "consolidateAfter: Never");
 

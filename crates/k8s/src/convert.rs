@@ -362,6 +362,7 @@ fn disruption_policy(d: &Disruption) -> Result<core::DisruptionPolicy> {
             None | Some(NodeAfterPowerOff::Delete) => core::NodeAfterPowerOff::Delete,
             Some(NodeAfterPowerOff::Park) => core::NodeAfterPowerOff::Park,
         },
+        empty_by_attrition: d.empty_by_attrition.unwrap_or(true),
     })
 }
 

@@ -659,6 +659,7 @@ spec:
     - {nodes: '0', schedule: '@daily', duration: 1h, reasons: [Underutilized, Drifted]}
     drainTimeout: 15m
     nodeAfterPowerOff: Park
+    emptyByAttrition: false
 ---
 apiVersion: ironclaim.dev/v1alpha1
 kind: ServerPool
@@ -691,6 +692,7 @@ spec:
         (d.node_after_power_off, snap.pools[1].disruption.node_after_power_off),
         (ironclaim_core::NodeAfterPowerOff::Park, ironclaim_core::NodeAfterPowerOff::Delete)
     );
+    assert_eq!((d.empty_by_attrition, snap.pools[1].disruption.empty_by_attrition), (false, true));
 
     let pool = |spec: &str| format!("apiVersion: ironclaim.dev/v1alpha1\nkind: ServerPool\nmetadata: {{name: p}}\nspec:\n{spec}");
     let cases: &[(&str, &str)] = &[

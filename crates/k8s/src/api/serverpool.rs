@@ -240,6 +240,12 @@ pub struct Disruption {
     /// the server boots again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_after_power_off: Option<NodeAfterPowerOff>,
+    /// Whether the pool's emptiest underutilized node carries the soft
+    /// taint `ironclaim.dev/emptying:PreferNoSchedule`, so that new pods
+    /// go elsewhere and it empties with no eviction (the default); `false`
+    /// leaves kube-scheduler's spreading as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_by_attrition: Option<bool>,
 }
 
 /// What becomes of a node once its server is powered off.
