@@ -172,9 +172,9 @@ pub struct Executor {
     eviction_timeout: std::time::Duration,
     /// `controller --dry-run`: see [`Executor::dry`].
     dry_run: bool,
-    /// Under a dry run, what each subject was last told and when: the same
+    /// Under a dry run, what each subject was told and when: the same
     /// words are told again only after [`DRY_RUN_RETELL`].
-    told: Arc<Mutex<HashMap<String, (String, std::time::Instant)>>>,
+    told: Arc<Mutex<HashMap<(String, String), std::time::Instant>>>,
 }
 
 /// How long a dry run waits before it tells a subject the same again.
@@ -201,6 +201,59 @@ fn waiting_pods(index: &Index, claim: &str) -> Vec<PodKey> {
 
 fn claim_server<'a>(index: &'a Index, claim: &str) -> Option<&'a Server> {
     index.servers.get(&index.claims.get(claim)?.spec.server)
+}
+
+/// What a dry run makes of one effect.
+enum DryRun {
+    /// A read, or a note that stays true: carried out.
+    Pass(Effect),
+    /// A write told of by nothing, or a note of an action not taken.
+    Drop,
+    /// An action not taken: its count (none when empty), the `DryRun`
+    /// notes that tell of it, and the answer the driver gets.
+    Told { action: &'static str, told: Vec<Effect>, answer: Option<Report> },
+}
+
+/// The dry run of one effect: see [`Executor::dry`].
+fn dry_run_of(effect: Effect) -> DryRun {
+    let note = |subject: &str, message: String| Effect::Note { subject: subject.to_string(), reason: "DryRun", message, warning: false };
+    let not_sent = || "dry run: not sent".to_string();
+    let (action, told, answer) = match effect {
+        // The mark is not written: its note tells what would be.
+        Effect::Note { subject, reason: "Emptying", message, .. } => {
+            let message = format!("dry run: would mark {}:PreferNoSchedule: {message}", ironclaim_driver::Mark::Emptying.taint());
+            ("", vec![note(&subject, message)], None)
+        }
+        Effect::Note { reason, .. } if UNTRUE_IN_A_DRY_RUN.contains(&reason) => return DryRun::Drop,
+        Effect::Note { .. } | Effect::ReadPower { .. } => return DryRun::Pass(effect),
+        Effect::TakeServer { claim } if claim.pods.is_empty() => {
+            let message = format!("dry run: would claim server {} as a warm spare and power it on to be a Ready node", claim.server);
+            ("claim", vec![note(&claim.server, message)], Some(Report::Held { claim: claim.name, holder: "dry-run".into() }))
+        }
+        Effect::TakeServer { claim } => {
+            let message =
+                format!("dry run: would claim server {} and power it on for {} pod(s): {}", claim.server, claim.pods.len(), claim.pods.join(", "));
+            let told = claim.pods.iter().chain([&claim.server]).map(|s| note(s, message.clone())).collect();
+            ("claim", told, Some(Report::Held { claim: claim.name, holder: "dry-run".into() }))
+        }
+        Effect::PowerOn { server, .. } => {
+            let told = vec![note(&server, "dry run: would power on (a warm spare)".into())];
+            let failure = PowerFailure { reason: FailureReason::PowerActionFailed, message: not_sent() };
+            ("power_on", told, Some(Report::PoweredOn { server, result: Err(failure) }))
+        }
+        Effect::PowerOff { server, node, .. } => {
+            let after = node.map(|n| format!(" once node {n} is drained")).unwrap_or_default();
+            let told = vec![note(&server, format!("dry run: would power off{after}"))];
+            ("power_off", told, Some(Report::PoweredOff { server, result: Ok(()), refused: Some(not_sent()) }))
+        }
+        Effect::Cordon { node, reason } => ("drain", vec![note(&node, format!("dry run: would cordon and drain ({reason})"))], None),
+        Effect::Evict { node, pod } => ("", Vec::new(), Some(Report::Evicted { node, pod, answer: Eviction::Blocked(not_sent()) })),
+        other => {
+            tracing::debug!(effect = ?other, "dry run: not carried out");
+            return DryRun::Drop;
+        }
+    };
+    DryRun::Told { action, told, answer }
 }
 
 impl Executor {
@@ -236,46 +289,15 @@ impl Executor {
     /// and notes pass, but for the notes of actions that were not taken;
     /// every other write is dropped.
     fn dry(&self, effects: Vec<Effect>) -> Vec<Effect> {
-        let note = |subject: &str, message: String| Effect::Note { subject: subject.to_string(), reason: "DryRun", message, warning: false };
-        let not_sent = || "dry run: not sent".to_string();
         let mut out = Vec::new();
         for effect in effects {
-            let (action, told, answer) = match effect {
-                Effect::Note { reason, .. } if UNTRUE_IN_A_DRY_RUN.contains(&reason) => continue,
-                Effect::Note { .. } | Effect::ReadPower { .. } => {
+            let (action, told, answer) = match dry_run_of(effect) {
+                DryRun::Pass(effect) => {
                     out.push(effect);
                     continue;
                 }
-                Effect::TakeServer { claim } if claim.pods.is_empty() => {
-                    let message = format!("dry run: would claim server {} as a warm spare and power it on to be a Ready node", claim.server);
-                    ("claim", vec![note(&claim.server, message)], Some(Report::Held { claim: claim.name, holder: "dry-run".into() }))
-                }
-                Effect::TakeServer { claim } => {
-                    let message = format!(
-                        "dry run: would claim server {} and power it on for {} pod(s): {}",
-                        claim.server,
-                        claim.pods.len(),
-                        claim.pods.join(", ")
-                    );
-                    let told = claim.pods.iter().chain([&claim.server]).map(|s| note(s, message.clone())).collect();
-                    ("claim", told, Some(Report::Held { claim: claim.name, holder: "dry-run".into() }))
-                }
-                Effect::PowerOn { server, .. } => {
-                    let told = vec![note(&server, "dry run: would power on (a warm spare)".into())];
-                    let failure = PowerFailure { reason: FailureReason::PowerActionFailed, message: not_sent() };
-                    ("power_on", told, Some(Report::PoweredOn { server, result: Err(failure) }))
-                }
-                Effect::PowerOff { server, node, .. } => {
-                    let after = node.map(|n| format!(" once node {n} is drained")).unwrap_or_default();
-                    let told = vec![note(&server, format!("dry run: would power off{after}"))];
-                    ("power_off", told, Some(Report::PoweredOff { server, result: Ok(()), refused: Some(not_sent()) }))
-                }
-                Effect::Cordon { node, reason } => ("drain", vec![note(&node, format!("dry run: would cordon and drain ({reason})"))], None),
-                Effect::Evict { node, pod } => ("", Vec::new(), Some(Report::Evicted { node, pod, answer: Eviction::Blocked(not_sent()) })),
-                other => {
-                    tracing::debug!(effect = ?other, "dry run: not carried out");
-                    continue;
-                }
+                DryRun::Drop => continue,
+                DryRun::Told { action, told, answer } => (action, told, answer),
             };
             if !action.is_empty() {
                 self.claims.metrics().dry_run_action(action);
@@ -284,14 +306,15 @@ impl Executor {
             // DRY_RUN_RETELL while the words stay the same.
             let mut last = self.told.lock().unwrap_or_else(PoisonError::into_inner);
             let now = std::time::Instant::now();
-            last.retain(|_, (_, at)| now.duration_since(*at) < DRY_RUN_RETELL);
+            last.retain(|_, at| now.duration_since(*at) < DRY_RUN_RETELL);
             let mut logged = false;
             for t in told {
                 if let Effect::Note { subject, message, .. } = &t {
-                    if last.get(subject).is_some_and(|(said, _)| said == message) {
+                    let key = (subject.clone(), message.clone());
+                    if last.contains_key(&key) {
                         continue;
                     }
-                    last.insert(subject.clone(), (message.clone(), now));
+                    last.insert(key, now);
                     if !logged {
                         tracing::info!(%subject, action, "{message}");
                         logged = true;
@@ -770,6 +793,27 @@ mod tests {
         let c7: Vec<String> =
             groups.iter().find(|g| g.len() == 2).expect("c7's stage and note together").iter().map(|j| format!("{:?}", j.effect)).collect();
         assert!(c7[0].starts_with("EnterStage") && c7[1].starts_with("Note"), "{c7:?}");
+    }
+
+    /// A dry run writes no mark, and says what it would mark instead of
+    /// telling a node it is marked.
+    #[test]
+    fn a_dry_run_tells_the_mark_it_would_make_and_writes_none() {
+        let emptying = Effect::Note { subject: "n1".into(), reason: "Emptying", message: "6 % used".into(), warning: false };
+        match dry_run_of(emptying) {
+            DryRun::Told { action: "", told, answer: None } => match &told[..] {
+                [Effect::Note { subject, reason: "DryRun", message, .. }] => {
+                    assert_eq!(subject, "n1");
+                    assert_eq!(message, "dry run: would mark ironclaim.dev/emptying:PreferNoSchedule: 6 % used");
+                }
+                other => panic!("{other:?}"),
+            },
+            _ => panic!("the Emptying note was not turned into a DryRun one"),
+        }
+        let mark = Effect::Mark { node: "n1".into(), mark: ironclaim_driver::Mark::Emptying, on: true };
+        assert!(matches!(dry_run_of(mark), DryRun::Drop));
+        let held = Effect::Note { subject: "n1".into(), reason: "ScaleDownHeld", message: "m".into(), warning: false };
+        assert!(matches!(dry_run_of(held), DryRun::Pass(_)));
     }
 
     proptest! {
