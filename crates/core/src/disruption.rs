@@ -268,12 +268,28 @@ struct Candidate<'s> {
 }
 
 impl Candidate<'_> {
-    /// The larger of the cpu and memory shares its workload pods request.
-    fn utilization(&self) -> f64 {
+    /// What its workload pods request together.
+    fn requested(&self) -> crate::Resources {
         let mut used = crate::Resources::default();
         for p in &self.pods {
             used.add(&p.requests);
         }
+        used
+    }
+
+    /// Its allocatable less what every pod on it requests, DaemonSet pods
+    /// included: below zero where it is overcommitted.
+    fn free(&self) -> crate::Resources {
+        let mut free = self.node.allocatable.clone();
+        for p in self.pods.iter().chain(&self.daemonset_pods) {
+            free.sub(&p.requests);
+        }
+        free
+    }
+
+    /// The larger of the cpu and memory shares its workload pods request.
+    fn utilization(&self) -> f64 {
+        let used = self.requested();
         let a = &self.node.allocatable;
         let share = |u: i64, t: i64| if t > 0 { u as f64 / t as f64 } else { 1.0 };
         // Extended resources (GPUs) count as cpu and memory do: a node whose
@@ -402,25 +418,13 @@ fn emptying(candidates: &[Candidate<'_>], in_flight: &[&str], awaited: &BTreeMap
         let mut under: Vec<(bool, f64, usize)> =
             nodes.iter().map(|&i| (!marked(&candidates[i]), candidates[i].utilization(), i)).filter(|&(_, u, _)| u < UNDERUTILIZED_BELOW).collect();
         under.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
-        let free_of = |c: &Candidate<'_>| {
-            let mut free = c.node.allocatable.clone();
-            for p in c.pods.iter().chain(&c.daemonset_pods) {
-                free.sub(&p.requests);
-            }
-            free.max_with(&crate::Resources::default())
-        };
+        let free_of = |c: &Candidate<'_>| c.free().max_with(&crate::Resources::default());
         let mut free = crate::Resources::default();
         for &i in &nodes {
             free.add(&free_of(&candidates[i]));
         }
         // The first whose pods fit in the room of the others.
-        let fits = |c: &Candidate<'_>| {
-            let mut pods = crate::Resources::default();
-            for p in &c.pods {
-                pods.add(&p.requests);
-            }
-            pods.fits(&free.minus(&free_of(c)))
-        };
+        let fits = |c: &Candidate<'_>| c.requested().fits(&free.minus(&free_of(c)));
         if let Some(&(_, u, i)) = under.iter().find(|&&(_, _, i)| fits(&candidates[i])) {
             let why = format!("{:.0} % used; its pods fit on the other nodes of ServerPool {pool}", u * 100.0);
             out.insert(candidates[i].node.name.clone(), why);
@@ -741,10 +745,7 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
         let Some(want) = &pool.warm.headroom else { continue };
         let mut free = crate::Resources::default();
         for c in candidates.iter().filter(|c| c.pool.name == pool.name && c.node.ready) {
-            free.add(&c.node.allocatable);
-            for p in c.pods.iter().chain(&c.daemonset_pods) {
-                free.sub(&p.requests);
-            }
+            free.add(&c.free());
         }
         let mut coming = crate::Resources::default();
         for (i, s) in snapshot.servers.iter().enumerate().filter(|(_, s)| s.is_available() && s.is_warm()) {
@@ -767,10 +768,7 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
                 if c.node.ready {
                     continue; // counted above
                 }
-                room = c.node.allocatable.clone();
-                for p in c.pods.iter().chain(&c.daemonset_pods) {
-                    room.sub(&p.requests);
-                }
+                room = c.free();
             }
             for p in claim.pods.iter().filter_map(|k| unbound.get(k.as_str())) {
                 room.sub(&p.requests);
