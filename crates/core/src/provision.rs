@@ -197,16 +197,28 @@ struct NewSlot {
     /// The offering whose server is reserved now.
     offering: usize,
     server: usize,
+    /// The offerings it may be right-sized to when it was opened; of
+    /// these, those that still take its pods are the ones
+    /// [`NewSlot::admits`].
     candidates: Vec<usize>,
-    /// The least of each resource over `candidates`: requests that fit it
-    /// fit every candidate.
-    floor: Resources,
-    /// The node selection `candidates` were last filtered by.
-    selection: Rc<Vec<bool>>,
+    /// The node selections of its pods (per offering, as in
+    /// `Group::selection_ok`), each once.
+    selections: Vec<Rc<Vec<bool>>>,
     /// What its pods request, without DaemonSet overhead.
     requested: Resources,
     /// Smallest remaining deadline of its pods, in seconds from now.
     deadline_s: Option<i64>,
+}
+
+impl NewSlot {
+    /// Whether offering `c` still takes every pod placed so far: their
+    /// node selections admit it and their requests fit it. Checked when a
+    /// candidate is used rather than after every pod, since a claim takes
+    /// many pods and its candidates are read only for a deadline and when
+    /// right-sizing.
+    fn admits(&self, offerings: &[Offering], c: usize) -> bool {
+        self.selections.iter().all(|s| s[c]) && self.requested.fits(&offerings[c].alloc)
+    }
 }
 
 struct Slot {
@@ -438,16 +450,6 @@ fn hash_str(s: &str) -> u64 {
 struct Candidates {
     offerings: Vec<usize>,
     selection: Rc<Vec<bool>>,
-}
-
-/// The least of each resource over the offerings.
-fn floor_of(offerings: &[Offering], candidates: &[usize]) -> Resources {
-    let mut allocs = candidates.iter().map(|&c| &offerings[c].alloc);
-    let mut floor = allocs.next().cloned().unwrap_or_default();
-    for alloc in allocs {
-        floor.lower_to(alloc);
-    }
-    floor
 }
 
 fn daemonset_overhead(snap: &Snapshot, labels: &Labels, taints: &[Taint], name: &str) -> Resources {
@@ -1088,7 +1090,7 @@ impl<'s> Scheduler<'s> {
                     return Err(true);
                 }
                 if let Some(d) = self.deadline_of(pod, n.pool) {
-                    let claim_meets = n.candidates.iter().any(|&c| self.offerings[c].eta_s as i64 <= d);
+                    let claim_meets = n.candidates.iter().any(|&c| self.offerings[c].eta_s as i64 <= d && n.admits(&self.offerings, c));
                     if !claim_meets && self.any_offering_meets(n.pool, d) {
                         // A faster server is free for this pod: do not slow it down.
                         return Err(false);
@@ -1278,7 +1280,6 @@ impl<'s> Scheduler<'s> {
     }
 
     fn push_new_slot(&mut self, pool: usize, offering: usize, server: usize, name: String, candidates: Candidates, deadline_s: Option<i64>) -> usize {
-        let floor = floor_of(&self.offerings, &candidates.offerings);
         let mut labels = self.offerings[offering].labels.clone();
         labels.insert(HOSTNAME.to_string(), name.clone());
         let domains = self.topo.domains_of(&labels);
@@ -1291,8 +1292,7 @@ impl<'s> Scheduler<'s> {
                 offering,
                 server,
                 candidates: candidates.offerings,
-                floor,
-                selection: candidates.selection,
+                selections: vec![candidates.selection],
                 requested: Resources::default(),
                 deadline_s,
             }),
@@ -1344,23 +1344,12 @@ impl<'s> Scheduler<'s> {
             SlotKind::New(n) => self.deadline_of(pod, n.pool),
             _ => None,
         };
-        let offerings = &self.offerings;
         let s = &mut self.slots[slot];
         match &mut s.kind {
             SlotKind::New(n) => {
                 n.requested.add(&pod.requests);
-                // Filtered again only if the pod's selection or requests
-                // can rule a candidate out.
-                if !Rc::ptr_eq(&n.selection, &group.selection_ok) || !n.requested.fits(&n.floor) {
-                    let requested = &n.requested;
-                    let before = n.candidates.len();
-                    n.candidates.retain(|&c| group.selection_ok[c] && requested.fits(&offerings[c].alloc));
-                    // The floor is the least over the candidates: the same
-                    // candidates, the same floor.
-                    if n.candidates.len() != before {
-                        n.floor = floor_of(offerings, &n.candidates);
-                    }
-                    n.selection = group.selection_ok.clone();
+                if !n.selections.iter().any(|sel| Rc::ptr_eq(sel, &group.selection_ok)) {
+                    n.selections.push(group.selection_ok.clone());
                 }
                 if let Some(d) = deadline {
                     n.deadline_s = Some(n.deadline_s.map_or(d, |cur| cur.min(d)));
@@ -1382,7 +1371,7 @@ impl<'s> Scheduler<'s> {
             let SlotKind::New(n) = &self.slots[slot].kind else { continue };
             let (pool, offering, server, requested, deadline) = (n.pool, n.offering, n.server, n.requested.clone(), n.deadline_s);
             let pod_requests = requested;
-            let candidates = n.candidates.clone();
+            let candidates: Vec<usize> = n.candidates.iter().copied().filter(|&c| n.admits(&self.offerings, c)).collect();
             self.release(offering, server);
             let score = |s: &Self, o: usize| {
                 let off = &s.offerings[o];
@@ -1399,11 +1388,7 @@ impl<'s> Scheduler<'s> {
             for &c in &candidates {
                 let off = &self.offerings[c];
                 let class = &self.classes[off.class];
-                if !class.has_free()
-                    || !pod_requests.fits(&off.alloc)
-                    || self.limit_breach(pool, off).is_some()
-                    || self.power_breach(off).is_some()
-                    || self.rate_breach(off).is_some()
+                if !class.has_free() || self.limit_breach(pool, off).is_some() || self.power_breach(off).is_some() || self.rate_breach(off).is_some()
                 {
                     continue;
                 }

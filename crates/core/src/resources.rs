@@ -182,25 +182,6 @@ impl Resources {
             && more.extended.iter().all(|(n, b)| ok(self.extended(n), *b, free.extended(n)))
     }
 
-    /// Lowers each resource to `other`'s where that is less, an absent
-    /// extended resource counting as none: requests that fit the result
-    /// fit both.
-    pub fn lower_to(&mut self, other: &Resources) {
-        self.cpu_milli = self.cpu_milli.min(other.cpu_milli);
-        self.memory_bytes = self.memory_bytes.min(other.memory_bytes);
-        self.ephemeral_bytes = self.ephemeral_bytes.min(other.ephemeral_bytes);
-        self.pods = self.pods.min(other.pods);
-        for (name, amount) in &mut self.extended {
-            *amount = (*amount).min(other.extended(name));
-        }
-        for (name, amount) in &other.extended {
-            if *amount < 0 && self.extended(name) == 0 {
-                self.set_extended(name, *amount);
-            }
-        }
-        self.extended.retain(|(_, amount)| *amount != 0);
-    }
-
     /// Component-wise maximum, as used for init containers.
     pub fn max_with(&self, other: &Resources) -> Resources {
         let mut out = Resources {
@@ -254,21 +235,6 @@ mod tests {
         assert_eq!(a.extended[0].0, "a.io/y");
         a.sub(&Resources::default().with_extended("a.io/y", 1));
         assert_eq!(a.extended.len(), 1);
-    }
-
-    #[test]
-    fn what_fits_the_lowered_fits_both() {
-        let a = Resources::new(4000, 8 << 30).with_pods(10).with_extended(GPU, 2).with_extended("x.io/y", -1);
-        let b = Resources::new(8000, 4 << 30).with_pods(110).with_extended("z.io/w", 3);
-        let mut low = a.clone();
-        low.lower_to(&b);
-        assert_eq!(low, Resources::new(4000, 4 << 30).with_pods(10).with_extended("x.io/y", -1));
-        let mut other_way = b.clone();
-        other_way.lower_to(&a);
-        assert_eq!(other_way, low);
-        for pod in [Resources::new(4000, 4 << 30), Resources::new(1, 1).with_extended(GPU, 1), Resources::new(1, 1).with_extended("z.io/w", 1)] {
-            assert!(!pod.fits(&low) || (pod.fits(&a) && pod.fits(&b)), "{pod:?}");
-        }
     }
 
     #[test]
