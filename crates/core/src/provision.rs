@@ -347,6 +347,10 @@ struct Scheduler<'s> {
     eligible_cache: HashMap<EligibleKey<'s>, Rc<Vec<Vec<DomainId>>>>,
     lives: Vec<Live>,
     shared_lives: HashMap<StaticKey<'s>, usize>,
+    /// Per topology key: how many distinct domains the offerings have, so
+    /// that a scan for the domains free servers offer can stop once it has
+    /// seen them all.
+    offering_domains_per_key: Vec<usize>,
     /// Power changes of the last minute and those this plan opens.
     gate: crate::transitions::Gate<'s>,
 }
@@ -521,6 +525,7 @@ impl<'s> Scheduler<'s> {
             eligible_cache: HashMap::new(),
             lives: Vec::new(),
             shared_lives: HashMap::new(),
+            offering_domains_per_key: Vec::new(),
             gate: crate::transitions::Gate::new(snap, now_s),
         };
         s.build_inventory();
@@ -628,6 +633,17 @@ impl<'s> Scheduler<'s> {
                     .then(y.warm.cmp(&x.warm))
                     .then(a.cmp(&b))
             });
+        }
+        let keys = self.offerings.iter().map(|o| o.domains.len()).max().unwrap_or(0);
+        self.offering_domains_per_key = vec![0; keys];
+        let mut seen = vec![false; self.topo.domain_count()];
+        for k in 0..keys {
+            seen.fill(false);
+            for d in self.offerings.iter().filter_map(|o| o.domains.get(k).copied().flatten()) {
+                if !std::mem::replace(&mut seen[d as usize], true) {
+                    self.offering_domains_per_key[k] += 1;
+                }
+            }
         }
         let mut peers_of: HashMap<(usize, Vec<Option<DomainId>>), usize> = HashMap::new();
         for (pool, list) in self.offerings_by_pool.iter().enumerate() {
@@ -985,6 +1001,9 @@ impl<'s> Scheduler<'s> {
                             && !std::mem::replace(&mut seen[d as usize], true)
                         {
                             offered.push(d);
+                            if offered.len() == self.offering_domains_per_key[key] {
+                                break;
+                            }
                         }
                     }
                     group.offered_domains[i] = Some((self.inventory_epoch, offered.clone(), fresh_host));
@@ -1133,6 +1152,9 @@ impl<'s> Scheduler<'s> {
 
     fn limit_breach(&self, pool: usize, off: &Offering) -> Option<String> {
         let l = &self.pools[pool].limits;
+        if *l == Limits::default() {
+            return None;
+        }
         let u = &self.usage[pool];
         let over = |limit: Option<i64>, used: i64, add: i64| limit.is_some_and(|m| add > 0 && used + add > m);
         if over(l.servers, u.servers, 1) {
