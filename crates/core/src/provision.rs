@@ -729,8 +729,11 @@ impl<'s> Scheduler<'s> {
             });
         }
         // A claim's own waiting pods keep their room on it.
-        let pending: HashMap<String, usize> =
-            snap.pods.iter().enumerate().filter(|(_, p)| p.is_pending_demand()).map(|(i, p)| (p.key(), i)).collect();
+        let pending: HashMap<String, usize> = if self.claims.is_empty() {
+            HashMap::new()
+        } else {
+            snap.pods.iter().enumerate().filter(|(_, p)| p.is_pending_demand()).map(|(i, p)| (p.key(), i)).collect()
+        };
         for &slot in &self.claims {
             let SlotKind::InFlight { claim, .. } = &self.slots[slot].kind else { continue };
             let Some(c) = snap.claims.iter().find(|c| &c.name == claim) else { continue };
@@ -756,8 +759,7 @@ impl<'s> Scheduler<'s> {
             let s = &mut self.slots[slot];
             s.free.sub(&pod.requests);
             s.ports.extend(pod.host_ports.iter().cloned());
-            let domains = s.domains.clone();
-            self.topo.place(&terms, &domains, slot, pod.terminating);
+            self.topo.place(&terms, &s.domains, slot, pod.terminating);
         }
     }
 
@@ -1238,17 +1240,17 @@ impl<'s> Scheduler<'s> {
                 break;
             }
             let Some(anchor) = anchor else { continue };
+            // The pool's limits, the fleet's budget and the transition rates
+            // are checked only where one is set.
+            let bounded = self.pools[pool].limits != Limits::default() || self.snap.power_budget_watts.is_some() || self.gate.limits();
             let candidates: Vec<usize> = self.peers[self.offerings[anchor].peers]
                 .iter()
                 .copied()
                 .filter(|&o| {
                     let off = &self.offerings[o];
-                    let class = &self.classes[off.class];
                     group.static_ok[o]
-                        && class.has_free()
-                        && self.limit_breach(pool, off).is_none()
-                        && self.power_breach(off).is_none()
-                        && self.rate_breach(off).is_none()
+                        && self.classes[off.class].has_free()
+                        && (!bounded || (self.limit_breach(pool, off).is_none() && self.power_breach(off).is_none() && self.rate_breach(off).is_none()))
                 })
                 .collect();
             let (server, name) = self.take(anchor);
@@ -1400,9 +1402,11 @@ impl<'s> Scheduler<'s> {
                 let missed = deadline.is_some_and(|d| off.eta_s as i64 > d);
                 let added = if off.warm { 0.0 } else { off.idle_watts };
                 let waste = {
-                    let free = off.alloc.minus(&pod_requests);
                     let frac = |f: i64, t: i64| if t > 0 { f as f64 / t as f64 } else { 0.0 };
-                    frac(free.cpu_milli, off.alloc.cpu_milli) + frac(free.memory_bytes, off.alloc.memory_bytes) + 10.0 * free.gpus() as f64
+                    let a = &off.alloc;
+                    frac(a.cpu_milli - pod_requests.cpu_milli, a.cpu_milli)
+                        + frac(a.memory_bytes - pod_requests.memory_bytes, a.memory_bytes)
+                        + 10.0 * (a.gpus() - pod_requests.gpus()) as f64
                 };
                 (missed, off.failures, added, waste, off.eta_s, o)
             };
