@@ -323,8 +323,9 @@ struct Scheduler<'s> {
     offerings: Vec<Offering>,
     offerings_by_pool: Vec<Vec<usize>>,
     /// Offerings of one pool in the same topology domains but the hostname,
-    /// in the order of `offerings_by_pool`.
-    peers: Vec<Vec<usize>>,
+    /// in the order of `offerings_by_pool`, each with its class: a new
+    /// claim filters them without reading the offerings.
+    peers: Vec<Vec<(usize, usize)>>,
     slots: Vec<Slot>,
     existing: Vec<usize>,
     claims: Vec<usize>,
@@ -655,7 +656,7 @@ impl<'s> Scheduler<'s> {
                 if peers == next {
                     self.peers.push(Vec::new());
                 }
-                self.peers[peers].push(o);
+                self.peers[peers].push((o, self.offerings[o].class));
                 self.offerings[o].peers = peers;
             }
         }
@@ -841,7 +842,7 @@ impl<'s> Scheduler<'s> {
         let anti_in_use = self.anti_terms_in_use();
 
         // Group identical pods; a group keeps the creation order of its pods.
-        let mut group_of: HashMap<GroupKey<'_>, usize> = HashMap::new();
+        let mut group_of: HashMap<GroupKey<'_>, usize> = HashMap::with_capacity(pending.len());
         let mut groups: Vec<Group> = Vec::new();
         for &i in &pending {
             let pod = &snap.pods[i];
@@ -1245,13 +1246,15 @@ impl<'s> Scheduler<'s> {
             let bounded = self.pools[pool].limits != Limits::default() || self.snap.power_budget_watts.is_some() || self.gate.limits();
             let candidates: Vec<usize> = self.peers[self.offerings[anchor].peers]
                 .iter()
-                .copied()
-                .filter(|&o| {
-                    let off = &self.offerings[o];
+                .filter(|&&(o, class)| {
                     group.static_ok[o]
-                        && self.classes[off.class].has_free()
-                        && (!bounded || (self.limit_breach(pool, off).is_none() && self.power_breach(off).is_none() && self.rate_breach(off).is_none()))
+                        && self.classes[class].has_free()
+                        && (!bounded || {
+                            let off = &self.offerings[o];
+                            self.limit_breach(pool, off).is_none() && self.power_breach(off).is_none() && self.rate_breach(off).is_none()
+                        })
                 })
+                .map(|&(o, _)| o)
                 .collect();
             let (server, name) = self.take(anchor);
             let deadline_s = self.deadline_of(pod, pool);
