@@ -79,7 +79,9 @@ pub struct NodeFacts {
     pub ready: bool,
     /// Since when Ready has been True; None when not Ready.
     pub ready_since_s: Option<Seconds>,
-    /// Readiness gates not met yet ("node Ready" first when it is not).
+    /// Readiness gates not met yet: first "node Ready" when it is not, or
+    /// "node Ready (...)" when the node lifecycle controller's taint is
+    /// still on it, then the pool's gates.
     pub unmet: Vec<String>,
 }
 
@@ -273,8 +275,11 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
             if let Some(b) = budget
                 && age > b.stuck_after_s
             {
-                let reason =
-                    if node.unmet.iter().any(|u| u == "node Ready") { FailureReason::NodeNotReady } else { FailureReason::ReadinessGateFailed };
+                let reason = if node.unmet.iter().any(|u| u.starts_with("node Ready")) {
+                    FailureReason::NodeNotReady
+                } else {
+                    FailureReason::ReadinessGateFailed
+                };
                 let message =
                     format!("node {} registered {} ago and is not ready: {waiting}; usually ready in {}", node.name, human(age), human(b.usual_s));
                 return vec![fail(name, reason, message, true)];
@@ -616,6 +621,18 @@ mod tests {
             (
                 "joined, never ready",
                 with_node(view(Stage::Joined, 181), node(false, &["node Ready"])),
+                ClaimIo::default(),
+                vec!["fail node_not_ready (timed out)"],
+            ),
+            (
+                "joined, Ready, the lifecycle taint not lifted yet",
+                with_node(view(Stage::Joined, 5), node(true, &["node Ready (its node.kubernetes.io/not-ready taint is not lifted yet)"])),
+                ClaimIo::default(),
+                vec!["note GatesWaiting"],
+            ),
+            (
+                "joined, Ready, the lifecycle taint never lifted",
+                with_node(view(Stage::Joined, 181), node(true, &["node Ready (its node.kubernetes.io/not-ready taint is not lifted yet)"])),
                 ClaimIo::default(),
                 vec!["fail node_not_ready (timed out)"],
             ),
