@@ -658,7 +658,7 @@ fn https_client(url: &str, ca_bundle_file: Option<&Path>) -> Result<reqwest::Cli
         other => return Err(format!("{url:?} has scheme {other:?}: use https")),
     }
     let tls = ironclaim_redfish::TlsSettings { ca_file: ca_bundle_file.map(Path::to_path_buf), insecure_skip_verify: false }
-        .client_config(url)
+        .client_config()
         .map_err(|err| err.to_string())?;
     reqwest::Client::builder()
         .use_preconfigured_tls(tls)

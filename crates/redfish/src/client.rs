@@ -129,6 +129,9 @@ impl Reply {
     }
 }
 
+/// A resource's ETag and its body as compact JSON.
+type Tagged = (String, Box<[u8]>);
+
 /// A client for one BMC endpoint.
 #[derive(Clone)]
 pub struct Bmc {
@@ -145,7 +148,10 @@ struct Inner {
     /// Shared by every client of this endpoint (see [`crate::fleet`]).
     gate: Arc<EndpointGate>,
     conversation: Mutex<Option<Conversation>>,
-    etags: SyncMutex<HashMap<String, (String, Value)>>,
+    /// By URL: the ETag of the last full read and that read's body, kept as
+    /// compact JSON rather than parsed (a parsed System resource is some
+    /// 24 KiB per BMC; its text a fraction of that), parsed again on a 304.
+    etags: SyncMutex<HashMap<String, Tagged>>,
     systems: Mutex<HashMap<SystemSelector, String>>,
 }
 
@@ -175,28 +181,18 @@ impl Bmc {
     /// # Errors
     /// [`Error::TlsConfig`] when the TLS settings cannot be used.
     pub fn new(config: BmcConfig, limiter: Arc<Semaphore>) -> Result<Self> {
-        Bmc::with_gate(config, limiter, Arc::new(EndpointGate::new(Semaphore::MAX_PERMITS)))
+        let http = http_client(&config.tls, &config.timing)?;
+        Ok(Bmc::with_gate(config, http, limiter, Arc::new(EndpointGate::new(Semaphore::MAX_PERMITS))))
     }
 
-    /// A client that shares `gate` with the other clients of its endpoint.
-    pub(crate) fn with_gate(config: BmcConfig, limiter: Arc<Semaphore>, gate: Arc<EndpointGate>) -> Result<Self> {
-        let tls = config.tls.client_config(config.endpoint.as_str())?;
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .timeout(config.timing.request_timeout)
-            .connect_timeout(config.timing.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .user_agent(concat!("ironclaim/", env!("CARGO_PKG_VERSION")))
-            // A redirect is followed only within the BMC's own origin: the
-            // session token (X-Auth-Token) and Basic credentials must never
-            // reach another host, port or scheme.
-            .redirect(reqwest::redirect::Policy::custom(|attempt| {
-                let same_origin = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
-                if same_origin && attempt.previous().len() < 5 { attempt.follow() } else { attempt.stop() }
-            }))
-            .build()
-            .map_err(|err| Error::TlsConfig { reason: format!("cannot build the HTTP client: {err}") })?;
-        Ok(Bmc {
+    /// A client that shares `gate` with the other clients of its endpoint,
+    /// and sends through `http` (see [`http_client`]), which clients of
+    /// other endpoints may share.
+    pub(crate) fn with_gate(config: BmcConfig, http: reqwest::Client, limiter: Arc<Semaphore>, gate: Arc<EndpointGate>) -> Self {
+        if config.tls.insecure_skip_verify {
+            tracing::warn!(endpoint = %config.endpoint, "TLS certificate verification is DISABLED for this BMC (insecure_skip_verify)");
+        }
+        Bmc {
             inner: Arc::new(Inner {
                 endpoint: config.endpoint,
                 http,
@@ -209,7 +205,7 @@ impl Bmc {
                 etags: SyncMutex::new(HashMap::new()),
                 systems: Mutex::new(HashMap::new()),
             }),
-        })
+        }
     }
 
     pub fn endpoint(&self) -> &Url {
@@ -384,7 +380,7 @@ impl Bmc {
 
     fn cached_value(&self, url: &str) -> Option<Value> {
         let cache = self.inner.etags.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        cache.get(url).map(|(_, value)| value.clone())
+        cache.get(url).and_then(|(_, body)| serde_json::from_slice(body).ok())
     }
 
     fn remember_etag(&self, url: &str, etag: &str, value: &Value) {
@@ -392,7 +388,8 @@ impl Bmc {
         if cache.len() >= MAX_CACHED_ETAGS {
             cache.clear();
         }
-        cache.insert(url.to_owned(), (etag.to_owned(), value.clone()));
+        let Ok(body) = serde_json::to_vec(value) else { return };
+        cache.insert(url.to_owned(), (etag.to_owned(), body.into_boxed_slice()));
     }
 
     /// Forgets the cached copy of a resource, so the next read is a full one.
@@ -659,6 +656,32 @@ fn shutting_down(step: Step, url: &Url) -> Error {
 /// An answer that is neither success nor a case the step handles.
 fn unexpected_status(step: Step, reply: &Reply) -> Error {
     Error::HttpStatus { step, url: reply.url.clone(), status: reply.status.as_u16(), message: reply.message() }
+}
+
+/// The HTTP client for BMCs with these TLS settings and timing. Its pool
+/// keeps connections per origin, so one client serves any number of BMCs:
+/// a fleet builds one per distinct TLS settings, not one per BMC (each
+/// costs about 12 KiB built, and its own pool).
+///
+/// # Errors
+/// [`Error::TlsConfig`] when the TLS settings cannot be used.
+pub(crate) fn http_client(tls: &crate::TlsSettings, timing: &Timing) -> Result<reqwest::Client> {
+    let tls = tls.client_config()?;
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .timeout(timing.request_timeout)
+        .connect_timeout(timing.connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .user_agent(concat!("ironclaim/", env!("CARGO_PKG_VERSION")))
+        // A redirect is followed only within the BMC's own origin: the
+        // session token (X-Auth-Token) and Basic credentials must never
+        // reach another host, port or scheme.
+        .redirect(reqwest::redirect::Policy::custom(|attempt| {
+            let same_origin = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+            if same_origin && attempt.previous().len() < 5 { attempt.follow() } else { attempt.stop() }
+        }))
+        .build()
+        .map_err(|err| Error::TlsConfig { reason: format!("cannot build the HTTP client: {err}") })
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use url::Url;
 
-use crate::client::{AuthMode, Bmc, BmcConfig, Timing};
+use crate::client::{AuthMode, Bmc, BmcConfig, Timing, http_client};
 use crate::credentials::Credentials;
 use crate::error::{Error, Result};
 use crate::tls::TlsSettings;
@@ -86,7 +86,7 @@ impl Default for FleetOptions {
         FleetOptions {
             max_concurrent_requests: 32,
             max_requests_per_endpoint: 4,
-            max_endpoints: 1024,
+            max_endpoints: 16_384,
             idle_after: Duration::from_secs(600),
             timing: Timing::default(),
             auth: AuthMode::Auto,
@@ -122,9 +122,12 @@ impl Endpoint {
 /// # Guarantees
 /// - Every caller naming one endpoint (scheme, host and port, compared as a
 ///   URL origin, so `https://h/` and `https://h:443/` are one) with one
-///   username gets the same [`Bmc`]: one connection pool and one Redfish
-///   session, opened on first use and opened again once when the BMC
-///   answers 401.
+///   username gets the same [`Bmc`]: one Redfish session, opened on first
+///   use and opened again once when the BMC answers 401.
+/// - Clients with the same TLS settings send through one HTTP client,
+///   whose pool keeps each endpoint's connections apart; different
+///   settings never share a connection. A BMC costs its session and its
+///   connections, not a pool of its own.
 /// - A different password or TLS settings for that endpoint and username
 ///   builds a new client and replaces the old one; calls already running
 ///   finish on the old client, which logs out once dropped.
@@ -142,7 +145,8 @@ impl Endpoint {
 ///   the number of endpoints in use at once.
 ///
 /// # Assumptions
-/// A CA file is read when its client is built: a changed bundle must come
+/// A CA file is read when the first client with its settings is built, and
+/// not again while any cached client has them: a changed bundle must come
 /// under a new path to be seen (the controller names bundles by content).
 pub struct BmcFleet {
     options: FleetOptions,
@@ -152,6 +156,9 @@ pub struct BmcFleet {
 
 struct Endpoints {
     by_origin: HashMap<String, Endpoint>,
+    /// One HTTP client per distinct TLS settings among the accounts, shared
+    /// by all their endpoints (its pool keeps connections per origin).
+    http: HashMap<TlsSettings, reqwest::Client>,
     last_pruned: Instant,
 }
 
@@ -170,7 +177,7 @@ impl Default for BmcFleet {
 impl BmcFleet {
     pub fn new(options: FleetOptions) -> Self {
         let limiter = Arc::new(Semaphore::new(options.max_concurrent_requests.clamp(1, Semaphore::MAX_PERMITS)));
-        let endpoints = SyncMutex::new(Endpoints { by_origin: HashMap::new(), last_pruned: Instant::now() });
+        let endpoints = SyncMutex::new(Endpoints { by_origin: HashMap::new(), http: HashMap::new(), last_pruned: Instant::now() });
         BmcFleet { options, limiter, endpoints }
     }
 
@@ -221,7 +228,15 @@ impl BmcFleet {
             timing: self.options.timing.clone(),
         };
         // Built under the lock, so that two first calls build one client.
-        let bmc = Bmc::with_gate(config, self.limiter.clone(), gate.clone())?;
+        let http = match endpoints.http.get(tls) {
+            Some(http) => http.clone(),
+            None => {
+                let http = http_client(tls, &self.options.timing)?;
+                endpoints.http.insert(tls.clone(), http.clone());
+                http
+            }
+        };
+        let bmc = Bmc::with_gate(config, http, self.limiter.clone(), gate.clone());
         let entry = endpoints.by_origin.entry(origin).or_insert_with(|| Endpoint { gate, accounts: HashMap::new(), last_used: now });
         let account = Account { credentials: credentials.clone(), tls: tls.clone(), bmc: bmc.clone() };
         entry.accounts.insert(credentials.username.clone(), account);
@@ -245,6 +260,15 @@ impl BmcFleet {
                 None => break,
             }
         }
+        // The HTTP clients of TLS settings no cached account has any more.
+        let Endpoints { by_origin, http, .. } = endpoints;
+        http.retain(|tls, _| by_origin.values().any(|e| e.accounts.values().any(|a| a.tls == *tls)));
+    }
+
+    /// How many HTTP clients the fleet holds: one per distinct TLS settings
+    /// among its cached clients.
+    pub fn http_client_count(&self) -> usize {
+        self.endpoints.lock().unwrap_or_else(PoisonError::into_inner).http.len()
     }
 
     /// How many endpoints have a cached client.
@@ -352,6 +376,28 @@ mod tests {
         tokio::time::advance(fleet.options().idle_after).await;
         drop(fleet.client(&url("http://127.0.0.1:4/"), &admin("x"), &tls).unwrap());
         assert_eq!(fleet.endpoint_count(), 1, "the idle endpoints are gone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn endpoints_with_the_same_tls_settings_share_one_http_client_kept_while_one_of_them_is() {
+        let fleet = BmcFleet::new(FleetOptions { max_endpoints: 3, ..FleetOptions::default() });
+        let (tls, insecure) = (TlsSettings::default(), TlsSettings { ca_file: None, insecure_skip_verify: true });
+        for port in 1..=2 {
+            drop(fleet.client(&url(&format!("https://127.0.0.1:{port}/")), &admin("x"), &tls).unwrap());
+        }
+        assert_eq!((fleet.endpoint_count(), fleet.http_client_count()), (2, 1), "two BMCs, one HTTP client");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let held = fleet.client(&url("https://127.0.0.1:3/"), &admin("x"), &insecure).unwrap();
+        assert_eq!(fleet.http_client_count(), 2, "other TLS settings never share a connection");
+        // Past the bound the oldest endpoints go; their settings' client goes
+        // with the last of them.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(fleet.client(&url("https://127.0.0.1:4/"), &admin("x"), &insecure).unwrap());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(fleet.client(&url("https://127.0.0.1:5/"), &admin("x"), &insecure).unwrap());
+        assert_eq!(fleet.endpoint_count(), 3);
+        assert_eq!(fleet.http_client_count(), 1, "no endpoint left with the default settings");
+        drop(held);
     }
 
     #[tokio::test(start_paused = true)]

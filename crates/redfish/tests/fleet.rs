@@ -290,3 +290,62 @@ async fn fleet_sweep_of_500_bmcs() {
         drop(mocks);
     }
 }
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
+/// What a BMC client costs in memory, as the controller holds one per
+/// Server when each has a BMC of its own: built, and then after one read
+/// each over a connection kept alive. Run with `cargo test --release -p
+/// ironclaim-redfish --test fleet -- --ignored --nocapture
+/// the_memory_of_bmc_clients`; `IRONCLAIM_BMC_CLIENTS` sets how many
+/// (default 2,000). The mock BMC's side of the connections is in the same
+/// process: `served` is its share, measured with connections that do not
+/// go through a client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, printed"]
+async fn the_memory_of_bmc_clients() {
+    ironclaim_redfish::install_crypto_provider();
+    let n: usize = std::env::var("IRONCLAIM_BMC_CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let mock = chassis(&[], "On").await;
+    let mut endpoints = Vec::with_capacity(n);
+    for _ in 0..n {
+        endpoints.push(mock.listen_again().await);
+    }
+    // The server side of n kept-alive connections, through bare sockets.
+    let before_served = rss_kib();
+    let mut sockets = Vec::with_capacity(n);
+    for e in &endpoints {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = e.trim_start_matches("http://");
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET /redfish/v1 HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 512];
+        let _ = s.read(&mut buf).await.unwrap();
+        sockets.push(s);
+    }
+    let served = rss_kib().saturating_sub(before_served);
+    drop(sockets);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let dir = TempDir::new("fleet-memory");
+    let fleet = BmcFleet::new(FleetOptions { timing: mock_timing(), max_endpoints: usize::MAX, ..FleetOptions::default() });
+    let before = rss_kib();
+    let clients: Vec<Bmc> = endpoints
+        .iter()
+        .map(|e| fleet.client(&BmcAddress::parse(&format!("{e}{SYSTEM}")).unwrap().endpoint, &credentials(&dir), &TlsSettings::default()).unwrap())
+        .collect();
+    let built = rss_kib().saturating_sub(before);
+    for c in &clients {
+        assert_eq!(c.power_state(&mockup_system()).await.unwrap(), PowerState::On);
+    }
+    let used = rss_kib().saturating_sub(before);
+    println!(
+        "{n} BMC clients: built {} KiB each; after one read each {} KiB each, of which the mock's side of a connection about {} KiB",
+        built / n as u64,
+        used / n as u64,
+        served / n as u64
+    );
+}
