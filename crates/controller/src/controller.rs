@@ -247,7 +247,7 @@ where
     let kind = K::kind(&Default::default()).to_string();
     let lag = metrics.watch_lag.get_or_create(&vec![("kind".into(), kind.clone())]).clone();
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-    let mut buffer = Vec::new();
+    let mut relist = K::Relist::default();
     let mut first = true;
     let mut failures = Throttle::new(WATCH_REPORT_EVERY);
     loop {
@@ -258,10 +258,13 @@ where
             tracing::info!(%kind, failed, "watch recovered");
         }
         match next {
-            Ok(Some(Event::Init)) => buffer.clear(),
-            Ok(Some(Event::InitApply(o))) => buffer.push(o.listed()),
+            Ok(Some(Event::Init)) => relist = K::Relist::default(),
+            Ok(Some(Event::InitApply(o))) => {
+                let listed = o.listed();
+                index.lock().unwrap_or_else(PoisonError::into_inner).relist_add::<K>(&mut relist, listed);
+            }
             Ok(Some(Event::InitDone)) => {
-                index.lock().unwrap_or_else(PoisonError::into_inner).reset::<K>(std::mem::take(&mut buffer));
+                index.lock().unwrap_or_else(PoisonError::into_inner).relist_done::<K>(std::mem::take(&mut relist));
                 if first {
                     first = false;
                     synced.fetch_add(1, Ordering::SeqCst);

@@ -104,8 +104,15 @@ pub trait Indexed: Sized {
     const LINKS: bool = false;
     fn apply(self, index: &mut Index);
     fn delete(&self, index: &mut Index);
-    /// Replaces every object of the kind (after a watch relist).
-    fn reset(objects: Vec<Self::Listed>, index: &mut Index);
+    /// What a watch relist gathers until its end. Most kinds gather the
+    /// listed objects and replace theirs with them at the end, at once.
+    /// Pods, too many to hold twice, go into the index as they arrive, and
+    /// the relist gathers only their keys: at its end the pods it did not
+    /// bring are dropped.
+    type Relist: Default + Send;
+    fn relist_add(relist: &mut Self::Relist, listed: Self::Listed, index: &mut Index);
+    /// Ends a relist: the index then holds exactly what it brought.
+    fn relist_done(relist: Self::Relist, index: &mut Index);
 }
 
 fn object_key<K: kube::Resource>(object: &K, namespaced: bool) -> String {
@@ -136,9 +143,13 @@ macro_rules! keyed {
             fn delete(&self, index: &mut Index) {
                 index.$field.remove(&object_key(self, $namespaced));
             }
-            fn reset(objects: Vec<Self>, index: &mut Index) {
+            type Relist = Vec<Self>;
+            fn relist_add(relist: &mut Vec<Self>, listed: Self, _: &mut Index) {
+                relist.push(listed);
+            }
+            fn relist_done(relist: Vec<Self>, index: &mut Index) {
                 index.$field.clear();
-                for o in objects {
+                for o in relist {
                     o.apply(index);
                 }
             }
@@ -177,10 +188,14 @@ impl Indexed for ConfigMap {
             index.relock(before.locks.into_keys().collect());
         }
     }
-    fn reset(objects: Vec<Self>, index: &mut Index) {
+    type Relist = Vec<Self>;
+    fn relist_add(relist: &mut Vec<Self>, listed: Self, _: &mut Index) {
+        relist.push(listed);
+    }
+    fn relist_done(relist: Vec<Self>, index: &mut Index) {
         index.ledgers.clear();
         index.locks.clear();
-        for o in objects {
+        for o in relist {
             o.apply(index);
         }
     }
@@ -214,12 +229,15 @@ impl Indexed for Pod {
     fn delete(&self, index: &mut Index) {
         index.drop_pod(&object_key(self, true));
     }
-    fn reset(objects: Vec<ListedPod>, index: &mut Index) {
-        index.pods.clear();
-        index.bad_pods.clear();
-        index.demand.clear();
-        for (k, entry) in objects {
-            index.put_pod(k, entry);
+    type Relist = std::collections::HashSet<String>;
+    fn relist_add(seen: &mut Self::Relist, (k, entry): ListedPod, index: &mut Index) {
+        seen.insert(k.clone());
+        index.put_pod(k, entry);
+    }
+    fn relist_done(seen: Self::Relist, index: &mut Index) {
+        let gone: Vec<String> = index.pods.keys().chain(index.bad_pods.keys()).filter(|k| !seen.contains(*k)).cloned().collect();
+        for k in gone {
+            index.drop_pod(&k);
         }
     }
 }
@@ -353,9 +371,25 @@ impl Index {
         self.demand.remove(key);
     }
 
-    pub fn reset<K: Indexed>(&mut self, objects: Vec<K::Listed>) {
+    /// One object of a relist under way (see [`Indexed::Relist`]).
+    pub fn relist_add<K: Indexed>(&mut self, relist: &mut K::Relist, listed: K::Listed) {
         self.changing::<K>();
-        K::reset(objects, self);
+        K::relist_add(relist, listed, self);
+    }
+
+    /// The end of a relist: the kind now holds exactly what it brought.
+    pub fn relist_done<K: Indexed>(&mut self, relist: K::Relist) {
+        self.changing::<K>();
+        K::relist_done(relist, self);
+    }
+
+    /// A whole relist at once: replaces every object of the kind.
+    pub fn reset<K: Indexed>(&mut self, objects: Vec<K::Listed>) {
+        let mut relist = K::Relist::default();
+        for listed in objects {
+            self.relist_add::<K>(&mut relist, listed);
+        }
+        self.relist_done::<K>(relist);
     }
 
     /// Makes `locks` agree with `ledgers` for `servers`: each one's lock is
@@ -704,22 +738,23 @@ mod tests {
     #[test]
     #[ignore = "a measurement, printed"]
     fn the_memory_of_150000_pods() {
+        let bulk = |n: usize, k: usize| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("bulk-srv-{n:05}-{k:02}"), "namespace": "scale", "uid": "0f6f8a1e-2b3c-4d5e-8f90-123456789abc",
+                             "labels": {"app": "bulk"}, "creationTimestamp": NOW, "resourceVersion": "123456"},
+                "spec": {"nodeName": format!("srv-{n:05}"),
+                         "containers": [{"name": "c", "image": "registry.invalid/app", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}],
+                         "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                                         {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]},
+                "status": {"phase": "Running"}
+            }))
+            .expect("pod")
+        };
+        let all = || (0..5000).flat_map(|n| (0..30).map(move |k| (n, k)));
         let before = rss_kib();
         let mut index = Index::default();
-        for n in 0..5000 {
-            for k in 0..30 {
-                let p: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("bulk-srv-{n:05}-{k:02}"), "namespace": "scale", "uid": "0f6f8a1e-2b3c-4d5e-8f90-123456789abc",
-                                 "labels": {"app": "bulk"}, "creationTimestamp": NOW, "resourceVersion": "123456"},
-                    "spec": {"nodeName": format!("srv-{n:05}"),
-                             "containers": [{"name": "c", "image": "registry.invalid/app", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}],
-                             "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                                             {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]},
-                    "status": {"phase": "Running"}
-                }))
-                .expect("pod");
-                index.apply(p);
-            }
+        for (n, k) in all() {
+            index.apply(bulk(n, k));
         }
         let indexed = rss_kib().saturating_sub(before);
         let snapshot = index.snapshot(NOW_S, FailureBackoff { base_s: 60, max_s: 3600 });
@@ -732,6 +767,53 @@ mod tests {
             std::mem::size_of::<PodEntry>()
         );
         assert_eq!(snapshot.0.pods.len(), 150_000);
+        drop(snapshot);
+
+        // A relist of them all, as a watch brings it after losing its
+        // place: how far above its resident size it takes the process, as
+        // the watch does it (each pod in as it arrives) and held whole
+        // until its end (as the watch did before).
+        let peak_above = |relist: &mut dyn FnMut(&mut Index), index: &mut Index| {
+            let _ = std::fs::write("/proc/self/clear_refs", "5");
+            let base = rss_kib();
+            relist(index);
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let peak: u64 =
+                status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+            peak.saturating_sub(base) / 1024
+        };
+        let streamed = peak_above(
+            &mut |index| {
+                let mut relist = <Pod as Indexed>::Relist::default();
+                for (n, k) in all() {
+                    index.relist_add::<Pod>(&mut relist, bulk(n, k).listed());
+                }
+                index.relist_done::<Pod>(relist);
+            },
+            &mut index,
+        );
+        let whole = peak_above(&mut |index| index.reset::<Pod>(all().map(|(n, k)| bulk(n, k).listed()).collect()), &mut index);
+        println!("a relist of them: {streamed} MiB above the index as they arrive, {whole} MiB held whole until its end");
+        assert_eq!(index.pods.len(), 150_000);
+    }
+
+    #[test]
+    fn a_relist_of_pods_goes_in_as_it_arrives_and_drops_what_it_did_not_bring_at_its_end() {
+        let mut index = Index::default();
+        for name in 0..3 {
+            index.apply(watched_pod(name, name != 0, false, false));
+        }
+        let mut relist = <Pod as Indexed>::Relist::default();
+        index.relist_add::<Pod>(&mut relist, watched_pod(1, false, false, false).listed());
+        index.relist_add::<Pod>(&mut relist, watched_pod(7, false, false, false).listed());
+        // Under way: what it brought is in, what it has not brought yet stays.
+        let keys = |index: &Index| index.pods.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&index), ["app/p0", "app/p1", "app/p2", "app/p7"]);
+        assert!(index.pending_pod_keys().any(|k| k == "app/p1"), "p1 is pending now");
+        index.relist_done::<Pod>(relist);
+        assert_eq!(keys(&index), ["app/p1", "app/p7"]);
+        let pending: Vec<&String> = index.pending_pod_keys().collect();
+        assert_eq!(pending, ["app/p1", "app/p7"], "p0 left the demand with its pod");
     }
 
     proptest::proptest! {
