@@ -82,7 +82,8 @@ pub struct Index {
     /// [`crate::provisioning_requests`].
     pub gang_pods: BTreeMap<String, core::Pod>,
     /// One copy of each distinct set of pod labels and node selectors.
-    labels: ironclaim_core::labels::LabelInterner,
+    labels: ironclaim_core::labels::Interner<ironclaim_core::labels::Labels>,
+    tolerations: ironclaim_core::labels::Interner<ironclaim_core::labels::Tolerations>,
 }
 
 /// One ledger ConfigMap as the index keeps it.
@@ -350,6 +351,7 @@ impl Index {
             Ok(mut entry) => {
                 self.labels.intern(&mut entry.pod.labels);
                 self.labels.intern(&mut entry.pod.node_selector);
+                self.tolerations.intern(&mut entry.pod.tolerations);
                 self.bad_pods.remove(&key);
                 if entry.pod.is_demand() {
                     self.demand.insert(key.clone());

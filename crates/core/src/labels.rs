@@ -28,39 +28,58 @@ impl Labels {
     }
 }
 
-/// One map per distinct set of labels among many copies: pods of one
-/// ReplicaSet carry the same labels, and a fleet's 150,000 pods would
-/// otherwise hold 150,000 copies of a few hundred maps.
-#[derive(Debug, Default)]
-pub struct LabelInterner {
-    maps: std::collections::HashSet<Labels>,
-    /// How many maps were kept after the last sweep of unused ones.
+/// A value whose copies share one allocation until one is changed.
+pub trait Shared: Clone + Eq + std::hash::Hash {
+    /// Whether this copy is the only one of its allocation.
+    fn unshared(&self) -> bool;
+}
+
+impl Shared for Labels {
+    fn unshared(&self) -> bool {
+        Labels::unshared(self)
+    }
+}
+
+/// One allocation per distinct value among many copies: pods of one
+/// ReplicaSet carry the same labels, nearly every pod the same two
+/// tolerations, and a fleet's 150,000 pods would otherwise hold 150,000
+/// copies of a few hundred values.
+#[derive(Debug)]
+pub struct Interner<T> {
+    values: std::collections::HashSet<T>,
+    /// How many values were kept after the last sweep of unused ones.
     kept: usize,
 }
 
-impl LabelInterner {
-    /// The shared copy of `labels`' map, kept from now on if it is new.
-    pub fn intern(&mut self, labels: &mut Labels) {
-        if let Some(known) = self.maps.get(labels) {
-            *labels = known.clone();
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner { values: std::collections::HashSet::new(), kept: 0 }
+    }
+}
+
+impl<T: Shared> Interner<T> {
+    /// The shared copy of `value`, kept from now on if it is new.
+    pub fn intern(&mut self, value: &mut T) {
+        if let Some(known) = self.values.get(value) {
+            *value = known.clone();
             return;
         }
-        self.maps.insert(labels.clone());
-        // Maps no one else holds any more are dropped once their number
+        self.values.insert(value.clone());
+        // Values no one else holds any more are dropped once their number
         // could have doubled since the last sweep.
-        if self.maps.len() > 2 * self.kept + 1024 {
-            self.maps.retain(|l| !l.unshared());
-            self.kept = self.maps.len();
+        if self.values.len() > 2 * self.kept + 1024 {
+            self.values.retain(|v| !v.unshared());
+            self.kept = self.values.len();
         }
     }
 
-    /// How many distinct maps are kept.
+    /// How many distinct values are kept.
     pub fn len(&self) -> usize {
-        self.maps.len()
+        self.values.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.maps.is_empty()
+        self.values.is_empty()
     }
 }
 
@@ -285,6 +304,62 @@ pub enum TolerationOperator {
     Exists,
 }
 
+/// A pod's tolerations. Cloning is cheap: the list is shared until one of
+/// the copies is changed, as nearly every pod carries the same two (the
+/// API server's `not-ready` and `unreachable`, for 300 s).
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Tolerations(Arc<Vec<Toleration>>);
+
+impl Shared for Tolerations {
+    fn unshared(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+}
+
+impl std::ops::Deref for Tolerations {
+    type Target = Vec<Toleration>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Tolerations {
+    /// Copies the list first when another copy shares it.
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl Serialize for Tolerations {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tolerations {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::deserialize(deserializer).map(Tolerations::from)
+    }
+}
+
+impl fmt::Debug for Tolerations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl From<Vec<Toleration>> for Tolerations {
+    fn from(list: Vec<Toleration>) -> Self {
+        Tolerations(Arc::new(list))
+    }
+}
+
+impl FromIterator<Toleration> for Tolerations {
+    fn from_iter<I: IntoIterator<Item = Toleration>>(iter: I) -> Self {
+        Tolerations(Arc::new(iter.into_iter().collect()))
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Toleration {
     /// Empty with `Exists` tolerates every taint.
@@ -325,7 +400,7 @@ mod tests {
     #[test]
     fn equal_maps_share_one_copy_and_unused_ones_are_dropped_in_time() {
         let make = |i: usize| -> Labels { [("app".to_string(), format!("a{i}"))].into_iter().collect() };
-        let mut interner = LabelInterner::default();
+        let mut interner = Interner::<Labels>::default();
         let mut first = make(1);
         let mut second = make(1);
         interner.intern(&mut first);
@@ -344,6 +419,20 @@ mod tests {
         let kept = interner.len();
         interner.intern(&mut again);
         assert!(interner.len() <= kept + 1);
+    }
+
+    #[test]
+    fn equal_tolerations_share_one_list_until_one_copy_changes() {
+        let make = || -> Tolerations { vec![Toleration::exists("node.kubernetes.io/not-ready"), Toleration::exists("x")].into() };
+        let mut interner = Interner::<Tolerations>::default();
+        let (mut first, mut second) = (make(), make());
+        interner.intern(&mut first);
+        interner.intern(&mut second);
+        assert_eq!(interner.len(), 1);
+        assert!(!first.unshared() && !second.unshared(), "both copies share the interned list");
+        second.push(Toleration::exists("y"));
+        assert_eq!((first.len(), second.len()), (2, 3), "a change copies the list first");
+        assert_eq!(serde_json::to_value(&first).unwrap(), serde_json::to_value(&*first).unwrap(), "serialized as the list itself");
     }
 
     use super::*;

@@ -1,7 +1,7 @@
 //! The world as the core sees it: a snapshot of nodes, pods, servers,
 //! ServerPools and claims in flight. Drivers build it; the core only reads it.
 
-use crate::labels::{LabelSelector, Labels, NodeSelectorTerm, Requirement, Taint, Toleration};
+use crate::labels::{LabelSelector, Labels, NodeSelectorTerm, Requirement, Taint, Tolerations};
 use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -150,7 +150,7 @@ pub struct Pod {
     #[serde(default)]
     pub node_affinity: Vec<NodeSelectorTerm>,
     #[serde(default)]
-    pub tolerations: Vec<Toleration>,
+    pub tolerations: Tolerations,
     #[serde(default)]
     pub pod_affinity: Vec<PodAffinityTerm>,
     #[serde(default)]

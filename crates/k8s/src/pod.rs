@@ -85,7 +85,7 @@ fn convert(namespace: &str, name: &str, meta: &ObjectMeta, spec: &k8s::PodSpec, 
     pod.node_name = spec.node_name.clone().filter(|n| !n.is_empty());
     pod.scheduling_gated = spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty());
     pod.node_selector = spec.node_selector.clone().unwrap_or_default().into();
-    pod.tolerations = tolerations(spec.tolerations.as_deref().unwrap_or_default(), &format!("{spec_path}.tolerations"))?;
+    pod.tolerations = tolerations(spec.tolerations.as_deref().unwrap_or_default(), &format!("{spec_path}.tolerations"))?.into();
     if let Some(affinity) = &spec.affinity {
         let at = format!("{spec_path}.affinity");
         if let Some(required) = affinity.node_affinity.as_ref().and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()) {

@@ -163,7 +163,7 @@ fn tolerations_keep_operator_value_and_effect() {
 ",
     );
     assert_eq!(
-        pod.tolerations,
+        *pod.tolerations,
         vec![
             Toleration { key: "".into(), operator: TolerationOperator::Exists, value: "".into(), effect: None },
             Toleration {
