@@ -10,10 +10,6 @@ use ironclaim_k8s::api::{ServerClaim, ServerPool};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-/// The NoSchedule taints the node lifecycle controller keeps on a node
-/// whose Ready condition is False or Unknown.
-const LIFECYCLE_TAINTS: [&str; 2] = [ironclaim_core::predicates::NOT_READY_TAINT, ironclaim_core::predicates::UNREACHABLE_TAINT];
-
 /// Whether a claim has passed its gates (Ready or further).
 pub fn claim_passed_gates(claim: &ServerClaim) -> bool {
     matches!(claim.status.as_ref().and_then(|s| s.stage), Some(Stage::Ready | Stage::Serving))
@@ -29,7 +25,8 @@ pub fn unmet(node: &Node, pool: Option<&ServerPool>) -> Vec<String> {
     let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
     if !condition_true("Ready") {
         unmet.push("node Ready".to_string());
-    } else if let Some(t) = taints.iter().find(|t| t.effect == "NoSchedule" && LIFECYCLE_TAINTS.contains(&t.key.as_str())) {
+    } else if let Some(t) = taints.iter().find(|t| t.effect == "NoSchedule" && ironclaim_core::predicates::LIFECYCLE_TAINTS.contains(&t.key.as_str()))
+    {
         // The node lifecycle controller lifts it after the condition turns,
         // seconds later or minutes on a busy control plane; until then
         // kube-scheduler places no pod there, and the claim stays in

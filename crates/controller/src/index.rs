@@ -728,9 +728,14 @@ mod tests {
         ]
     }
 
-    fn rss_kib() -> u64 {
+    /// A size `/proc/self/status` gives in KiB (`VmRSS`, `VmHWM`).
+    fn status_kib(field: &str) -> u64 {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+        status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    }
+
+    fn rss_kib() -> u64 {
+        status_kib("VmRSS")
     }
 
     /// What 150,000 bound pods cost in the index and in one snapshot, as
@@ -779,10 +784,7 @@ mod tests {
             let _ = std::fs::write("/proc/self/clear_refs", "5");
             let base = rss_kib();
             relist(index);
-            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-            let peak: u64 =
-                status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
-            peak.saturating_sub(base) / 1024
+            status_kib("VmHWM").saturating_sub(base) / 1024
         };
         let streamed = peak_above(
             &mut |index| {

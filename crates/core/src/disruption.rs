@@ -607,7 +607,7 @@ fn empty_nodes_pending_pods_fit(snapshot: &Snapshot, now_s: Seconds) -> Vec<(Str
             .map(|n| {
                 let mut n = n.clone();
                 if n.ready {
-                    n.taints.retain(|t| t.key != crate::predicates::NOT_READY_TAINT && t.key != crate::predicates::UNREACHABLE_TAINT);
+                    n.taints.retain(|t| !crate::predicates::LIFECYCLE_TAINTS.contains(&t.key.as_str()));
                 }
                 n
             })

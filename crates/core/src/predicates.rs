@@ -16,6 +16,9 @@ pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 /// The taint the node lifecycle controller gives a node whose Ready
 /// condition is Unknown (no word from its kubelet).
 pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+/// The taints the node lifecycle controller keeps on a node while its Ready
+/// condition is not True, and lifts some time after it turns True.
+pub const LIFECYCLE_TAINTS: [&str; 2] = [NOT_READY_TAINT, UNREACHABLE_TAINT];
 
 /// Why a pod does not fit one node, before other pods are considered.
 #[derive(Clone, Debug, PartialEq, Eq)]
