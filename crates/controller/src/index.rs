@@ -27,10 +27,11 @@ pub const PROVIDER_ID_PREFIX: &str = "ironclaim://";
 /// The condition on a Server whose last transition is its last failed claim.
 pub const CLAIM_FAILED_CONDITION: &str = "ClaimFailed";
 
-/// A pod as the index keeps it: converted once, when it changes.
+/// A pod as the index keeps it: converted once, when it changes, and
+/// shared with every snapshot taken while it stays unchanged.
 #[derive(Clone, Debug)]
 pub struct PodEntry {
-    pub pod: core::Pod,
+    pub pod: std::sync::Arc<core::Pod>,
     pub uid: Option<String>,
     /// The ProvisioningRequest (in the pod's namespace) whose capacity it
     /// consumes (`autoscaling.x-k8s.io/consume-provisioning-request`).
@@ -210,9 +211,13 @@ impl Indexed for Pod {
     fn listed(self) -> ListedPod {
         let k = object_key(&self, true);
         let entry = match pod_from_k8s(&self) {
-            Ok(pod) => {
+            Ok(mut pod) => {
                 let consumes = self.annotations().get(ironclaim_k8s::provisioning_request::CONSUME_ANNOTATION).cloned();
-                Ok(PodEntry { pod, uid: self.metadata.uid.clone(), consumes })
+                // A pod that consumes a ProvisioningRequest is one of its
+                // gang: it takes the place of a stand-in, and is given a
+                // server only with the rest of the request's pods.
+                pod.gang = consumes.as_ref().map(|request| format!("{}/{request}", pod.namespace));
+                Ok(PodEntry { pod: pod.into(), uid: self.metadata.uid.clone(), consumes })
             }
             Err(err) => {
                 let status = self.status.as_ref();
@@ -349,9 +354,10 @@ impl Index {
     fn put_pod(&mut self, key: String, entry: Result<PodEntry, BadPod>) {
         match entry {
             Ok(mut entry) => {
-                self.labels.intern(&mut entry.pod.labels);
-                self.labels.intern(&mut entry.pod.node_selector);
-                self.tolerations.intern(&mut entry.pod.tolerations);
+                let pod = std::sync::Arc::make_mut(&mut entry.pod);
+                self.labels.intern(&mut pod.labels);
+                self.labels.intern(&mut pod.node_selector);
+                self.tolerations.intern(&mut pod.tolerations);
                 self.bad_pods.remove(&key);
                 if entry.pod.is_demand() {
                     self.demand.insert(key.clone());
@@ -461,18 +467,8 @@ impl Index {
     ///   statuses keep of claims gone since.
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
-        // A pod that consumes a ProvisioningRequest is one of its gang: it
-        // takes the place of a stand-in, and is given a server only with
-        // the rest of the request's pods.
-        let pod_of = |(k, e): (&String, &PodEntry)| {
-            let mut pod = e.pod.clone();
-            if let Some(request) = &e.consumes {
-                pod.gang = Some(format!("{}/{request}", k.split_once('/').map_or("default", |(ns, _)| ns)));
-            }
-            pod
-        };
         let mut snap = Snapshot {
-            pods: self.pods.iter().map(pod_of).chain(self.gang_pods.values().cloned()).collect(),
+            pods: self.pods.values().map(|e| e.pod.clone()).chain(self.gang_pods.values().cloned().map(std::sync::Arc::new)).collect(),
             namespaces: self.namespaces.iter().map(|(name, ns)| (name.clone(), ns.metadata.labels.clone().unwrap_or_default().into())).collect(),
             ..Snapshot::default()
         };

@@ -140,7 +140,7 @@ impl World for IndexWorld<'_> {
     }
 
     fn pods_on(&self, node: &str) -> Vec<Pod> {
-        self.index.pods.values().filter(|e| e.pod.node_name.as_deref() == Some(node)).map(|e| e.pod.clone()).collect()
+        self.index.pods.values().filter(|e| e.pod.node_name.as_deref() == Some(node)).map(|e| (*e.pod).clone()).collect()
     }
 }
 

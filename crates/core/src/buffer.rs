@@ -83,7 +83,7 @@ pub fn rooms(snapshot: &Snapshot, buffers: &[Buffer]) -> Vec<Room> {
             chunk.node_name = None;
             chunk.phase = crate::PodPhase::Pending;
             let mut trial = empty.clone();
-            trial.pods = vec![chunk];
+            trial.pods = vec![chunk].into();
             let plan = provision(&trial, 0);
             let pool = plan.claims.first().map(|c| c.pool.clone());
             let unplaceable = match plan.pods.first().map(|d| &d.outcome) {

@@ -500,13 +500,11 @@ fn fit_on_the_rest(snapshot: &Snapshot, removed: &[&str], ready: Option<&str>, n
     // take the room they fit first, as the scheduler's queue gives it them.
     let mut moved: Vec<String> = Vec::new();
     let last = trial.pods.iter().map(|p| p.created_s).max().unwrap_or(0).max(now_s);
-    for p in trial.pods.iter_mut() {
-        if p.node_name.as_deref().is_some_and(|n| removed.contains(&n)) {
-            p.node_name = None;
-            p.phase = PodPhase::Pending;
-            p.created_s = last;
-            moved.push(p.key());
-        }
+    for p in trial.pods.iter_mut_where(|p| p.node_name.as_deref().is_some_and(|n| removed.contains(&n))) {
+        p.node_name = None;
+        p.phase = PodPhase::Pending;
+        p.created_s = last;
+        moved.push(p.key());
     }
     let plan = provision(&trial, now_s);
     plan.pods.iter().filter(|d| moved.contains(&d.pod)).all(|d| matches!(d.outcome, Outcome::Existing { .. }))

@@ -6,12 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::Pod;
+use crate::model::Pods;
 use crate::outcome::{Outcome, PodDecision, Provisioning, Unschedulable};
 
 /// The gangs of `pods` with a pending member `plan` could not place, each
 /// with why ([`Unschedulable::Gang`]).
-pub fn unplaced(plan: &Provisioning, pods: &[Pod]) -> BTreeMap<String, Unschedulable> {
+pub fn unplaced(plan: &Provisioning, pods: &Pods) -> BTreeMap<String, Unschedulable> {
     let mut gangs: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for p in pods.iter().filter(|p| p.is_demand()) {
         if let Some(g) = p.gang.as_deref() {
@@ -36,7 +36,7 @@ pub fn unplaced(plan: &Provisioning, pods: &[Pod]) -> BTreeMap<String, Unschedul
 
 /// Adds the decision for every pending member of the `refused` gangs, which
 /// `plan` was made without: unschedulable, for the gang's reason.
-pub fn refuse(plan: &mut Provisioning, pods: &[Pod], refused: &BTreeMap<String, Unschedulable>) {
+pub fn refuse(plan: &mut Provisioning, pods: &Pods, refused: &BTreeMap<String, Unschedulable>) {
     for p in pods.iter().filter(|p| p.is_demand()) {
         if let Some(reason) = p.gang.as_ref().and_then(|g| refused.get(g)) {
             plan.pods.retain(|d| d.pod != p.key());

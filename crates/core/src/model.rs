@@ -5,6 +5,7 @@ use crate::labels::{LabelSelector, Labels, NodeSelectorTerm, Requirement, Taint,
 use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Seconds since an arbitrary epoch chosen by the driver (the Unix epoch in
 /// the controller, zero at the start of a simulation).
@@ -184,7 +185,7 @@ pub struct Pod {
     /// `requests` are what it holds there now, as kube-scheduler counts
     /// them; the resize is demand for a node that can host it whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resize: Option<Resize>,
+    pub resize: Option<Box<Resize>>,
     /// A gang it belongs to (`namespace/name` of a ProvisioningRequest):
     /// servers are powered on for all of a gang's pending pods or for none
     /// ([`crate::gang`]).
@@ -839,6 +840,133 @@ pub struct PodDisruptionBudget {
     pub disruptions_allowed: i64,
 }
 
+/// The pods of a snapshot. Cloning is cheap: each pod is shared with the
+/// copies until one of them changes it, so a driver that keeps its pods
+/// (the controller's index, the simulator's cluster) gives every step a
+/// snapshot without copying each pod of the cluster.
+#[derive(Clone, Default, PartialEq)]
+pub struct Pods(Vec<Arc<Pod>>);
+
+/// The pods of a [`Pods`], in order.
+pub type PodsIter<'a> = std::iter::Map<std::slice::Iter<'a, Arc<Pod>>, fn(&'a Arc<Pod>) -> &'a Pod>;
+
+impl Pods {
+    pub fn with_capacity(n: usize) -> Self {
+        Pods(Vec::with_capacity(n))
+    }
+
+    /// Adds a pod, or a pod shared with its keeper.
+    pub fn push(&mut self, pod: impl Into<Arc<Pod>>) {
+        self.0.push(pod.into());
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&Pod> {
+        self.0.get(i).map(|p| &**p)
+    }
+
+    /// The last pod, to change: copied first when shared.
+    pub fn last_mut(&mut self) -> Option<&mut Pod> {
+        self.0.last_mut().map(Arc::make_mut)
+    }
+
+    pub fn iter(&self) -> PodsIter<'_> {
+        fn read(pod: &Arc<Pod>) -> &Pod {
+            pod
+        }
+        self.0.iter().map(read as fn(&Arc<Pod>) -> &Pod)
+    }
+
+    /// Each pod to change: a pod shared with another copy is copied first.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Pod> {
+        self.0.iter_mut().map(Arc::make_mut)
+    }
+
+    /// The pods `pick` chooses, to change: only those are copied when
+    /// shared.
+    pub fn iter_mut_where(&mut self, mut pick: impl FnMut(&Pod) -> bool) -> impl Iterator<Item = &mut Pod> {
+        self.0.iter_mut().filter(move |p| pick(p)).map(Arc::make_mut)
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    pub fn retain(&mut self, mut keep: impl FnMut(&Pod) -> bool) {
+        self.0.retain(|p| keep(p));
+    }
+
+    /// The pods as shared, for a driver to keep them without a copy.
+    pub fn shared(&self) -> &[Arc<Pod>] {
+        &self.0
+    }
+}
+
+impl std::ops::Index<usize> for Pods {
+    type Output = Pod;
+    fn index(&self, i: usize) -> &Pod {
+        &self.0[i]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Pods {
+    /// Copies the pod first when another copy shares it.
+    fn index_mut(&mut self, i: usize) -> &mut Pod {
+        Arc::make_mut(&mut self.0[i])
+    }
+}
+
+impl<'a> IntoIterator for &'a Pods {
+    type Item = &'a Pod;
+    type IntoIter = PodsIter<'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl From<Vec<Pod>> for Pods {
+    fn from(pods: Vec<Pod>) -> Self {
+        pods.into_iter().collect()
+    }
+}
+
+impl<P: Into<Arc<Pod>>> FromIterator<P> for Pods {
+    fn from_iter<I: IntoIterator<Item = P>>(iter: I) -> Self {
+        Pods(iter.into_iter().map(Into::into).collect())
+    }
+}
+
+impl<P: Into<Arc<Pod>>> Extend<P> for Pods {
+    fn extend<I: IntoIterator<Item = P>>(&mut self, iter: I) {
+        self.0.extend(iter.into_iter().map(Into::into));
+    }
+}
+
+impl Serialize for Pods {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Pods {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<Pod>::deserialize(deserializer).map(Pods::from)
+    }
+}
+
+impl std::fmt::Debug for Pods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// Everything the core decides from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -850,7 +978,7 @@ pub struct Snapshot {
     #[serde(default)]
     pub namespaces: BTreeMap<String, Labels>,
     #[serde(default)]
-    pub pods: Vec<Pod>,
+    pub pods: Pods,
     #[serde(default)]
     pub daemonsets: Vec<DaemonSet>,
     #[serde(default)]

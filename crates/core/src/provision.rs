@@ -79,7 +79,7 @@ fn decide(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
     if matches!(expanded, std::borrow::Cow::Owned(_)) {
         let waits: HashMap<String, crate::resize::ResizeWait> =
             snapshot.pods.iter().filter_map(|p| crate::resize::wait_of(p).map(|w| (p.key(), w))).collect();
-        for d in &mut plan.pods {
+        for d in plan.pods.iter_mut() {
             d.resize = waits.get(&d.pod).cloned();
         }
     }

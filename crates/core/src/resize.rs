@@ -117,7 +117,7 @@ pub fn with_demand(snapshot: &Snapshot) -> Cow<'_, Snapshot> {
     }
     let mut out = snapshot.clone();
     let stand_ins: Vec<Pod> = out.pods.iter().filter_map(stand_in).collect();
-    for p in &mut out.pods {
+    for p in out.pods.iter_mut_where(|p| p.resize.is_some()) {
         p.resize = None;
     }
     out.pods.extend(stand_ins);
@@ -133,7 +133,7 @@ mod tests {
         let mut p = Pod::new("ns", "db", Resources::new(held, 1 << 30)).bound_to(node);
         p.created_s = 10;
         p.owner = Some(crate::model::Owner { kind: "StatefulSet".into(), name: "db".into() });
-        p.resize = Some(Resize { desired: Resources::new(desired, 1 << 30).with_pods(1), reason, since_s: 500, given: None });
+        p.resize = Some(Box::new(Resize { desired: Resources::new(desired, 1 << 30).with_pods(1), reason, since_s: 500, given: None }));
         p
     }
 
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn expanding_twice_adds_nothing() {
-        let snap = Snapshot { pods: vec![resized("a", 1000, 2000, ResizeReason::Infeasible)], ..Default::default() };
+        let snap = Snapshot { pods: vec![resized("a", 1000, 2000, ResizeReason::Infeasible)].into(), ..Default::default() };
         let once = with_demand(&snap).into_owned();
         assert_eq!(once.pods.len(), 2);
         assert_eq!(once.pods[0].node_name.as_deref(), Some("a"));

@@ -102,7 +102,7 @@ pub fn worked_example_nodes() -> Vec<Node> {
 pub fn worked_example() -> Snapshot {
     Snapshot {
         nodes: worked_example_nodes(),
-        pods: worked_example_pods(),
+        pods: worked_example_pods().into(),
         pools: worked_example_pools(),
         servers: worked_example_servers(),
         ..Default::default()

@@ -150,7 +150,7 @@ pub fn apply(snapshot: &Snapshot, variations: &[Variation]) -> Snapshot {
                 }
             }),
             Variation::Requests(x) => {
-                for p in snap.pods.iter_mut().filter(|p| p.is_pending_demand()) {
+                for p in snap.pods.iter_mut_where(|p| p.is_pending_demand()) {
                     p.requests = p.requests.scaled(*x);
                 }
             }

@@ -521,7 +521,7 @@ mod tests {
         let snap = |pods: Vec<Pod>, arrivals: Vec<Arrival>| Snapshot {
             pools: vec![pool.clone()],
             servers: servers.clone(),
-            pods,
+            pods: pods.into(),
             arrivals,
             ..Default::default()
         };

@@ -16,7 +16,7 @@ fn booting_for(pods: Vec<Pod>, named: &[&str]) -> Snapshot {
     let held = servers.iter_mut().find(|s| s.name == "r1-u11").unwrap();
     held.claim = Some("general-r1-u11-abcde".into());
     Snapshot {
-        pods,
+        pods: pods.into(),
         servers,
         claims: vec![ClaimInFlight {
             name: "general-r1-u11-abcde".into(),

@@ -40,7 +40,7 @@ fn random_plans_are_unchanged() {
     // is what it was.
     let without_resizes = |seed| {
         let mut snap = support::random_snapshot(seed);
-        for p in &mut snap.pods {
+        for p in snap.pods.iter_mut() {
             p.resize = None;
         }
         snap

@@ -7,13 +7,17 @@ const GI: i64 = 1 << 30;
 fn resized(node: &str, held_cpu: i64, desired_cpu: i64) -> Pod {
     let mut p = Pod::new("shop", "db-0", Resources::new(held_cpu, 4 * GI)).bound_to(node);
     p.owner = Some(Owner { kind: "StatefulSet".into(), name: "db".into() });
-    p.resize =
-        Some(Resize { desired: Resources::new(desired_cpu, 4 * GI).with_pods(1), reason: ResizeReason::Infeasible, since_s: 100, given: None });
+    p.resize = Some(Box::new(Resize {
+        desired: Resources::new(desired_cpu, 4 * GI).with_pods(1),
+        reason: ResizeReason::Infeasible,
+        since_s: 100,
+        given: None,
+    }));
     p
 }
 
 fn snapshot(nodes: Vec<Node>, pods: Vec<Pod>, servers: Vec<Server>) -> Snapshot {
-    Snapshot { nodes, pods, servers, pools: vec![ServerPool::new("general")], ..Default::default() }
+    Snapshot { nodes, pods: pods.into(), servers, pools: vec![ServerPool::new("general")], ..Default::default() }
 }
 
 #[test]

@@ -398,7 +398,7 @@ fn cases_where_ironclaim_and_kube_scheduler_once_disagreed() {
 fn a_gated_pod_is_not_demand() {
     let mut p = pod("p", "web");
     p.scheduling_gated = true;
-    let snap = Snapshot { nodes: vec![labelled("a", &[])], pods: vec![p], ..Default::default() };
+    let snap = Snapshot { nodes: vec![labelled("a", &[])], pods: vec![p].into(), ..Default::default() };
     assert!(provision(&snap, 0).pods.is_empty(), "kube-scheduler does not try a gated pod, so nothing is planned for it");
 }
 

@@ -98,10 +98,8 @@ pub fn hold_cooling(snapshot: &mut Snapshot, cooling: &BTreeMap<String, Seconds>
     if cooling.is_empty() {
         return;
     }
-    for p in snapshot.pods.iter_mut() {
-        if p.node_name.as_deref().is_some_and(|n| cooling.contains_key(n)) && !p.is_daemonset_pod() {
-            p.do_not_disrupt = true;
-        }
+    for p in snapshot.pods.iter_mut_where(|p| p.node_name.as_deref().is_some_and(|n| cooling.contains_key(n)) && !p.is_daemonset_pod()) {
+        p.do_not_disrupt = true;
     }
 }
 
@@ -223,7 +221,7 @@ mod tests {
         web.node_name = Some("n1".into());
         let mut elsewhere = Pod::new("ns", "api", Resources::new(100, 1 << 20));
         elsewhere.node_name = Some("n2".into());
-        snap.pods = vec![web, elsewhere];
+        snap.pods = vec![web, elsewhere].into();
         let cool = BTreeMap::from([("n1".to_string(), 1600)]);
         hold_cooling(&mut snap, &cool);
         assert!(snap.pods[0].do_not_disrupt);

@@ -57,7 +57,7 @@ pub fn pod_from_k8s(pod: &k8s::Pod) -> Result<ironclaim_core::Pod> {
     if out.node_name.is_some() {
         let (holds, resize) = held_and_resize(spec, status, &out.requests, out.created_s)?;
         out.requests = holds;
-        out.resize = resize;
+        out.resize = resize.map(Box::new);
     }
     // A do-not-disrupt duration runs from the pod's start, once it has one.
     if let (Some(until), Some(started)) = (out.do_not_disrupt_until_s, status.and_then(|s| s.start_time.as_ref())) {

@@ -43,7 +43,7 @@ use ironclaim_core::model::{Arrival, PowerChange, Resize, ResizeReason};
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
 use ironclaim_core::provision::{SERVER_LABEL, SERVERPOOL_LABEL};
 use ironclaim_core::transitions::CYCLE_WINDOW_S;
-use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, PowerState, Resources, Seconds, Server, Snapshot};
+use ironclaim_core::{ClaimInFlight, Health, Node, Outcome, Owner, Pod, PodPhase, Pods, PowerState, Resources, Seconds, Server, Snapshot};
 use ironclaim_driver::autoscaler::World;
 use ironclaim_driver::lease::{LeaseTimes, Observer, Record, Round, Tenure};
 use ironclaim_driver::{
@@ -2406,7 +2406,7 @@ impl<'a> Engine<'a> {
     }
 
     /// An existing worker's pods: running, owned, and not to be disrupted.
-    fn foreign_pods(&self, f: &Foreign, out: &mut Vec<Pod>) {
+    fn foreign_pods(&self, f: &Foreign, out: &mut Pods) {
         for k in 0..f.pods {
             let mut pod = Pod::new("legacy", &format!("{}-app-{k}", f.node), Resources::new(1000, 1 << 30));
             pod.node_name = Some(f.node.clone());
@@ -2417,7 +2417,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn pods_of(&self, s: usize, out: &mut Vec<Pod>) {
+    fn pods_of(&self, s: usize, out: &mut Pods) {
         let name = &self.w.servers[s].server.name;
         if self.cfg.broken != Some(Broken::StaleEmptyNodes) {
             let here = PodState::Bound { server: s };
@@ -2430,7 +2430,7 @@ impl<'a> Engine<'a> {
                 if let Some(grown) = &self.pods[p].grown {
                     pod.requests = grown.clone();
                 }
-                pod.resize = self.pods[p].resize.clone();
+                pod.resize = self.pods[p].resize.clone().map(Box::new);
                 out.push(pod);
             }
         }
@@ -2810,7 +2810,7 @@ impl World for Engine<'_> {
     }
 
     fn pods_on(&self, node: &str) -> Vec<Pod> {
-        let mut out = Vec::new();
+        let mut out = Pods::default();
         if let Some(s) = self.index(node)
             && self.srv[s].node.is_some()
         {
@@ -2818,7 +2818,7 @@ impl World for Engine<'_> {
         } else if let Some(f) = self.srv.iter().find_map(|srv| srv.foreign.as_ref().filter(|f| f.node == node)) {
             self.foreign_pods(f, &mut out);
         }
-        out
+        out.iter().cloned().collect()
     }
 }
 

@@ -177,7 +177,7 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
             None => {
                 let mut ask = pod.clone();
                 ask.deadline_s = None;
-                rack.off.pods = vec![ask];
+                rack.off.pods = vec![ask].into();
                 let plan = ironclaim_core::provision(&rack.off, 0);
                 match plan.decision(&pod.key()).map(|d| &d.outcome) {
                     Some(Outcome::NewClaim { server, .. }) => match prep.server(server) {

@@ -197,7 +197,7 @@ pub fn random_snapshot(seed: u64) -> Snapshot {
                 desired.memory_bytes *= 2 + r.below(8) as i64;
             }
             let reason = if r.chance(50) { ResizeReason::Infeasible } else { ResizeReason::Deferred };
-            p.resize = Some(Resize { desired, reason, since_s: r.below(100), given: None });
+            p.resize = Some(Box::new(Resize { desired, reason, since_s: r.below(100), given: None }));
             if r.chance(80) {
                 p.owner = Some(Owner { kind: "StatefulSet".into(), name: p.name.clone() });
             }
