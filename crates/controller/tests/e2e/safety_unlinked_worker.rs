@@ -50,8 +50,8 @@ async fn an_existing_worker_without_any_ironclaim_label_stays_on_past_break_even
     clean(&env, &client, &machines, pool).await;
     apply_pool(&env, pool, 0, json!({"budgets": [{"nodes": "100%"}]}));
     let sushy = start_sushy_for(&machines, SystemPower::On);
-    // Break-even: 300 W x 15 s / 150 W = 30 s.
-    apply_servers(&env, &sushy, &machines, 300);
+    // Break-even: 100 W x 15 s / 150 W = 10 s.
+    apply_servers(&env, &sushy, &machines, 100);
     let (linked, unlinked) = (&machines[0], &machines[1]);
     apply(&env, &worker("legacy-a.example", &linked.uuid));
     apply(&env, &worker("legacy-b.example", ""));
@@ -90,10 +90,10 @@ async fn an_existing_worker_without_any_ironclaim_label_stays_on_past_break_even
     .await;
 
     // Past break-even, then again past it under a new controller.
-    sleep_s(35).await;
+    sleep_s(15).await;
     first.stop().await;
     let second = run(Controller::new(client.clone(), redfish(&client), settings("sd-legacy-2")));
-    sleep_s(35).await;
+    sleep_s(15).await;
     let bmcs = Bmcs::new(&sushy);
     assert_eq!(bmcs.on(&machines).await, vec![linked.name.clone(), unlinked.name.clone()], "a worker running its pods was powered off");
     for m in &machines {

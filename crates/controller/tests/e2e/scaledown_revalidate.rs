@@ -17,7 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 const SETTLE: Duration = Duration::from_secs(5);
-const COOL_DOWN: Duration = Duration::from_secs(20);
+const COOL_DOWN: Duration = Duration::from_secs(12);
 const HOLD: &str = "e2e.ironclaim.dev/hold";
 
 /// One small replica whose pods keep a finalizer: evicted, they stay
