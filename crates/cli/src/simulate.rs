@@ -449,18 +449,17 @@ mod tests {
         TestCli::try_parse_from(full).expect("arguments parse").args
     }
 
-    fn temp_file(name: &str, text: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("ironclaim-simulate-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+    fn temp_file(name: &str, text: &str) -> (ironclaim_testenv::TempDir, PathBuf) {
+        let dir = ironclaim_testenv::TempDir::new("simulate-test");
         let path = dir.join(name);
         std::fs::write(&path, text).expect("temp file");
-        path
+        (dir, path)
     }
 
     #[test]
     fn a_bad_trace_row_is_bad_input_naming_file_line_and_column() {
-        let pods = temp_file("bad-pods.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\nbad,1000,lots,5\n");
-        let servers = temp_file("servers.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n");
+        let (_pods_dir, pods) = temp_file("bad-pods.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\nbad,1000,lots,5\n");
+        let (_servers_dir, servers) = temp_file("servers.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n");
         let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap()]);
         match run(a) {
             Err(Failure::BadInput(e)) => {
@@ -473,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_csv_trace_without_servers_is_bad_input_naming_the_flag() {
-        let pods = temp_file("pods-only.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\n");
+        let (_pods_dir, pods) = temp_file("pods-only.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\n");
         match run(args(&["--trace", pods.to_str().unwrap()])) {
             Err(Failure::BadInput(e)) => {
                 let text = format!("{e:#}");
@@ -485,7 +484,7 @@ mod tests {
 
     #[test]
     fn a_pod_list_given_as_servers_is_bad_input_naming_file_and_column() {
-        let pods = temp_file("pods.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\n");
+        let (_pods_dir, pods) = temp_file("pods.csv", "name,cpu_milli,memory_mib,creation_time\nok,1000,1024,0\n");
         match run(args(&["--trace", pods.to_str().unwrap(), "--servers", pods.to_str().unwrap()])) {
             Err(Failure::BadInput(e)) => {
                 let text = format!("{e:#}");
@@ -507,22 +506,22 @@ mod tests {
 
     /// 40 eight-GPU G2 hosts, 20 CPU servers and 2 one-GPU A10 hosts; two
     /// big pods fit anywhere with GPUs, two small ones need an A10 each.
-    fn a10_trace() -> (PathBuf, PathBuf) {
-        let servers = temp_file(
+    fn a10_trace() -> (ironclaim_testenv::TempDir, ironclaim_testenv::TempDir, PathBuf, PathBuf) {
+        let (servers_dir, servers) = temp_file(
             "a10-servers.csv",
             "name,count,cpu_milli,memory_mib,gpu,model\ng2,40,96000,393216,8,G2\ncpu,20,32000,131072,0,\na10,2,32000,131072,1,A10\n",
         );
-        let pods = temp_file(
+        let (pods_dir, pods) = temp_file(
             "a10-pods.csv",
             "name,cpu_milli,memory_mib,num_gpu,gpu_spec,arrival_s\nbig-0,90000,65536,8,,0\nbig-1,90000,65536,8,,0\n\
              a10-0,4000,8192,1,A10,10\na10-1,4000,8192,1,A10,10\n",
         );
-        (pods, servers)
+        (pods_dir, servers_dir, pods, servers)
     }
 
     #[test]
     fn the_auto_sample_holds_the_gpu_model_its_pods_require() {
-        let (pods, servers) = a10_trace();
+        let (_pods_dir, _servers_dir, pods, servers) = a10_trace();
         for seed in ["1", "2", "3"] {
             let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap(), "--servers-sample", "auto", "--seed", seed]);
             let w = workload(&a).unwrap().workload;
@@ -535,8 +534,8 @@ mod tests {
 
     #[test]
     fn a_trace_without_times_is_packed_and_one_with_a_partial_time_column_is_bad_input() {
-        let servers = temp_file("static-servers.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\n");
-        let pods = temp_file("static-pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\nb,1000,1024,1,500\n");
+        let (_servers_dir, servers) = temp_file("static-servers.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\n");
+        let (_pods_dir, pods) = temp_file("static-pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\nb,1000,1024,1,500\n");
         let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap()]);
         let loaded = workload(&a).unwrap();
         assert!(!loaded.timed);
@@ -544,7 +543,7 @@ mod tests {
         assert!(run(a).is_ok());
         let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap(), "--report", "/tmp/x.html"]);
         assert!(matches!(run(a), Err(Failure::BadInput(_))));
-        let partial = temp_file("partial.csv", "name,cpu_milli,memory_mib,creation_time\na,1000,1024,0\nb,1000,1024,\n");
+        let (_partial_dir, partial) = temp_file("partial.csv", "name,cpu_milli,memory_mib,creation_time\na,1000,1024,0\nb,1000,1024,\n");
         match run(args(&["--trace", partial.to_str().unwrap(), "--servers", servers.to_str().unwrap()])) {
             Err(Failure::BadInput(e)) => {
                 let text = format!("{e:#}");

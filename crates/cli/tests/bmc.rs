@@ -12,7 +12,8 @@ mod common;
 use std::process::Command;
 
 use common::mock::{MockBmc, SYSTEM_UUID};
-use common::{PASSWORD, SystemPower, TempDir, USERNAME, ca_pem, fake_system, password_file, sushy_with};
+use common::{PASSWORD, SystemPower, USERNAME, ca_pem, fake_system, password_file, sushy_with};
+use ironclaim_testenv::TempDir;
 use serde_json::Value;
 
 fn ironclaim(args: &[&str]) -> (i32, String, String) {
@@ -24,10 +25,8 @@ fn run(command: &mut Command) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("ironclaim-bmc-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(tag: &str) -> TempDir {
+    TempDir::new(&format!("bmc-{tag}"))
 }
 
 #[test]

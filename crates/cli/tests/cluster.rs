@@ -22,7 +22,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use common::mock::{MockBmc, SYSTEM_UUID};
-use common::{PASSWORD, TempDir, USERNAME, password_file};
+use common::{PASSWORD, USERNAME, password_file};
+use ironclaim_testenv::TempDir;
 
 const NS: &str = "cli";
 

@@ -2,11 +2,13 @@
 //! place (file, document, field, flag, server, object) and the fix; exit 2
 //! for bad input, 1 for the outside world; never a panic.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn temp_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ironclaim-errors-{}", std::process::id()));
+use ironclaim_testenv::TempDir;
+
+fn temp_dir() -> TempDir {
+    let dir = TempDir::new("errors");
     std::fs::create_dir_all(dir.join("home")).unwrap();
     dir
 }

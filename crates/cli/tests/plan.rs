@@ -3,6 +3,8 @@
 use serde_json::Value;
 use std::process::Command;
 
+use ironclaim_testenv::TempDir;
+
 fn ironclaim(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ironclaim")).args(args).output().expect("run ironclaim");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -130,8 +132,7 @@ fn a_power_budget_too_low_for_the_cold_gpu_host_leaves_its_pod_unplaced() {
 
 #[test]
 fn bad_input_exits_2_and_names_the_place() {
-    let dir = std::env::temp_dir().join(format!("ironclaim-plan-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("plan");
     let bad = dir.join("bad.yaml");
     std::fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: a\n    resources: {requests: {cpu: 1x}}\n")
         .unwrap();
@@ -148,8 +149,7 @@ fn bad_input_exits_2_and_names_the_place() {
 /// exit code 2, one line naming file, document, object and field.
 #[test]
 fn manifests_the_api_server_refuses_exit_2_naming_the_field() {
-    let dir = std::env::temp_dir().join(format!("ironclaim-plan-strict-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("plan-strict");
     let server = "apiVersion: ironclaim.dev/v1alpha1
 kind: Server
 metadata: {name: r1-u10}
@@ -202,8 +202,7 @@ spec:
 fn tables_fit_the_width_columns_gives() {
     let table_widths =
         |out: &str| -> Vec<usize> { out.lines().filter(|l| l.starts_with(['┌', '│', '╞', '├', '└'])).map(|l| l.chars().count()).collect() };
-    let dir = std::env::temp_dir().join(format!("ironclaim-columns-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("columns");
     let trace = dir.join("one.yaml");
     std::fs::write(
         &trace,
@@ -237,8 +236,7 @@ fn bench_reports_throughput_and_the_baseline() {
 /// the field, and never echoes what the field held.
 #[test]
 fn a_type_error_in_a_manifest_never_echoes_the_value() {
-    let dir = std::env::temp_dir().join(format!("ironclaim-plan-secret-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("plan-secret");
     let file = dir.join("pod.yaml");
     let secret = "ghp_s3cr3tTokenValue42";
     std::fs::write(
@@ -335,8 +333,7 @@ fn crds_print_the_same_definitions_as_yaml_or_as_one_json_list() {
 #[test]
 fn every_outcome_is_reachable_from_manifests() {
     let example = std::fs::read_to_string(repo_file("examples/worked-example.yaml")).unwrap();
-    let dir = std::env::temp_dir().join(format!("ironclaim-outcomes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("outcomes");
     let outcome_of = |manifests: &str, name: &str, args: &[&str]| -> (String, Option<String>) {
         let path = dir.join(format!("{name}.yaml"));
         std::fs::write(&path, manifests).unwrap();
@@ -414,14 +411,12 @@ fn every_outcome_is_reachable_from_manifests() {
                  spec: {server: r1-u11, pool: general, pods: [{namespace: default, name: waiting}]}\nstatus: {stage: Booting}\n";
     let got = outcome_of(&format!("{example}\n{}{claim}", pod_with("waiting", "", &requests("20", 0))), "waiting", &[]);
     assert_eq!((got.0.as_str(), got.1.as_deref()), ("in_flight", None));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn a_pod_waiting_for_an_in_place_resize_is_planned_at_its_new_size() {
     let example = std::fs::read_to_string(repo_file("examples/worked-example.yaml")).unwrap();
-    let dir = std::env::temp_dir().join(format!("ironclaim-resize-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("resize");
     // Runs on general-a with 1 CPU; its kubelet finds 20 CPU infeasible
     // (or 6, deferred: more than general-a has free, less than general-b).
     let resizing = |cpu: &str, reason: &str| {
@@ -459,5 +454,4 @@ fn a_pod_waiting_for_an_in_place_resize_is_planned_at_its_new_size() {
     let (code, plain_out, err) = ironclaim(&["plan", "-f", dir.join("plain.yaml").to_str().unwrap(), "--output", "json"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("default/db-0") && !plain_out.contains("default/db-0"), "{plain_out}");
-    std::fs::remove_dir_all(&dir).ok();
 }

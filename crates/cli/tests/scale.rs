@@ -37,7 +37,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use common::mock::MockBmc;
-use common::{PASSWORD, TempDir, USERNAME};
+use common::{PASSWORD, USERNAME};
+use ironclaim_testenv::TempDir;
 use ironclaim_testenv::{FAKE_NODE_ANNOTATION, TestEnv};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, PostParams};

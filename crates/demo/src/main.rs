@@ -116,8 +116,7 @@ fn step(clock: &Clock, what: &str) {
 
 async fn run(args: Args) -> Result<()> {
     let clock = Clock::new(args.started_at);
-    let work = std::env::temp_dir().join(format!("ironclaim-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
+    let mut work = WorkDir::create()?;
 
     step(&clock, "control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (hack/testenv)");
     let env = tokio::task::spawn_blocking(TestEnv::shared).await?.context("start the control plane")?;
@@ -153,7 +152,17 @@ async fn run(args: Args) -> Result<()> {
     let installed = install(&env, &args.chart)?;
     println!("{} applied {}", clock.stamp(), installed.join(", "));
     let password_file = work.join("bmc-password");
-    std::fs::write(&password_file, &password).context("write the BMC password file")?;
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&password_file)
+            .context("create the BMC password file")?;
+        file.write_all(password.as_bytes()).context("write the BMC password file")?;
+    }
     env.kubectl([
         "-n",
         SYSTEM_NAMESPACE,
@@ -211,10 +220,47 @@ async fn run(args: Args) -> Result<()> {
     drop(sushy);
     if result.is_err() {
         eprintln!("the controller's log: {}", work.join("controller.log").display());
+    } else {
+        work.done = true;
     }
     println!("{} stopping the control plane and the emulator", clock.stamp());
     drop(env);
     result
+}
+
+/// The demo's files: the BMC password, the controller's kubeconfig and the
+/// logs. The password and the kubeconfig go with the run, whichever way it
+/// ends; the logs stay when it failed, for the message that names them.
+struct WorkDir {
+    path: PathBuf,
+    done: bool,
+}
+
+impl WorkDir {
+    fn create() -> Result<Self> {
+        let path = std::env::temp_dir().join(format!("ironclaim-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("create {}", path.display()))?;
+        Ok(WorkDir { path, done: false })
+    }
+}
+
+impl std::ops::Deref for WorkDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if self.done {
+            let _ = std::fs::remove_dir_all(&self.path);
+        } else {
+            for secret in ["bmc-password", "controller.kubeconfig"] {
+                let _ = std::fs::remove_file(self.path.join(secret));
+            }
+        }
+    }
 }
 
 /// Applies everything the chart renders except the Deployment, whose pod

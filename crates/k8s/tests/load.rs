@@ -571,8 +571,8 @@ fn errors_name_the_file_document_object_and_field() {
 
 #[test]
 fn files_directories_and_what_cannot_be_read() {
-    let dir = std::env::temp_dir().join(format!("ironclaim-k8s-load-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = ironclaim_testenv::TempDir::new("k8s-load");
+    let dir = tmp.to_path_buf();
     std::fs::write(dir.join("a-nodes.yaml"), "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n").unwrap();
     std::fs::write(dir.join("b-pods.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[]}}")
         .unwrap();

@@ -7,10 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::mock::{MockBmc, SYSTEM};
-use common::{PASSWORD, TempDir, USERNAME, mock_timing, password_file};
+use common::{PASSWORD, USERNAME, mock_timing, password_file};
 use ironclaim_redfish::{
     Bmc, BmcAddress, BmcFleet, Credentials, FleetOptions, PowerProvider, PowerState, RedfishProvider, ServerSpec, SystemSelector, TlsSettings,
 };
+use ironclaim_testenv::TempDir;
 use tokio::time::Instant;
 
 fn fleet() -> BmcFleet {

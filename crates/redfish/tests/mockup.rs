@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::mock::{ACTION_INFO, MockBmc, SYSTEM, SYSTEM_UUID};
-use common::{PASSWORD, TempDir, USERNAME, mock_timing, password_file};
+use common::{PASSWORD, USERNAME, mock_timing, password_file};
 use ironclaim_redfish::discover::Fact;
 use ironclaim_redfish::provider::ProviderOptions;
 use ironclaim_redfish::{
     AuthMode, Bmc, BmcAddress, BmcConfig, Credentials, Error, PowerProvider, PowerState, RedfishProvider, ResetType, ServerSpec, SystemSelector,
     Timing, WattsSource,
 };
+use ironclaim_testenv::TempDir;
 use serde_json::json;
 use tokio::sync::Semaphore;
 

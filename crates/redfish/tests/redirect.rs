@@ -63,8 +63,7 @@ async fn start(auth: AuthMode) -> (Bmc, Seen) {
     };
     let a = serve(Router::new().route("/redfish/v1/SessionService/Sessions", post(login)).fallback(elsewhere)).await;
     let endpoint = BmcAddress::parse(&format!("http://127.0.0.1:{a}")).unwrap().endpoint;
-    let dir = std::env::temp_dir().join(format!("ironclaim-redirect-{}-{a}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ironclaim_testenv::TempDir::new("redirect");
     std::fs::write(dir.join("password"), "hunter2").unwrap();
     let mut config = BmcConfig::new(endpoint, Credentials::from_password_file("admin", &dir.join("password")).unwrap());
     config.auth = auth;

@@ -754,6 +754,7 @@ mod tests {
         assert!(read_servers(&yaml).is_err());
         std::fs::write(&yaml, "pods:\n  - name: a\n    cpu_milli: 1\n    memory_mib: 1\n    arrival_s: 9\n    departure_s: 3\n").unwrap();
         assert!(read_pods(&yaml).is_err());
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

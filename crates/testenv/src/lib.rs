@@ -26,10 +26,12 @@ mod env;
 mod error;
 pub mod keda;
 pub mod sushy;
+mod tempdir;
 mod wait;
 
 pub use env::{FAKE_NODE_ANNOTATION, TestEnv, chromium_path, helm, helm_path};
 pub use error::{Error, Result};
+pub use tempdir::TempDir;
 pub use wait::eventually;
 
 /// The cache the `hack/` scripts fill: `$IRONCLAIM_CACHE`, else

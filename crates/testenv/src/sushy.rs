@@ -24,12 +24,12 @@
 //! (`${IRONCLAIM_CACHE:-$HOME/.cache/ironclaim}/sushy-venv/bin/sushy-emulator`).
 //! A missing emulator is an error, never a skipped test.
 
+use crate::TempDir;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -203,7 +203,7 @@ impl SushyBuilder {
         if !program.is_file() {
             return Err(Error::NotInstalled { path: program });
         }
-        let dir = TempDir::new()?;
+        let dir = TempDir::create("sushy").map_err(|source| Error::WriteFiles { path: std::env::temp_dir(), source })?;
         let certificates = if self.tls { Some(make_certificates(dir.path())?) } else { None };
         let auth_file = match &self.basic_auth {
             Some((username, password)) => {
@@ -470,31 +470,6 @@ pub(crate) fn test_pki(ca_name: &str) -> Result<(String, String, String), rcgen:
     let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
     let cert = params.signed_by(&key, &ca_issuer)?;
     Ok((ca.pem(), cert.pem(), key.serialize_pem()))
-}
-
-/// A fresh directory under the system temp dir, removed on drop.
-#[derive(Debug)]
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<TempDir> {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!("ironclaim-sushy-{}-{n}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|source| Error::WriteFiles { path: dir.clone(), source })?;
-        Ok(TempDir(dir))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[cfg(test)]
