@@ -851,10 +851,6 @@ pub struct Pods(Vec<Arc<Pod>>);
 pub type PodsIter<'a> = std::iter::Map<std::slice::Iter<'a, Arc<Pod>>, fn(&'a Arc<Pod>) -> &'a Pod>;
 
 impl Pods {
-    pub fn with_capacity(n: usize) -> Self {
-        Pods(Vec::with_capacity(n))
-    }
-
     /// Adds a pod, or a pod shared with its keeper.
     pub fn push(&mut self, pod: impl Into<Arc<Pod>>) {
         self.0.push(pod.into());
@@ -901,11 +897,6 @@ impl Pods {
 
     pub fn retain(&mut self, mut keep: impl FnMut(&Pod) -> bool) {
         self.0.retain(|p| keep(p));
-    }
-
-    /// The pods as shared, for a driver to keep them without a copy.
-    pub fn shared(&self) -> &[Arc<Pod>] {
-        &self.0
     }
 }
 
