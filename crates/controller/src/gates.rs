@@ -15,24 +15,34 @@ pub fn claim_passed_gates(claim: &ServerClaim) -> bool {
     matches!(claim.status.as_ref().and_then(|s| s.stage), Some(Stage::Ready | Stage::Serving))
 }
 
-/// The gates a node has not passed yet, in the order they are checked;
-/// empty when it is ready for its pods.
+/// On a node whose Ready condition is True, the NoSchedule taint the node
+/// lifecycle controller keeps on it until it catches up: it lifts it
+/// seconds after the condition turns, minutes on a busy control plane, and
+/// until then kube-scheduler places no pod there. The claim stays in flight
+/// for its pods meanwhile, rather than leave them to open another.
+pub fn lifecycle_taint(node: &Node) -> Option<String> {
+    if !ready(node) {
+        return None;
+    }
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+    taints.iter().find(|t| t.effect == "NoSchedule" && ironclaim_core::predicates::LIFECYCLE_TAINTS.contains(&t.key.as_str())).map(|t| t.key.clone())
+}
+
+fn condition_true(node: &Node, kind: &str) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
+}
+
+fn ready(node: &Node) -> bool {
+    condition_true(node, "Ready")
+}
+
+/// The pool's readiness gates a node has not passed yet, in the order they
+/// are checked; empty when it passed them all (or the pool has none).
 pub fn unmet(node: &Node, pool: Option<&ServerPool>) -> Vec<String> {
     let mut unmet = Vec::new();
     let status = node.status.as_ref();
-    let condition_true =
-        |kind: &str| status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"));
     let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
-    if !condition_true("Ready") {
-        unmet.push("node Ready".to_string());
-    } else if let Some(t) = taints.iter().find(|t| t.effect == "NoSchedule" && ironclaim_core::predicates::LIFECYCLE_TAINTS.contains(&t.key.as_str()))
-    {
-        // The node lifecycle controller lifts it after the condition turns,
-        // seconds later or minutes on a busy control plane; until then
-        // kube-scheduler places no pod there, and the claim stays in
-        // flight for its pods rather than leave them to open another.
-        unmet.push(format!("node Ready (its {} taint is not lifted yet)", t.key));
-    }
     let Some(gates) = pool.and_then(|p| p.spec.readiness.as_ref()) else {
         return unmet;
     };
@@ -58,7 +68,7 @@ pub fn unmet(node: &Node, pool: Option<&ServerPool>) -> Vec<String> {
         }
     }
     for kind in &gates.node_conditions {
-        if !condition_true(kind) {
+        if !condition_true(node, kind) {
             unmet.push(format!("condition {kind}"));
         }
     }
@@ -80,19 +90,23 @@ mod tests {
     }
 
     #[test]
-    fn a_ready_node_still_carrying_the_lifecycle_taint_has_not_passed_the_ready_gate() {
-        assert!(unmet(&node("True", json!([])), None).is_empty());
-        assert_eq!(unmet(&node("False", json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])), None), ["node Ready"]);
+    fn a_ready_node_still_carrying_the_lifecycle_taint_is_told_apart_from_the_pool_gates() {
+        assert_eq!(lifecycle_taint(&node("True", json!([]))), None);
+        // Not Ready: the taint is the lifecycle controller's answer to that,
+        // and "not Ready" says it all.
+        assert_eq!(lifecycle_taint(&node("False", json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]))), None);
         // Ready, but the node lifecycle controller has not lifted its taint
         // yet (it lags on a busy control plane): kube-scheduler places
         // nothing there, so the claim's pods are still its own to wait for.
         for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
             let lagging = node("True", json!([{"key": key, "effect": "NoSchedule"}]));
-            assert_eq!(unmet(&lagging, None), [format!("node Ready (its {key} taint is not lifted yet)")]);
+            assert_eq!(lifecycle_taint(&lagging).as_deref(), Some(key));
+            assert!(unmet(&lagging, None).is_empty(), "not a gate of the pool");
         }
         // Its NoExecute twin is tolerated by every pod the API server
         // admits (for 300 s), and another taint is the pool's business.
         let tolerated = node("True", json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}, {"key": "x", "effect": "NoSchedule"}]));
+        assert_eq!(lifecycle_taint(&tolerated), None);
         assert!(unmet(&tolerated, None).is_empty());
     }
 }

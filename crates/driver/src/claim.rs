@@ -79,10 +79,32 @@ pub struct NodeFacts {
     pub ready: bool,
     /// Since when Ready has been True; None when not Ready.
     pub ready_since_s: Option<Seconds>,
-    /// Readiness gates not met yet: first "node Ready" when it is not, or
-    /// "node Ready (...)" when the node lifecycle controller's taint is
-    /// still on it, then the pool's gates.
+    /// On a Ready node, the NoSchedule taint the node lifecycle controller
+    /// has not lifted yet (`node.kubernetes.io/not-ready` or
+    /// `unreachable`): kube-scheduler places no pod there until it does.
+    pub lifecycle_taint: Option<String>,
+    /// The pool's readiness gates not met yet.
     pub unmet: Vec<String>,
+}
+
+impl NodeFacts {
+    /// Ready, untainted and past every gate of its pool.
+    pub fn passed(&self) -> bool {
+        self.ready && self.lifecycle_taint.is_none() && self.unmet.is_empty()
+    }
+
+    /// What the node still waits for, in the order it is checked: Ready,
+    /// the lifecycle taint, then the pool's gates.
+    pub fn waiting_for(&self) -> Vec<String> {
+        let mut waiting = Vec::with_capacity(self.unmet.len() + 1);
+        if !self.ready {
+            waiting.push("node Ready".to_string());
+        } else if let Some(taint) = &self.lifecycle_taint {
+            waiting.push(format!("node Ready (its {taint} taint is not lifted yet)"));
+        }
+        waiting.extend(self.unmet.iter().cloned());
+        waiting
+    }
 }
 
 /// Everything one claim's step reads.
@@ -257,7 +279,7 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
                 let message = format!("node {} went away before it was ready", r.node.clone().unwrap_or_default());
                 return vec![fail(name, FailureReason::NodeLost, message, false)];
             };
-            if node.unmet.is_empty() {
+            if node.passed() {
                 io.gates_note = None;
                 let joined_at = r.stage_started_s;
                 let ready_at = node.ready_since_s.unwrap_or(joined_at).clamp(joined_at, now_s);
@@ -271,12 +293,12 @@ pub fn step(view: &ClaimView, io: &mut ClaimIo, settings: &ClaimSettings, now: D
                     Effect::Measure { server: r.server.clone(), sample },
                 ];
             }
-            let waiting = format!("waiting for {}", node.unmet.join(", "));
+            let waiting = format!("waiting for {}", node.waiting_for().join(", "));
             // A Ready node that waits only for the node lifecycle controller
             // to lift its taint waits on the control plane, not on the
             // server: another server would wait the same, so the claim is
             // not failed for it, however long it takes.
-            let server_fine = node.ready && node.unmet.iter().all(|u| u.starts_with("node Ready ("));
+            let server_fine = node.ready && node.unmet.is_empty();
             if let Some(b) = budget
                 && age > b.stuck_after_s
                 && !server_fine
@@ -510,7 +532,30 @@ mod tests {
     }
 
     fn node(ready: bool, unmet: &[&str]) -> Option<NodeFacts> {
-        Some(NodeFacts { name: "n".into(), ready, ready_since_s: ready.then_some(NOW_S), unmet: unmet.iter().map(|s| s.to_string()).collect() })
+        Some(NodeFacts {
+            name: "n".into(),
+            ready,
+            ready_since_s: ready.then_some(NOW_S),
+            lifecycle_taint: None,
+            unmet: unmet.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    /// What a claim says it waits for names the lifecycle taint apart from
+    /// the pool's gates, and "node Ready" alone when the node is not.
+    #[test]
+    fn a_node_says_what_it_waits_for() {
+        let text = |n: Option<NodeFacts>| n.expect("node").waiting_for().join(", ");
+        assert_eq!(text(node(false, &["gpu driver"])), "node Ready, gpu driver");
+        assert_eq!(text(tainted(&["gpu driver"])), "node Ready (its node.kubernetes.io/not-ready taint is not lifted yet), gpu driver");
+        assert_eq!(text(node(true, &[])), "");
+        assert!(node(true, &[]).expect("node").passed());
+        assert!(!tainted(&[]).expect("node").passed());
+    }
+
+    /// A Ready node the node lifecycle controller has not untainted yet.
+    fn tainted(unmet: &[&str]) -> Option<NodeFacts> {
+        node(true, unmet).map(|n| NodeFacts { lifecycle_taint: Some("node.kubernetes.io/not-ready".into()), ..n })
     }
 
     fn failed(reason: FailureReason) -> ClaimView {
@@ -612,38 +657,35 @@ mod tests {
             ("booting, no node yet", view(Stage::Booting, 100), ClaimIo::default(), vec![]),
             (
                 "booting, node registered",
-                with_node(view(Stage::Booting, 100), node(false, &["node Ready"])),
+                with_node(view(Stage::Booting, 100), node(false, &[])),
                 ClaimIo::default(),
                 vec!["link node", "enter joined"],
             ),
             ("booting past 2x its tail", view(Stage::Booting, 721), ClaimIo::default(), vec!["fail registration_timed_out (timed out)"]),
             ("joined, node gone", view(Stage::Joined, 5), ClaimIo::default(), vec!["fail node_lost"]),
-            ("joined, not ready", with_node(view(Stage::Joined, 5), node(false, &["node Ready"])), ClaimIo::default(), vec!["note GatesWaiting"]),
+            ("joined, not ready", with_node(view(Stage::Joined, 5), node(false, &[])), ClaimIo::default(), vec!["note GatesWaiting"]),
             ("joined, ready, gates met", with_node(view(Stage::Joined, 5), node(true, &[])), ClaimIo::default(), vec!["enter ready", "measure"]),
             (
                 "joined, never ready",
-                with_node(view(Stage::Joined, 181), node(false, &["node Ready"])),
+                with_node(view(Stage::Joined, 181), node(false, &[])),
                 ClaimIo::default(),
                 vec!["fail node_not_ready (timed out)"],
             ),
             (
                 "joined, Ready, the lifecycle taint not lifted yet",
-                with_node(view(Stage::Joined, 5), node(true, &["node Ready (its node.kubernetes.io/not-ready taint is not lifted yet)"])),
+                with_node(view(Stage::Joined, 5), tainted(&[])),
                 ClaimIo::default(),
                 vec!["note GatesWaiting"],
             ),
             (
                 "joined, Ready, the lifecycle taint not lifted past the budget: the control plane lags, the server is fine",
-                with_node(view(Stage::Joined, 181), node(true, &["node Ready (its node.kubernetes.io/not-ready taint is not lifted yet)"])),
+                with_node(view(Stage::Joined, 181), tainted(&[])),
                 ClaimIo::default(),
                 vec!["note GatesWaiting"],
             ),
             (
                 "joined, Ready, the lifecycle taint and a gate past the budget",
-                with_node(
-                    view(Stage::Joined, 181),
-                    node(true, &["node Ready (its node.kubernetes.io/not-ready taint is not lifted yet)", "gpu driver"]),
-                ),
+                with_node(view(Stage::Joined, 181), tainted(&["gpu driver"])),
                 ClaimIo::default(),
                 vec!["fail readiness_gate_failed (timed out)"],
             ),
@@ -658,7 +700,7 @@ mod tests {
             ("ready, pods still pending, node deleted", view(Stage::Ready, 5), ClaimIo::default(), vec!["fail node_lost"]),
             (
                 "ready, pods still pending, node NotReady past its grace",
-                with_node(view(Stage::Ready, 5), node(false, &["node Ready"])),
+                with_node(view(Stage::Ready, 5), node(false, &[])),
                 ClaimIo { not_ready_since: Some(now() - Duration::from_secs(ClaimSettings::default().not_ready_grace_s)), ..ClaimIo::default() },
                 vec!["fail node_not_ready (timed out)"],
             ),
@@ -676,7 +718,7 @@ mod tests {
             ("failed, third in a row: quarantine", third_failure, ok(Io::PowerOff, false), vec!["release (count true, quarantine true)"]),
             (
                 "failed with a node: release without power-off",
-                with_node(failed(FailureReason::NodeNotReady), node(false, &["node Ready"])),
+                with_node(failed(FailureReason::NodeNotReady), node(false, &[])),
                 ClaimIo::default(),
                 vec!["release (count true, quarantine false)"],
             ),
@@ -792,7 +834,7 @@ mod tests {
     #[test]
     fn a_serving_node_not_ready_past_its_grace_fails_its_claim_and_recovering_resets_the_grace() {
         let mut v = view(Stage::Serving, 5);
-        v.node = node(false, &["node Ready"]);
+        v.node = node(false, &[]);
         v.pods_pending.clear();
         let settings = ClaimSettings::default();
         let mut io = ClaimIo::default();
@@ -800,7 +842,7 @@ mod tests {
         assert!(step(&v, &mut io, &settings, now() + Duration::from_secs(299)).is_empty());
         v.node = node(true, &[]);
         assert!(step(&v, &mut io, &settings, now() + Duration::from_secs(300)).is_empty());
-        v.node = node(false, &["node Ready"]);
+        v.node = node(false, &[]);
         assert!(step(&v, &mut io, &settings, now() + Duration::from_secs(301)).is_empty(), "the grace starts again");
         let effects = step(&v, &mut io, &settings, now() + Duration::from_secs(601));
         assert_eq!(kinds(&effects), ["fail node_not_ready (timed out)"]);

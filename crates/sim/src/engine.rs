@@ -2770,16 +2770,13 @@ impl World for Engine<'_> {
                 });
                 let node = s.and_then(|s| {
                     let n = self.srv[s].node.as_ref()?;
-                    let unmet = match (n.ready_since.is_some(), n.gates_passed) {
-                        (false, _) => vec!["node Ready".to_string()],
-                        (true, false) => vec!["readiness gates".to_string()],
-                        (true, true) => Vec::new(),
-                    };
+                    let ready = n.ready_since.is_some();
                     Some(NodeFacts {
                         name: self.w.servers[s].server.name.clone(),
-                        ready: n.ready_since.is_some(),
+                        ready,
                         ready_since_s: n.ready_since,
-                        unmet,
+                        lifecycle_taint: None,
+                        unmet: if ready && !n.gates_passed { vec!["readiness gates".to_string()] } else { Vec::new() },
                     })
                 });
                 let mut pods_pending = Vec::new();
