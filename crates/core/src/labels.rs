@@ -6,37 +6,72 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-/// A set of labels: key to value, ordered by key. Cloning one is cheap (the
-/// map is shared until one of the copies is changed), as every snapshot
-/// copies the labels of every server, node and pod.
-#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Labels(Arc<BTreeMap<String, String>>);
+/// A value whose copies share one allocation until one of them is changed:
+/// every snapshot copies the labels of every server, node and pod, and
+/// nearly every pod carries the same tolerations.
+pub struct Shared<T>(Arc<T>);
+
+/// A set of labels: key to value, ordered by key. Cloning one is cheap.
+pub type Labels = Shared<BTreeMap<String, String>>;
+
+/// A pod's tolerations. Cloning is cheap; nearly every pod carries the same
+/// two (the API server's `not-ready` and `unreachable`, for 300 s).
+pub type Tolerations = Shared<Vec<Toleration>>;
 
 impl Labels {
     pub fn new() -> Self {
         Labels::default()
     }
+}
 
-    /// Whether this copy is the only one of its map.
+impl<T> Shared<T> {
+    /// Whether this copy is the only one of its allocation.
     pub fn unshared(&self) -> bool {
         Arc::strong_count(&self.0) == 1
     }
 
-    /// Whether two copies share one map.
-    pub fn same_map(&self, other: &Labels) -> bool {
+    /// Whether two copies share one allocation.
+    pub fn same(&self, other: &Shared<T>) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
-/// A value whose copies share one allocation until one is changed.
-pub trait Shared: Clone + Eq + std::hash::Hash {
-    /// Whether this copy is the only one of its allocation.
-    fn unshared(&self) -> bool;
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
 }
 
-impl Shared for Labels {
-    fn unshared(&self) -> bool {
-        Labels::unshared(self)
+impl<T: Default> Default for Shared<T> {
+    fn default() -> Self {
+        Shared(Arc::default())
+    }
+}
+
+impl<T: PartialEq> PartialEq for Shared<T> {
+    /// Copies of one allocation are equal without a look inside.
+    fn eq(&self, other: &Self) -> bool {
+        self.same(other) || self.0 == other.0
+    }
+}
+
+impl<T: Eq> Eq for Shared<T> {}
+
+impl<T: PartialOrd> PartialOrd for Shared<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        self.0.partial_cmp(&other.0)
+    }
+}
+
+impl<T: Ord> Ord for Shared<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+impl<T: std::hash::Hash> std::hash::Hash for Shared<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
     }
 }
 
@@ -57,9 +92,9 @@ impl<T> Default for Interner<T> {
     }
 }
 
-impl<T: Shared> Interner<T> {
+impl<T: Eq + std::hash::Hash> Interner<Shared<T>> {
     /// The shared copy of `value`, kept from now on if it is new.
-    pub fn intern(&mut self, value: &mut T) {
+    pub fn intern(&mut self, value: &mut Shared<T>) {
         if let Some(known) = self.values.get(value) {
             *value = known.clone();
             return;
@@ -83,67 +118,70 @@ impl<T: Shared> Interner<T> {
     }
 }
 
-impl std::ops::Deref for Labels {
-    type Target = BTreeMap<String, String>;
-    fn deref(&self) -> &Self::Target {
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
         &self.0
     }
 }
 
-impl std::ops::DerefMut for Labels {
-    /// Copies the map first when another copy shares it.
-    fn deref_mut(&mut self) -> &mut Self::Target {
+impl<T: Clone> std::ops::DerefMut for Shared<T> {
+    /// Copies the value first when another copy shares it.
+    fn deref_mut(&mut self) -> &mut T {
         Arc::make_mut(&mut self.0)
     }
 }
 
-impl Serialize for Labels {
+impl<T: Serialize> Serialize for Shared<T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.0.serialize(serializer)
     }
 }
 
-impl<'de> Deserialize<'de> for Labels {
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shared<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        BTreeMap::deserialize(deserializer).map(Labels::from)
+        T::deserialize(deserializer).map(Shared::from)
     }
 }
 
-impl fmt::Debug for Labels {
+impl<T: fmt::Debug> fmt::Debug for Shared<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }
 }
 
-impl From<BTreeMap<String, String>> for Labels {
-    fn from(map: BTreeMap<String, String>) -> Self {
-        Labels(Arc::new(map))
+impl<T> From<T> for Shared<T> {
+    fn from(value: T) -> Self {
+        Shared(Arc::new(value))
     }
 }
 
-impl FromIterator<(String, String)> for Labels {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
-        Labels(Arc::new(iter.into_iter().collect()))
+impl<A, T: FromIterator<A>> FromIterator<A> for Shared<T> {
+    fn from_iter<I: IntoIterator<Item = A>>(iter: I) -> Self {
+        Shared(Arc::new(iter.into_iter().collect()))
     }
 }
 
-impl Extend<(String, String)> for Labels {
-    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
+impl<A, T: Extend<A> + Clone> Extend<A> for Shared<T> {
+    fn extend<I: IntoIterator<Item = A>>(&mut self, iter: I) {
         Arc::make_mut(&mut self.0).extend(iter)
     }
 }
 
-impl<'a> IntoIterator for &'a Labels {
-    type Item = (&'a String, &'a String);
-    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+impl<'a, T> IntoIterator for &'a Shared<T>
+where
+    &'a T: IntoIterator,
+{
+    type Item = <&'a T as IntoIterator>::Item;
+    type IntoIter = <&'a T as IntoIterator>::IntoIter;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.0.as_ref().into_iter()
     }
 }
 
-impl IntoIterator for Labels {
-    type Item = (String, String);
-    type IntoIter = std::collections::btree_map::IntoIter<String, String>;
+impl<T: IntoIterator + Clone> IntoIterator for Shared<T> {
+    type Item = T::Item;
+    type IntoIter = T::IntoIter;
     fn into_iter(self) -> Self::IntoIter {
         Arc::unwrap_or_clone(self.0).into_iter()
     }
@@ -304,62 +342,6 @@ pub enum TolerationOperator {
     Exists,
 }
 
-/// A pod's tolerations. Cloning is cheap: the list is shared until one of
-/// the copies is changed, as nearly every pod carries the same two (the
-/// API server's `not-ready` and `unreachable`, for 300 s).
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct Tolerations(Arc<Vec<Toleration>>);
-
-impl Shared for Tolerations {
-    fn unshared(&self) -> bool {
-        Arc::strong_count(&self.0) == 1
-    }
-}
-
-impl std::ops::Deref for Tolerations {
-    type Target = Vec<Toleration>;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Tolerations {
-    /// Copies the list first when another copy shares it.
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        Arc::make_mut(&mut self.0)
-    }
-}
-
-impl Serialize for Tolerations {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for Tolerations {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Vec::deserialize(deserializer).map(Tolerations::from)
-    }
-}
-
-impl fmt::Debug for Tolerations {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl From<Vec<Toleration>> for Tolerations {
-    fn from(list: Vec<Toleration>) -> Self {
-        Tolerations(Arc::new(list))
-    }
-}
-
-impl FromIterator<Toleration> for Tolerations {
-    fn from_iter<I: IntoIterator<Item = Toleration>>(iter: I) -> Self {
-        Tolerations(Arc::new(iter.into_iter().collect()))
-    }
-}
-
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Toleration {
     /// Empty with `Exists` tolerates every taint.
@@ -405,7 +387,7 @@ mod tests {
         let mut second = make(1);
         interner.intern(&mut first);
         interner.intern(&mut second);
-        assert!(first.same_map(&second), "equal labels share one map");
+        assert!(first.same(&second), "equal labels share one map");
         assert_eq!(interner.len(), 1);
         drop((first, second));
         // 5,000 distinct maps, each dropped at once: the interner never
