@@ -174,6 +174,9 @@ struct Offering {
     taints: Vec<Taint>,
     /// Capacity left for pods once the DaemonSets that would land are counted.
     alloc: Resources,
+    /// Index of `alloc` in `Scheduler::allocs`: offerings of equal `alloc`
+    /// share it, so what fits one is checked once for all.
+    alloc_id: usize,
     capacity: Resources,
     domains: Vec<Option<DomainId>>,
     /// Index into `Scheduler::peers`: the offerings a claim that starts on
@@ -352,6 +355,8 @@ struct Scheduler<'s> {
     /// that a scan for the domains free servers offer can stop once it has
     /// seen them all.
     offering_domains_per_key: Vec<usize>,
+    /// The distinct `Offering::alloc`s.
+    allocs: Vec<Resources>,
     /// Power changes of the last minute and those this plan opens.
     gate: crate::transitions::Gate<'s>,
 }
@@ -527,6 +532,7 @@ impl<'s> Scheduler<'s> {
             lives: Vec::new(),
             shared_lives: HashMap::new(),
             offering_domains_per_key: Vec::new(),
+            allocs: Vec::new(),
             gate: crate::transitions::Gate::new(snap, now_s),
         };
         s.build_inventory();
@@ -608,6 +614,7 @@ impl<'s> Scheduler<'s> {
                     labels,
                     taints: pool.taints.clone(),
                     alloc,
+                    alloc_id: usize::MAX,
                     capacity: server.capacity.clone(),
                     domains,
                     peers: usize::MAX,
@@ -634,6 +641,14 @@ impl<'s> Scheduler<'s> {
                     .then(y.warm.cmp(&x.warm))
                     .then(a.cmp(&b))
             });
+        }
+        let mut alloc_ids: HashMap<&Resources, usize> = HashMap::new();
+        for o in &mut self.offerings {
+            let next = self.allocs.len();
+            o.alloc_id = *alloc_ids.entry(&o.alloc).or_insert(next);
+            if o.alloc_id == next {
+                self.allocs.push(o.alloc.clone());
+            }
         }
         let keys = self.offerings.iter().map(|o| o.domains.len()).max().unwrap_or(0);
         self.offering_domains_per_key = vec![0; keys];
@@ -930,11 +945,14 @@ impl<'s> Scheduler<'s> {
                 Rc::new(offerings.iter().map(|o| node_affinity_matches(pod, &o.labels, "") && taints_tolerated(pod, &o.taints, false)).collect())
             })
             .clone();
-        let selection_ok = &group.selection_ok;
+        let (selection_ok, allocs) = (&group.selection_ok, &self.allocs);
         group.static_ok = self
             .static_cache
             .entry(key)
-            .or_insert_with(|| Rc::new(offerings.iter().zip(selection_ok.iter()).map(|(o, &ok)| ok && pod.requests.fits(&o.alloc)).collect()))
+            .or_insert_with(|| {
+                let fits: Vec<bool> = allocs.iter().map(|a| pod.requests.fits(a)).collect();
+                Rc::new(offerings.iter().zip(selection_ok.iter()).map(|(o, &ok)| ok && fits[o.alloc_id]).collect())
+            })
             .clone();
         let spread_keys = group.terms.spread.iter().map(|s| (self.topo.key_of_term(s.term), s.node_affinity_policy, s.node_taints_policy)).collect();
         let eligible_key = (selection, spread_keys);
@@ -972,18 +990,6 @@ impl<'s> Scheduler<'s> {
             // not those still waiting for a claim in the same domain.
             now.push(TopologyIndex::spread_min(s, &group.spread_counts_now[i], existing.iter().copied()));
             let key = self.topo.key_of_term(s.term);
-            let mut with_claims = existing.clone();
-            if unconstrained {
-                with_claims.extend(self.claim_domains.get(key).into_iter().flatten().copied());
-            } else {
-                for &c in &self.claims {
-                    if self.spread_counts_slot(pod, &group.terms, i, c)
-                        && let Some(d) = self.slots[c].domains[key]
-                    {
-                        with_claims.push(d);
-                    }
-                }
-            }
             let cached = group.offered_domains[i].as_ref().filter(|(epoch, _, _)| *epoch == self.inventory_epoch);
             let (offered, fresh_host) = match cached {
                 Some((_, d, f)) => (d.clone(), *f),
@@ -1019,7 +1025,18 @@ impl<'s> Scheduler<'s> {
                 planned.push(0);
                 continue;
             }
-            let mut domains = with_claims;
+            let mut domains = existing.clone();
+            if unconstrained {
+                domains.extend(self.claim_domains.get(key).into_iter().flatten().copied());
+            } else {
+                for &c in &self.claims {
+                    if self.spread_counts_slot(pod, &group.terms, i, c)
+                        && let Some(d) = self.slots[c].domains[key]
+                    {
+                        domains.push(d);
+                    }
+                }
+            }
             domains.extend(offered);
             // A domain twice does not change the least count; only
             // minDomains counts the domains, and then each once.
@@ -1050,7 +1067,7 @@ impl<'s> Scheduler<'s> {
         // over every domain the plan may yet add: a claim opened later in a
         // domain of its own lowers the minimum the pod binds under.
         let mut found = self.first_fit(pod_index, pod, group, &mut live.existing, &min_now, &[]);
-        if found.is_none() && min_planned != min_now {
+        if found.is_none() && !group.terms.spread.is_empty() && min_planned != min_now {
             found = self.first_fit(pod_index, pod, group, &mut live.existing, &min_planned, &[]);
         }
         // 2. Claims in flight, then claims this plan opened.
@@ -1106,6 +1123,18 @@ impl<'s> Scheduler<'s> {
     /// failure is permanent for this pod shape (adding pods cannot undo it).
     fn fits_slot(&self, pod_index: usize, pod: &Pod, group: &Group, slot: usize, spread_min: &[u32], spread_pinned: &[bool]) -> Result<(), bool> {
         let s = &self.slots[slot];
+        // Inter-pod terms first: over a plan's many claims they are what
+        // fails most often, and the cheapest to check. A failure adding pods
+        // can undo keeps the slot, to be checked in full once they pass.
+        let t = &group.terms;
+        let inter_pod = !(t.affinity.is_empty() && t.anti_affinity.is_empty() && t.spread.is_empty() && t.repelled_by.is_empty());
+        if inter_pod && let Err(m) = self.topo.check(t, &s.domains, &group.spread_counts, spread_min) {
+            let permanent = match m {
+                TopologyMismatch::Spread { index, .. } => spread_pinned.get(index).copied().unwrap_or(false),
+                other => other.is_permanent(),
+            };
+            return Err(permanent);
+        }
         match &s.kind {
             SlotKind::New(n) => {
                 if !n.requested.fits_with(&pod.requests, &self.offerings[n.offering].alloc) {
@@ -1139,10 +1168,7 @@ impl<'s> Scheduler<'s> {
         {
             return Err(true);
         }
-        self.topo.check(&group.terms, &s.domains, &group.spread_counts, spread_min).map_err(|m| match m {
-            TopologyMismatch::Spread { index, .. } => spread_pinned.get(index).copied().unwrap_or(false),
-            other => other.is_permanent(),
-        })
+        Ok(())
     }
 
     fn any_offering_meets(&self, pool: usize, deadline_s: i64) -> bool {
@@ -1234,7 +1260,7 @@ impl<'s> Scheduler<'s> {
                 let mut domains = off.domains.clone();
                 domains[self.hostname_key] = Some(u32::MAX); // a new host: no pods yet
                 if let Err(m) = self.topo.check(&group.terms, &domains, &group.spread_counts, spread_min) {
-                    blocked.get_or_insert(Unschedulable::Topology { constraint: m.to_string() });
+                    blocked.get_or_insert(Unschedulable::Topology { constraint: self.topo.describe(&m) });
                     continue;
                 }
                 anchor = Some(o);
@@ -1244,18 +1270,20 @@ impl<'s> Scheduler<'s> {
             // The pool's limits, the fleet's budget and the transition rates
             // are checked only where one is set.
             let bounded = self.pools[pool].limits != Limits::default() || self.snap.power_budget_watts.is_some() || self.gate.limits();
-            let candidates: Vec<usize> = self.peers[self.offerings[anchor].peers]
-                .iter()
-                .filter(|&&(o, class)| {
-                    group.static_ok[o]
-                        && self.classes[class].has_free()
-                        && (!bounded || {
-                            let off = &self.offerings[o];
-                            self.limit_breach(pool, off).is_none() && self.power_breach(off).is_none() && self.rate_breach(off).is_none()
-                        })
-                })
-                .map(|&(o, _)| o)
-                .collect();
+            let peers = &self.peers[self.offerings[anchor].peers];
+            let static_ok = group.static_ok.as_slice();
+            let mut candidates: Vec<usize> = Vec::new();
+            for &(o, class) in peers {
+                if static_ok[o] && self.classes[class].has_free() {
+                    candidates.push(o);
+                }
+            }
+            if bounded {
+                candidates.retain(|&o| {
+                    let off = &self.offerings[o];
+                    self.limit_breach(pool, off).is_none() && self.power_breach(off).is_none() && self.rate_breach(off).is_none()
+                });
+            }
             let (server, name) = self.take(anchor);
             let deadline_s = self.deadline_of(pod, pool);
             let candidates = Candidates { offerings: candidates, selection: group.selection_ok.clone() };

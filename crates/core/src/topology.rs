@@ -131,26 +131,28 @@ pub type SpreadCounts = Vec<Vec<u32>>;
 
 /// Which inter-pod constraint failed, for reasons and for the scheduler's
 /// bookkeeping (affinity and spread can become satisfiable later; the
-/// others cannot).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// others cannot). `key` is the topology key's id in its index, which
+/// [`TopologyIndex::describe`] names: the scheduler's hot path meets
+/// mismatches by the million and reads few of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TopologyMismatch {
     AntiAffinity {
-        key: std::sync::Arc<str>,
+        key: usize,
     },
     RepelledByExisting {
-        key: std::sync::Arc<str>,
+        key: usize,
     },
     Affinity {
-        key: std::sync::Arc<str>,
+        key: usize,
     },
     /// `index` is the position of the failing term in `PodTerms::spread`.
     Spread {
-        key: std::sync::Arc<str>,
+        key: usize,
         max_skew: u32,
         index: usize,
     },
     MissingTopologyKey {
-        key: std::sync::Arc<str>,
+        key: usize,
     },
 }
 
@@ -158,22 +160,6 @@ impl TopologyMismatch {
     /// Adding pods can only make these worse.
     pub fn is_permanent(&self) -> bool {
         matches!(self, TopologyMismatch::AntiAffinity { .. } | TopologyMismatch::RepelledByExisting { .. })
-    }
-}
-
-impl std::fmt::Display for TopologyMismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TopologyMismatch::AntiAffinity { key } => write!(f, "pod anti-affinity on {key}"),
-            TopologyMismatch::RepelledByExisting { key } => {
-                write!(f, "anti-affinity of a running pod on {key}")
-            }
-            TopologyMismatch::Affinity { key } => write!(f, "pod affinity on {key}"),
-            TopologyMismatch::Spread { key, max_skew, .. } => {
-                write!(f, "topology spread on {key} (maxSkew {max_skew})")
-            }
-            TopologyMismatch::MissingTopologyKey { key } => write!(f, "node lacks topology key {key}"),
-        }
     }
 }
 
@@ -416,7 +402,7 @@ impl TopologyIndex {
     /// Checks affinity and anti-affinity (both directions) for a node in
     /// `domains`, and spread against the pod's counts and minimums.
     pub fn check(&self, terms: &PodTerms, domains: &[Option<DomainId>], spread: &SpreadCounts, spread_min: &[u32]) -> Result<(), TopologyMismatch> {
-        let key_name = |t: usize| self.keys[self.terms[t].key].clone();
+        let key_name = |t: usize| self.terms[t].key;
         for &t in &terms.anti_affinity {
             if let Some(d) = domains[self.terms[t].key]
                 && self.count(t, d) > 0
@@ -456,6 +442,17 @@ impl TopologyIndex {
             }
         }
         Ok(())
+    }
+
+    /// A mismatch in words, with its topology key named.
+    pub fn describe(&self, m: &TopologyMismatch) -> String {
+        match *m {
+            TopologyMismatch::AntiAffinity { key } => format!("pod anti-affinity on {}", self.keys[key]),
+            TopologyMismatch::RepelledByExisting { key } => format!("anti-affinity of a running pod on {}", self.keys[key]),
+            TopologyMismatch::Affinity { key } => format!("pod affinity on {}", self.keys[key]),
+            TopologyMismatch::Spread { key, max_skew, .. } => format!("topology spread on {} (maxSkew {max_skew})", self.keys[key]),
+            TopologyMismatch::MissingTopologyKey { key } => format!("node lacks topology key {}", self.keys[key]),
+        }
     }
 
     /// The smallest count of spread term `i` over the given eligible
