@@ -61,8 +61,7 @@ struct TermSpec {
 
 #[derive(Default)]
 pub struct TopologyIndex {
-    /// Shared, so that a mismatch names its key without copying it.
-    keys: Vec<std::sync::Arc<str>>,
+    keys: Vec<String>,
     key_ids: HashMap<String, usize>,
     domains: HashMap<String, DomainId>,
     domain_names: Vec<String>,
@@ -187,7 +186,7 @@ impl TopologyIndex {
         self.keys.len() - 1
     }
 
-    pub fn keys(&self) -> &[std::sync::Arc<str>] {
+    pub fn keys(&self) -> &[String] {
         &self.keys
     }
 
@@ -212,8 +211,12 @@ impl TopologyIndex {
 
     /// The domain of a node with these labels, for every known key.
     pub fn domains_of(&mut self, labels: &Labels) -> Vec<Option<DomainId>> {
-        let keys = self.keys.clone();
-        keys.iter().map(|k| labels.get(&**k).map(|v| self.domain_id(v))).collect()
+        let mut domains = Vec::with_capacity(self.keys.len());
+        for k in 0..self.keys.len() {
+            let value = labels.get(&self.keys[k]);
+            domains.push(value.map(|v| self.domain_id(v)));
+        }
+        domains
     }
 
     /// Namespace labels, for `namespaceSelector`; set before `register`.
