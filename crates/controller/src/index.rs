@@ -79,9 +79,9 @@ pub struct Index {
     /// [`crate::buffers`] last resolved them.
     pub buffer_rooms: Vec<ironclaim_core::buffer::Room>,
     /// The pods of ProvisioningRequests, by key: pending stand-ins of a
-    /// gang, in every snapshot and among the pending pods, kept by
-    /// [`crate::provisioning_requests`].
-    pub gang_pods: BTreeMap<String, core::Pod>,
+    /// gang, in every snapshot (shared, as the other pods) and among the
+    /// pending pods, kept by [`crate::provisioning_requests`].
+    pub gang_pods: BTreeMap<String, std::sync::Arc<core::Pod>>,
     /// One copy of each distinct set of pod labels and node selectors.
     labels: ironclaim_core::labels::Interner<ironclaim_core::labels::Labels>,
     tolerations: ironclaim_core::labels::Interner<ironclaim_core::labels::Tolerations>,
@@ -468,7 +468,7 @@ impl Index {
     pub fn snapshot(&self, now_s: Seconds, backoff: FailureBackoff) -> (Snapshot, Vec<Problem>) {
         let mut problems = Vec::new();
         let mut snap = Snapshot {
-            pods: self.pods.values().map(|e| e.pod.clone()).chain(self.gang_pods.values().cloned().map(std::sync::Arc::new)).collect(),
+            pods: self.pods.values().map(|e| e.pod.clone()).chain(self.gang_pods.values().cloned()).collect(),
             namespaces: self.namespaces.iter().map(|(name, ns)| (name.clone(), ns.metadata.labels.clone().unwrap_or_default().into())).collect(),
             ..Snapshot::default()
         };

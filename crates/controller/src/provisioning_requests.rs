@@ -111,7 +111,7 @@ impl ProvisioningRequests {
                     Ok(pods) if r.request.spec.provisioning_class_name == ATOMIC_SCALE_UP && !booking_over(&r.request, now) => {
                         // Each pod that consumes the request takes one stand-in's place.
                         let left = pods.len().saturating_sub(consumed.get(&r.key).copied().unwrap_or(0));
-                        gang_pods.extend(pods.iter().take(left).map(|p| (p.key(), p.clone())));
+                        gang_pods.extend(pods.iter().take(left).map(|p| (p.key(), std::sync::Arc::new(p.clone()))));
                     }
                     Err(None) => gang_pods
                         .extend(index.gang_pods.iter().filter(|(_, p)| p.gang.as_deref() == Some(&r.key)).map(|(k, p)| (k.clone(), p.clone()))),
