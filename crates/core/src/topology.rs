@@ -405,25 +405,25 @@ impl TopologyIndex {
     /// Checks affinity and anti-affinity (both directions) for a node in
     /// `domains`, and spread against the pod's counts and minimums.
     pub fn check(&self, terms: &PodTerms, domains: &[Option<DomainId>], spread: &SpreadCounts, spread_min: &[u32]) -> Result<(), TopologyMismatch> {
-        let key_name = |t: usize| self.terms[t].key;
+        let key_of = |t: usize| self.terms[t].key;
         for &t in &terms.anti_affinity {
             if let Some(d) = domains[self.terms[t].key]
                 && self.count(t, d) > 0
             {
-                return Err(TopologyMismatch::AntiAffinity { key: key_name(t) });
+                return Err(TopologyMismatch::AntiAffinity { key: key_of(t) });
             }
         }
         for &t in &terms.repelled_by {
             if let Some(d) = domains[self.terms[t].key]
                 && self.anti_owners[t].get(d as usize).copied().unwrap_or(0) > 0
             {
-                return Err(TopologyMismatch::RepelledByExisting { key: key_name(t) });
+                return Err(TopologyMismatch::RepelledByExisting { key: key_of(t) });
             }
         }
         let mut unmet = None;
         for &t in &terms.affinity {
             let Some(d) = domains[self.terms[t].key] else {
-                return Err(TopologyMismatch::MissingTopologyKey { key: key_name(t) });
+                return Err(TopologyMismatch::MissingTopologyKey { key: key_of(t) });
             };
             if unmet.is_none() && self.count(t, d) == 0 {
                 unmet = Some(t);
@@ -432,16 +432,16 @@ impl TopologyIndex {
         if let Some(t) = unmet {
             let first_of_its_kind = terms.self_affine && terms.affinity.iter().all(|&t| self.totals[t] == 0);
             if !first_of_its_kind {
-                return Err(TopologyMismatch::Affinity { key: key_name(t) });
+                return Err(TopologyMismatch::Affinity { key: key_of(t) });
             }
         }
         for (index, (s, &min)) in terms.spread.iter().zip(spread_min).enumerate() {
             let Some(d) = domains[self.terms[s.term].key] else {
-                return Err(TopologyMismatch::MissingTopologyKey { key: key_name(s.term) });
+                return Err(TopologyMismatch::MissingTopologyKey { key: key_of(s.term) });
             };
             let count = spread.get(index).and_then(|c| c.get(d as usize)).copied().unwrap_or(0);
             if count + u32::from(s.self_match) > min + s.max_skew {
-                return Err(TopologyMismatch::Spread { key: key_name(s.term), max_skew: s.max_skew, index });
+                return Err(TopologyMismatch::Spread { key: key_of(s.term), max_skew: s.max_skew, index });
             }
         }
         Ok(())
