@@ -279,6 +279,10 @@ struct Group {
     /// Per offering: do the pod's node affinity and tolerations admit it,
     /// whatever its resources. Shared by groups of the same selection.
     selection_ok: Rc<Vec<bool>>,
+    /// The pod's node selection reads neither the hostname label nor the
+    /// node's name: then `selection_ok` answers for a claim of the offering
+    /// too, whatever its host.
+    hostless: bool,
     /// Per spread term, the domains of the Ready nodes it counts. Shared by
     /// groups of the same selection and spread keys and policies.
     eligible_existing_domains: Rc<Vec<Vec<DomainId>>>,
@@ -873,6 +877,7 @@ impl<'s> Scheduler<'s> {
                     offered_domains: Vec::new(),
                     static_ok: Rc::default(),
                     selection_ok: Rc::default(),
+                    hostless: false,
                     eligible_existing_domains: Rc::default(),
                     spread_counts: Vec::new(),
                     spread_counts_now: Vec::new(),
@@ -937,6 +942,8 @@ impl<'s> Scheduler<'s> {
             self.lives.push(own);
             self.lives.len() - 1
         };
+        group.hostless = !pod.node_selector.contains_key(HOSTNAME)
+            && pod.node_affinity.iter().all(|t| t.match_fields.is_empty() && t.match_expressions.iter().all(|r| r.key != HOSTNAME));
         let offerings = &self.offerings;
         group.selection_ok = self
             .selection_cache
@@ -1123,9 +1130,15 @@ impl<'s> Scheduler<'s> {
     /// failure is permanent for this pod shape (adding pods cannot undo it).
     fn fits_slot(&self, pod_index: usize, pod: &Pod, group: &Group, slot: usize, spread_min: &[u32], spread_pinned: &[bool]) -> Result<(), bool> {
         let s = &self.slots[slot];
-        // Inter-pod terms first: over a plan's many claims they are what
-        // fails most often, and the cheapest to check. A failure adding pods
-        // can undo keeps the slot, to be checked in full once they pass.
+        // Pod slots, cpu, memory and ephemeral storage first: the reason most
+        // slots turn a pod down, and a lasting one.
+        if self.short_of_room(pod, s) {
+            return Err(true);
+        }
+        // Then inter-pod terms: over a plan's many claims they are what
+        // fails most often after room, and the cheapest to check. A failure
+        // adding pods can undo keeps the slot, to be checked in full once
+        // they pass.
         let t = &group.terms;
         let inter_pod = !(t.affinity.is_empty() && t.anti_affinity.is_empty() && t.spread.is_empty() && t.repelled_by.is_empty());
         if inter_pod && let Err(m) = self.topo.check(t, &s.domains, &group.spread_counts, spread_min) {
@@ -1137,9 +1150,6 @@ impl<'s> Scheduler<'s> {
         }
         match &s.kind {
             SlotKind::New(n) => {
-                if !n.requested.fits_with(&pod.requests, &self.offerings[n.offering].alloc) {
-                    return Err(true);
-                }
                 if let Some(d) = self.deadline_of(pod, n.pool) {
                     let claim_meets = n.candidates.iter().any(|&c| self.offerings[c].eta_s as i64 <= d && n.admits(&self.offerings, c));
                     if !claim_meets && self.any_offering_meets(n.pool, d) {
@@ -1149,9 +1159,6 @@ impl<'s> Scheduler<'s> {
                 }
             }
             _ => {
-                if !pod.requests.fits(&s.free) {
-                    return Err(true);
-                }
                 // Room kept for a claim's own pods is not this pod's, unless
                 // it is one of them; kept room comes free, so not for good.
                 if s.reserved != Resources::default()
@@ -1162,13 +1169,46 @@ impl<'s> Scheduler<'s> {
                 }
             }
         }
-        if pod.host_ports.iter().any(|want| s.ports.iter().any(|used| used.conflicts(want)))
-            || !node_affinity_matches(pod, &s.labels, &s.name)
-            || !taints_tolerated(pod, &s.taints, s.cordoned)
-        {
+        if pod.host_ports.iter().any(|want| s.ports.iter().any(|used| used.conflicts(want))) {
+            return Err(true);
+        }
+        let admitted = match &s.kind {
+            // A claim's node has its offering's labels and taints, and a
+            // hostname of its own.
+            SlotKind::New(n) if group.hostless => group.selection_ok[n.offering],
+            _ => node_affinity_matches(pod, &s.labels, &s.name) && taints_tolerated(pod, &s.taints, s.cordoned),
+        };
+        if !admitted {
             return Err(true);
         }
         Ok(())
+    }
+
+    /// Whether the pod asks for more of a resource than the slot has left:
+    /// the reason most slots turn a pod down, and a lasting one. A claim
+    /// never holds more than its offering's allocatable (each pod it took
+    /// fitted), so only what the pod asks for needs a look.
+    fn short_of_room(&self, pod: &Pod, s: &Slot) -> bool {
+        let want = &pod.requests;
+        let over = |w: i64, left: i64| w > 0 && w > left;
+        match &s.kind {
+            SlotKind::New(n) => {
+                let (cap, used) = (&self.offerings[n.offering].alloc, &n.requested);
+                over(want.cpu_milli, cap.cpu_milli - used.cpu_milli)
+                    || over(want.memory_bytes, cap.memory_bytes - used.memory_bytes)
+                    || over(want.pods, cap.pods - used.pods)
+                    || over(want.ephemeral_bytes, cap.ephemeral_bytes - used.ephemeral_bytes)
+                    || want.extended.iter().any(|(name, w)| over(*w, cap.extended(name) - used.extended(name)))
+            }
+            _ => {
+                let free = &s.free;
+                over(want.cpu_milli, free.cpu_milli)
+                    || over(want.memory_bytes, free.memory_bytes)
+                    || over(want.pods, free.pods)
+                    || over(want.ephemeral_bytes, free.ephemeral_bytes)
+                    || want.extended.iter().any(|(name, w)| over(*w, free.extended(name)))
+            }
+        }
     }
 
     fn any_offering_meets(&self, pool: usize, deadline_s: i64) -> bool {

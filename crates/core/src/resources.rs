@@ -171,17 +171,6 @@ impl Resources {
             && self.extended.iter().all(|(name, amount)| ok(*amount, free.extended(name)))
     }
 
-    /// Whether `self + more` fits into `free`, without building the sum.
-    pub fn fits_with(&self, more: &Resources, free: &Resources) -> bool {
-        let ok = |a: i64, b: i64, available: i64| a + b <= 0 || a + b <= available;
-        ok(self.pods, more.pods, free.pods)
-            && ok(self.cpu_milli, more.cpu_milli, free.cpu_milli)
-            && ok(self.memory_bytes, more.memory_bytes, free.memory_bytes)
-            && ok(self.ephemeral_bytes, more.ephemeral_bytes, free.ephemeral_bytes)
-            && self.extended.iter().all(|(n, a)| ok(*a, more.extended(n), free.extended(n)))
-            && more.extended.iter().all(|(n, b)| ok(self.extended(n), *b, free.extended(n)))
-    }
-
     /// Component-wise maximum, as used for init containers.
     pub fn max_with(&self, other: &Resources) -> Resources {
         let mut out = Resources {
@@ -235,20 +224,6 @@ mod tests {
         assert_eq!(a.extended[0].0, "a.io/y");
         a.sub(&Resources::default().with_extended("a.io/y", 1));
         assert_eq!(a.extended.len(), 1);
-    }
-
-    #[test]
-    fn fits_with_agrees_with_fits_on_the_sum() {
-        let free = Resources::new(4000, 8 << 30).with_pods(10).with_extended(GPU, 2);
-        let cases = [
-            (Resources::new(1000, 1 << 30).with_pods(1), Resources::new(3000, 1 << 30).with_pods(1)),
-            (Resources::new(1000, 1 << 30).with_extended(GPU, 1), Resources::new(1000, 1).with_extended(GPU, 2)),
-            (Resources::default().with_extended("x.io/y", 1), Resources::new(1, 1)),
-            (Resources::new(2000, 0), Resources::new(2001, 0)),
-        ];
-        for (a, b) in cases {
-            assert_eq!(a.fits_with(&b, &free), a.plus(&b).fits(&free), "{a:?} + {b:?}");
-        }
     }
 
     #[test]

@@ -424,3 +424,40 @@ fn min_domains_opens_only_the_server_of_the_missing_zone() {
     let in_a = got.iter().filter(|(_, a)| a.starts_with("a")).count();
     assert_eq!(in_a, 2, "two replicas in zone a, two on zone b's server: {got:?}");
 }
+
+/// A pod that names its host, by the hostname label or by the node's name,
+/// joins a claim only when the claim's server is that host: a claim's
+/// labels are its offering's with a hostname of its own, so the check
+/// made once per offering does not answer for it.
+#[test]
+fn a_pod_that_names_its_host_joins_only_that_hosts_claim() {
+    let mut snap = Snapshot::default();
+    for i in 0..3 {
+        snap.servers.push(Server::new(&format!("s{i}"), Resources::new(32_000, 128 * GI).with_pods(110)));
+    }
+    snap.pods.push(pod("first", "web"));
+    let host = at(&placed(&snap), "first").trim_start_matches("new:").to_string();
+    assert!(!host.is_empty() && !host.starts_with("unschedulable"), "{host}");
+    let other = if host == "s0" { "s1" } else { "s0" };
+    let names = |key: &str, fields: bool, value: &str| {
+        let r = Requirement::new(key, Operator::In, &[value]);
+        let t = if fields {
+            NodeSelectorTerm { match_expressions: vec![], match_fields: vec![r] }
+        } else {
+            NodeSelectorTerm { match_expressions: vec![r], match_fields: vec![] }
+        };
+        vec![t]
+    };
+    for (i, (key, fields)) in [(HOST, false), ("metadata.name", true)].into_iter().enumerate() {
+        let mut s = snap.clone();
+        let mut mine = pod(&format!("mine{i}"), "web");
+        mine.node_affinity = names(key, fields, &host);
+        let mut elsewhere = pod(&format!("elsewhere{i}"), "web");
+        elsewhere.node_affinity = names(key, fields, other);
+        s.pods.push(mine);
+        s.pods.push(elsewhere);
+        let got = placed(&s);
+        assert_eq!(at(&got, &format!("mine{i}")), format!("new:{host}"), "{key}: {got:?}");
+        assert!(!at(&got, &format!("elsewhere{i}")).ends_with(&format!(":{host}")), "{key}: {got:?}");
+    }
+}
