@@ -246,6 +246,18 @@ struct Slot {
 /// host ports fail only for reasons their shape decides, so groups of the
 /// same shape share one list, and every other group of that shape can
 /// start from it.
+/// Why a slot turned a pod down, by how long the answer holds.
+enum Refusal {
+    /// For every pod of the shape, whatever else is placed: room, node
+    /// affinity, taints.
+    Shape,
+    /// For the pods of this group, whatever else is placed: an inter-pod
+    /// term adding pods cannot undo, a host port.
+    Group,
+    /// For now: other placements may change the answer.
+    ForNow,
+}
+
 #[derive(Default)]
 struct Live {
     existing: Vec<usize>,
@@ -262,8 +274,12 @@ struct Group {
     pods: Vec<usize>,
     terms: PodTerms,
     /// Index into `Scheduler::lives`: its own for pods with inter-pod terms
-    /// or host ports, shared by pod shape otherwise.
+    /// or host ports, shared by pod shape otherwise (and by a group of one
+    /// pod, which drops from it only what the whole shape cannot take).
     live: usize,
+    /// No inter-pod term and no host port: the pods' shape alone decides
+    /// which slots take them.
+    independent: bool,
     /// Index into `Scheduler::lives`: the list shared by the group's pod
     /// shape. It drops only slots that no pod of the shape can take, so a
     /// group's own list starts from it, and a spread group's is rebuilt
@@ -878,6 +894,7 @@ impl<'s> Scheduler<'s> {
                     static_ok: Rc::default(),
                     selection_ok: Rc::default(),
                     hostless: false,
+                    independent: false,
                     eligible_existing_domains: Rc::default(),
                     spread_counts: Vec::new(),
                     spread_counts_now: Vec::new(),
@@ -923,7 +940,7 @@ impl<'s> Scheduler<'s> {
         group.offered_domains = vec![None; group.terms.spread.len()];
         let selection = SelectionKey { node_selector: &pod.node_selector, node_affinity: &pod.node_affinity, tolerations: &pod.tolerations };
         let key = StaticKey { requests: &pod.requests, selection };
-        let independent = group.terms.affinity.is_empty()
+        group.independent = group.terms.affinity.is_empty()
             && group.terms.anti_affinity.is_empty()
             && group.terms.spread.is_empty()
             && group.terms.repelled_by.is_empty()
@@ -933,7 +950,9 @@ impl<'s> Scheduler<'s> {
             lives.push(Live { existing: existing.clone(), ..Default::default() });
             lives.len() - 1
         });
-        group.live = if independent {
+        // A group of one pod looks through its shape's list once: a copy to
+        // drop its own refusals from would serve no second pod.
+        group.live = if group.independent || group.pods.len() == 1 {
             group.shape_live
         } else {
             let shape = &self.lives[group.shape_live];
@@ -1061,7 +1080,7 @@ impl<'s> Scheduler<'s> {
         let Minimums { now: min_now, planned: min_planned, pinned } =
             if group.terms.spread.is_empty() { Minimums::default() } else { self.spread_minimums(group) };
         let mut live = std::mem::take(&mut self.lives[group.live]);
-        if !group.terms.spread.is_empty() && live.epoch != self.inventory_epoch {
+        if !group.terms.spread.is_empty() && group.live != group.shape_live && live.epoch != self.inventory_epoch {
             let shape = &self.lives[group.shape_live];
             live.epoch = self.inventory_epoch;
             live.claims.clone_from(&shape.claims);
@@ -1107,17 +1126,24 @@ impl<'s> Scheduler<'s> {
     ) -> Option<usize> {
         let mut found = None;
         let mut dropped = 0;
+        // A list the group borrows from its shape loses only the slots no
+        // pod of the shape can take.
+        let borrowed = group.live == group.shape_live && !group.independent;
         for slot in live.iter_mut() {
             match self.fits_slot(pod_index, pod, group, *slot, spread_min, spread_pinned) {
                 Ok(()) => {
                     found = Some(*slot);
                     break;
                 }
-                Err(true) => {
+                Err(Refusal::Shape) => {
                     *slot = usize::MAX;
                     dropped += 1;
                 }
-                Err(false) => {}
+                Err(Refusal::Group) if !borrowed => {
+                    *slot = usize::MAX;
+                    dropped += 1;
+                }
+                Err(_) => {}
             }
         }
         if dropped > 0 {
@@ -1126,14 +1152,13 @@ impl<'s> Scheduler<'s> {
         found
     }
 
-    /// Whether the pod fits the slot now. The error says whether the
-    /// failure is permanent for this pod shape (adding pods cannot undo it).
-    fn fits_slot(&self, pod_index: usize, pod: &Pod, group: &Group, slot: usize, spread_min: &[u32], spread_pinned: &[bool]) -> Result<(), bool> {
+    /// Whether the pod fits the slot now; if not, for how long and for whom.
+    fn fits_slot(&self, pod_index: usize, pod: &Pod, group: &Group, slot: usize, spread_min: &[u32], spread_pinned: &[bool]) -> Result<(), Refusal> {
         let s = &self.slots[slot];
         // Pod slots, cpu, memory and ephemeral storage first: the reason most
         // slots turn a pod down, and a lasting one.
         if self.short_of_room(pod, s) {
-            return Err(true);
+            return Err(Refusal::Shape);
         }
         // Then inter-pod terms: over a plan's many claims they are what
         // fails most often after room, and the cheapest to check. A failure
@@ -1146,7 +1171,7 @@ impl<'s> Scheduler<'s> {
                 TopologyMismatch::Spread { index, .. } => spread_pinned.get(index).copied().unwrap_or(false),
                 other => other.is_permanent(),
             };
-            return Err(permanent);
+            return Err(if permanent { Refusal::Group } else { Refusal::ForNow });
         }
         match &s.kind {
             SlotKind::New(n) => {
@@ -1154,7 +1179,7 @@ impl<'s> Scheduler<'s> {
                     let claim_meets = n.candidates.iter().any(|&c| self.offerings[c].eta_s as i64 <= d && n.admits(&self.offerings, c));
                     if !claim_meets && self.any_offering_meets(n.pool, d) {
                         // A faster server is free for this pod: do not slow it down.
-                        return Err(false);
+                        return Err(Refusal::ForNow);
                     }
                 }
             }
@@ -1165,12 +1190,12 @@ impl<'s> Scheduler<'s> {
                     && self.reserved_for.get(&pod_index) != Some(&slot)
                     && !pod.requests.fits(&s.free.minus(&s.reserved))
                 {
-                    return Err(false);
+                    return Err(Refusal::ForNow);
                 }
             }
         }
         if pod.host_ports.iter().any(|want| s.ports.iter().any(|used| used.conflicts(want))) {
-            return Err(true);
+            return Err(Refusal::Group);
         }
         let admitted = match &s.kind {
             // A claim's node has its offering's labels and taints, and a
@@ -1179,7 +1204,7 @@ impl<'s> Scheduler<'s> {
             _ => node_affinity_matches(pod, &s.labels, &s.name) && taints_tolerated(pod, &s.taints, s.cordoned),
         };
         if !admitted {
-            return Err(true);
+            return Err(Refusal::Shape);
         }
         Ok(())
     }
