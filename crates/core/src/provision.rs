@@ -33,6 +33,7 @@ use crate::predicates::{NOT_READY_TAINT, NodeMismatch, check_node_affinity, chec
 use crate::resources::Resources;
 use crate::topology::{DomainId, PodTerms, SpreadCounts, TopologyIndex, TopologyMismatch};
 use foldhash::{HashMap, HashMapExt};
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -596,7 +597,7 @@ impl<'s> Scheduler<'s> {
             class.free.reverse();
             if snap.transition_limits.max_cycles_per_day.is_some() {
                 let now_s = self.now_s;
-                class.free.sort_by_key(|&i| std::cmp::Reverse(crate::transitions::wear(&snap.servers[i], now_s)));
+                class.free.sort_by_key(|&i| Reverse(crate::transitions::wear(&snap.servers[i], now_s)));
             }
         }
         // Pool usage: servers that are nodes or held by claims, attributed to
@@ -877,13 +878,20 @@ impl<'s> Scheduler<'s> {
         let anti_in_use = self.anti_terms_in_use();
 
         // Group identical pods; a group keeps the creation order of its pods.
+        // What the orders below read of a pod is copied out while the pod is
+        // at hand: read through each pod's own allocation, every comparison
+        // of a sort would wait on memory.
         let mut group_of: HashMap<GroupKey<'_>, usize> = HashMap::with_capacity(pending.len());
         let mut groups: Vec<Group> = Vec::new();
+        let mut created: Vec<Seconds> = vec![0; snap.pods.len()];
+        let mut size: Vec<(i64, i64)> = Vec::new();
         for &i in &pending {
             let pod = &snap.pods[i];
+            created[i] = pod.created_s;
             let next = groups.len();
             let g = *group_of.entry(GroupKey::of(pod)).or_insert(next);
             if g == next {
+                size.push((pod.requests.cpu_milli, pod.requests.memory_bytes));
                 let terms = self.topo.resolve(pod, &anti_in_use);
                 groups.push(Group {
                     pods: Vec::new(),
@@ -904,24 +912,24 @@ impl<'s> Scheduler<'s> {
             groups[g].pods.push(i);
         }
         for g in &mut groups {
-            g.pods.sort_by_key(|&i| (snap.pods[i].created_s, i));
+            if !g.pods.is_sorted_by_key(|&i| created[i]) {
+                g.pods.sort_by_key(|&i| (created[i], i));
+            }
         }
-        let mut order: Vec<usize> = (0..groups.len()).collect();
         // Pods a claim in flight was opened for go first: placed elsewhere
         // (a Ready node), they free the room kept for them before the
         // others look; otherwise largest first.
-        let keeps_room: Vec<bool> = groups.iter().map(|g| g.pods.iter().any(|p| self.reserved_for.contains_key(p))).collect();
-        order.sort_by(|&a, &b| {
-            let (x, y) = (&snap.pods[groups[a].pods[0]], &snap.pods[groups[b].pods[0]]);
-            keeps_room[b].cmp(&keeps_room[a]).then_with(|| {
-                y.requests
-                    .cpu_milli
-                    .cmp(&x.requests.cpu_milli)
-                    .then(y.requests.memory_bytes.cmp(&x.requests.memory_bytes))
-                    .then(x.created_s.cmp(&y.created_s))
-                    .then(groups[a].pods[0].cmp(&groups[b].pods[0]))
+        let mut order: Vec<_> = groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| {
+                let keeps_room = group.pods.iter().any(|p| self.reserved_for.contains_key(p));
+                let first = group.pods[0];
+                (!keeps_room, Reverse(size[g].0), Reverse(size[g].1), created[first], first, g)
             })
-        });
+            .collect();
+        order.sort_unstable();
+        let order: Vec<usize> = order.into_iter().map(|(.., g)| g).collect();
 
         for &g in &order {
             self.prepare_group(&mut groups[g]);
