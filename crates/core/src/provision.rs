@@ -73,10 +73,40 @@ pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
     plan
 }
 
+/// From this many pods, a decision does two things at once on a second
+/// thread: it groups the pending pods while it builds the inventory, and
+/// names them for the report while it places them. Each pair reads the
+/// snapshot alone and takes comparable time on a large one; below this, a
+/// thread would cost more than it saves.
+const ASIDE_FROM: usize = 4096;
+
+/// Runs `aside` on a second thread while `here` runs on this one, when
+/// `parallel` and a thread can be had; otherwise one after the other. The
+/// answer is the same either way.
+fn beside<A: Send, B>(parallel: bool, aside: impl FnOnce() -> A + Send, here: impl FnOnce() -> B) -> (A, B) {
+    if !parallel {
+        return (aside(), here());
+    }
+    // Should no thread be had, the work is still here to do.
+    let work = std::sync::Mutex::new(Some(aside));
+    let take = || work.lock().ok().and_then(|mut w| w.take());
+    std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new().spawn_scoped(scope, || take().map(|f| f()));
+        let b = here();
+        let a = spawned.ok().and_then(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+        match a.or_else(|| take().map(|f| f())) {
+            Some(a) => (a, b),
+            None => unreachable!("the work runs on one thread or the other"),
+        }
+    })
+}
+
 /// One plan for `snapshot`, gangs aside.
 fn decide(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
     let expanded = crate::resize::with_demand(snapshot);
-    let mut plan = Scheduler::new(&expanded, now_s).run();
+    let snap: &Snapshot = &expanded;
+    let (grouping, scheduler) = beside(snap.pods.len() >= ASIDE_FROM, || Grouping::of(snap), || Scheduler::new(snap, now_s));
+    let mut plan = scheduler.run(grouping);
     if matches!(expanded, std::borrow::Cow::Owned(_)) {
         let waits: HashMap<String, crate::resize::ResizeWait> =
             snapshot.pods.iter().filter_map(|p| crate::resize::wait_of(p).map(|w| (p.key(), w))).collect();
@@ -872,49 +902,29 @@ impl<'s> Scheduler<'s> {
         Some((pod.created_s + deadline) as i64 - self.now_s as i64)
     }
 
-    fn run(mut self) -> Provisioning {
+    fn run(mut self, grouping: Grouping<'s>) -> Provisioning {
         let snap = self.snap;
-        let pending: Vec<usize> = (0..snap.pods.len()).filter(|&i| snap.pods[i].is_pending_demand()).collect();
         let anti_in_use = self.anti_terms_in_use();
-
-        // Group identical pods; a group keeps the creation order of its pods.
-        // What the orders below read of a pod is copied out while the pod is
-        // at hand: read through each pod's own allocation, every comparison
-        // of a sort would wait on memory.
-        let mut group_of: HashMap<GroupKey<'_>, usize> = HashMap::with_capacity(pending.len());
-        let mut groups: Vec<Group> = Vec::new();
-        let mut created: Vec<Seconds> = vec![0; snap.pods.len()];
-        let mut size: Vec<(i64, i64)> = Vec::new();
-        for &i in &pending {
-            let pod = &snap.pods[i];
-            created[i] = pod.created_s;
-            let next = groups.len();
-            let g = *group_of.entry(GroupKey::of(pod)).or_insert(next);
-            if g == next {
-                size.push((pod.requests.cpu_milli, pod.requests.memory_bytes));
-                let terms = self.topo.resolve(pod, &anti_in_use);
-                groups.push(Group {
-                    pods: Vec::new(),
-                    terms,
-                    live: usize::MAX,
-                    shape_live: usize::MAX,
-                    offered_domains: Vec::new(),
-                    static_ok: Rc::default(),
-                    selection_ok: Rc::default(),
-                    hostless: false,
-                    independent: false,
-                    eligible_existing_domains: Rc::default(),
-                    spread_counts: Vec::new(),
-                    spread_counts_now: Vec::new(),
-                    blocked: None,
-                });
-            }
-            groups[g].pods.push(i);
-        }
-        for g in &mut groups {
-            if !g.pods.is_sorted_by_key(|&i| created[i]) {
-                g.pods.sort_by_key(|&i| (created[i], i));
-            }
+        let Grouping { pending, group_of, members, created, size } = grouping;
+        let mut groups: Vec<Group> = Vec::with_capacity(members.len());
+        for pods in members {
+            // In order of first appearance, as the pods were grouped.
+            let terms = self.topo.resolve(&snap.pods[pods[0]], &anti_in_use);
+            groups.push(Group {
+                pods,
+                terms,
+                live: usize::MAX,
+                shape_live: usize::MAX,
+                offered_domains: Vec::new(),
+                static_ok: Rc::default(),
+                selection_ok: Rc::default(),
+                hostless: false,
+                independent: false,
+                eligible_existing_domains: Rc::default(),
+                spread_counts: Vec::new(),
+                spread_counts_now: Vec::new(),
+                blocked: None,
+            });
         }
         // Pods a claim in flight was opened for go first: placed elsewhere
         // (a Ready node), they free the room kept for them before the
@@ -931,15 +941,27 @@ impl<'s> Scheduler<'s> {
         order.sort_unstable();
         let order: Vec<usize> = order.into_iter().map(|(.., g)| g).collect();
 
-        for &g in &order {
-            self.prepare_group(&mut groups[g]);
-            for k in 0..groups[g].pods.len() {
-                let pod = groups[g].pods[k];
-                self.place(pod, &mut groups[g]);
+        // The pending pods' names, for the report: on a second thread while
+        // the pods are placed, when there are many.
+        let names = |pending: &[usize]| {
+            let mut keys: Vec<Option<String>> = vec![None; snap.pods.len()];
+            for &p in pending {
+                keys[p] = Some(snap.pods[p].key());
             }
-        }
-        self.right_size();
-        self.report(&pending, &groups, &group_of)
+            keys
+        };
+        let place_all = |this: &mut Self, groups: &mut [Group]| {
+            for &g in &order {
+                this.prepare_group(&mut groups[g]);
+                for k in 0..groups[g].pods.len() {
+                    let pod = groups[g].pods[k];
+                    this.place(pod, &mut groups[g]);
+                }
+            }
+            this.right_size();
+        };
+        let (keys, ()) = beside(pending.len() >= ASIDE_FROM, || names(&pending), || place_all(&mut self, &mut groups));
+        self.report(&pending, &groups, &group_of, keys)
     }
 
     fn prepare_group(&mut self, group: &mut Group) {
@@ -1550,12 +1572,9 @@ impl<'s> Scheduler<'s> {
         }
     }
 
-    fn report(&self, pending: &[usize], groups: &[Group], group_of: &HashMap<GroupKey<'_>, usize>) -> Provisioning {
+    /// `keys` holds the name of every pending pod, by index in the snapshot.
+    fn report(&self, pending: &[usize], groups: &[Group], group_of: &HashMap<GroupKey<'_>, usize>, mut keys: Vec<Option<String>>) -> Provisioning {
         let snap = self.snap;
-        let mut keys: Vec<Option<String>> = vec![None; snap.pods.len()];
-        for &p in pending {
-            keys[p] = Some(snap.pods[p].key());
-        }
         let mut claims = Vec::new();
         let mut claim_of_slot: HashMap<usize, usize> = HashMap::new();
         for &slot in &self.claims {
@@ -1703,6 +1722,52 @@ fn generalize(m: &NodeMismatch) -> String {
             }
         }),
         other => other.to_string(),
+    }
+}
+
+/// Pending pods grouped by [`GroupKey`]: the part of a decision that needs
+/// the snapshot alone, so a large one is grouped on a second thread while
+/// the first builds the inventory.
+struct Grouping<'s> {
+    /// The pods that want a place, by index in the snapshot.
+    pending: Vec<usize>,
+    group_of: HashMap<GroupKey<'s>, usize>,
+    /// Each group's pods in creation order; groups in order of first
+    /// appearance.
+    members: Vec<Vec<usize>>,
+    /// Creation time of each pending pod, by index in the snapshot.
+    created: Vec<Seconds>,
+    /// Each group's cpu and memory request.
+    size: Vec<(i64, i64)>,
+}
+
+impl<'s> Grouping<'s> {
+    /// What the orders of a decision read of a pod is copied out while the
+    /// pod is at hand: read through each pod's own allocation, every
+    /// comparison of a sort would wait on memory.
+    fn of(snap: &'s Snapshot) -> Self {
+        let pending: Vec<usize> = (0..snap.pods.len()).filter(|&i| snap.pods[i].is_pending_demand()).collect();
+        let mut group_of: HashMap<GroupKey<'s>, usize> = HashMap::with_capacity(pending.len());
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        let mut created: Vec<Seconds> = vec![0; snap.pods.len()];
+        let mut size: Vec<(i64, i64)> = Vec::new();
+        for &i in &pending {
+            let pod = &snap.pods[i];
+            created[i] = pod.created_s;
+            let next = members.len();
+            let g = *group_of.entry(GroupKey::of(pod)).or_insert(next);
+            if g == next {
+                members.push(Vec::new());
+                size.push((pod.requests.cpu_milli, pod.requests.memory_bytes));
+            }
+            members[g].push(i);
+        }
+        for pods in &mut members {
+            if !pods.is_sorted_by_key(|&i| created[i]) {
+                pods.sort_by_key(|&i| (created[i], i));
+            }
+        }
+        Grouping { pending, group_of, members, created, size }
     }
 }
 
