@@ -80,6 +80,12 @@ pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
 /// thread would cost more than it saves.
 const ASIDE_FROM: usize = 4096;
 
+/// The plan for `snap`, on two threads where `parallel`.
+fn plan_of(snap: &Snapshot, now_s: Seconds, parallel: bool) -> Provisioning {
+    let (grouping, scheduler) = beside(parallel, || Grouping::of(snap), || Scheduler::new(snap, now_s));
+    scheduler.run(grouping, parallel)
+}
+
 /// Runs `aside` on a second thread while `here` runs on this one, when
 /// `parallel` and a thread can be had; otherwise one after the other. The
 /// answer is the same either way.
@@ -105,8 +111,7 @@ fn beside<A: Send, B>(parallel: bool, aside: impl FnOnce() -> A + Send, here: im
 fn decide(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
     let expanded = crate::resize::with_demand(snapshot);
     let snap: &Snapshot = &expanded;
-    let (grouping, scheduler) = beside(snap.pods.len() >= ASIDE_FROM, || Grouping::of(snap), || Scheduler::new(snap, now_s));
-    let mut plan = scheduler.run(grouping);
+    let mut plan = plan_of(snap, now_s, snap.pods.len() >= ASIDE_FROM);
     if matches!(expanded, std::borrow::Cow::Owned(_)) {
         let waits: HashMap<String, crate::resize::ResizeWait> =
             snapshot.pods.iter().filter_map(|p| crate::resize::wait_of(p).map(|w| (p.key(), w))).collect();
@@ -902,7 +907,7 @@ impl<'s> Scheduler<'s> {
         Some((pod.created_s + deadline) as i64 - self.now_s as i64)
     }
 
-    fn run(mut self, grouping: Grouping<'s>) -> Provisioning {
+    fn run(mut self, grouping: Grouping<'s>, parallel: bool) -> Provisioning {
         let snap = self.snap;
         let anti_in_use = self.anti_terms_in_use();
         let Grouping { pending, group_of, members, created, size } = grouping;
@@ -960,7 +965,7 @@ impl<'s> Scheduler<'s> {
             }
             this.right_size();
         };
-        let (keys, ()) = beside(pending.len() >= ASIDE_FROM, || names(&pending), || place_all(&mut self, &mut groups));
+        let (keys, ()) = beside(parallel, || names(&pending), || place_all(&mut self, &mut groups));
         self.report(&pending, &groups, &group_of, keys)
     }
 
@@ -1810,6 +1815,20 @@ impl<'p> GroupKey<'p> {
 mod tests {
     use super::*;
     use crate::Resources;
+
+    /// Two threads or one, the same plan: on a snapshot large enough to
+    /// take the second thread, and on one with every kind of constraint.
+    #[test]
+    fn a_plan_is_the_same_on_one_thread_or_two() {
+        let large = crate::shapes::bare_metal(ASIDE_FROM);
+        assert!(large.pods.len() >= ASIDE_FROM);
+        for snap in [large, crate::shapes::reference(1000)] {
+            let one = serde_json::to_string(&plan_of(&snap, 0, false)).expect("a plan serializes");
+            let two = serde_json::to_string(&plan_of(&snap, 0, true)).expect("a plan serializes");
+            assert!(one == two, "the plans differ");
+            assert!(one.contains("new_claim"), "the snapshot opens claims");
+        }
+    }
 
     /// `same_hardware` is the equality of `hardware_key`, field by field.
     #[test]
