@@ -82,8 +82,16 @@ const ASIDE_FROM: usize = 4096;
 
 /// The plan for `snap`, on two threads where `parallel`.
 fn plan_of(snap: &Snapshot, now_s: Seconds, parallel: bool) -> Provisioning {
-    let (grouping, scheduler) = beside(parallel, || Grouping::of(snap), || Scheduler::new(snap, now_s));
-    scheduler.run(grouping, parallel)
+    let (grouping, (scheduler, anti_in_use)) = beside(
+        parallel,
+        || Grouping::of(snap),
+        || {
+            let mut scheduler = Scheduler::new(snap, now_s);
+            let anti_in_use = scheduler.anti_terms_in_use();
+            (scheduler, anti_in_use)
+        },
+    );
+    scheduler.run(grouping, &anti_in_use, parallel)
 }
 
 /// Runs `aside` on a second thread while `here` runs on this one, when
@@ -907,14 +915,15 @@ impl<'s> Scheduler<'s> {
         Some((pod.created_s + deadline) as i64 - self.now_s as i64)
     }
 
-    fn run(mut self, grouping: Grouping<'s>, parallel: bool) -> Provisioning {
+    /// `anti_in_use`: the anti-affinity terms of the pods that occupy a node
+    /// or want one ([`Scheduler::anti_terms_in_use`]).
+    fn run(mut self, grouping: Grouping<'s>, anti_in_use: &[usize], parallel: bool) -> Provisioning {
         let snap = self.snap;
-        let anti_in_use = self.anti_terms_in_use();
         let Grouping { pending, group_of, members, created, size } = grouping;
         let mut groups: Vec<Group> = Vec::with_capacity(members.len());
         for pods in members {
             // In order of first appearance, as the pods were grouped.
-            let terms = self.topo.resolve(&snap.pods[pods[0]], &anti_in_use);
+            let terms = self.topo.resolve(&snap.pods[pods[0]], anti_in_use);
             groups.push(Group {
                 pods,
                 terms,
