@@ -1199,15 +1199,10 @@ impl<'s> Scheduler<'s> {
     /// Whether the pod fits the slot now; if not, for how long and for whom.
     fn fits_slot(&self, pod_index: usize, pod: &Pod, group: &Group, slot: usize, spread_min: &[u32], spread_pinned: &[bool]) -> Result<(), Refusal> {
         let s = &self.slots[slot];
-        // Pod slots, cpu, memory and ephemeral storage first: the reason most
-        // slots turn a pod down, and a lasting one.
-        if self.short_of_room(pod, s) {
-            return Err(Refusal::Shape);
-        }
-        // Then inter-pod terms: over a plan's many claims they are what
-        // fails most often after room, and the cheapest to check. A failure
-        // adding pods can undo keeps the slot, to be checked in full once
-        // they pass.
+        // Inter-pod terms first: over a plan's many claims they are what
+        // fails most often for the pods that have them, and cheap to check.
+        // A failure adding pods can undo keeps the slot, to be checked in
+        // full once they pass.
         let t = &group.terms;
         let inter_pod = !(t.affinity.is_empty() && t.anti_affinity.is_empty() && t.spread.is_empty() && t.repelled_by.is_empty());
         if inter_pod && let Err(m) = self.topo.check(t, &s.domains, &group.spread_counts, spread_min) {
@@ -1216,6 +1211,11 @@ impl<'s> Scheduler<'s> {
                 other => other.is_permanent(),
             };
             return Err(if permanent { Refusal::Group } else { Refusal::ForNow });
+        }
+        // Then room: for every other pod, the reason most slots turn it
+        // down, and a lasting one.
+        if self.short_of_room(pod, s) {
+            return Err(Refusal::Shape);
         }
         match &s.kind {
             SlotKind::New(n) => {
