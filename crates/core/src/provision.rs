@@ -73,11 +73,11 @@ pub fn provision(snapshot: &Snapshot, now_s: Seconds) -> Provisioning {
     plan
 }
 
-/// From this many pods, a decision does two things at once on a second
-/// thread: it groups the pending pods while it builds the inventory, and
-/// names them for the report while it places them. Each pair reads the
-/// snapshot alone and takes comparable time on a large one; below this, a
-/// thread would cost more than it saves.
+/// From this many pods in the snapshot, a decision groups the pending pods
+/// on a second thread while it builds the inventory; from this many pending
+/// pods, it also names them for the report there while it places them.
+/// Each pair reads the snapshot alone; below this, a thread would cost more
+/// than it saves.
 const ASIDE_FROM: usize = 4096;
 
 /// The plan for `snap`, on two threads where `parallel`.
@@ -974,7 +974,7 @@ impl<'s> Scheduler<'s> {
             }
             this.right_size();
         };
-        let (keys, ()) = beside(parallel, || names(&pending), || place_all(&mut self, &mut groups));
+        let (keys, ()) = beside(parallel && pending.len() >= ASIDE_FROM, || names(&pending), || place_all(&mut self, &mut groups));
         self.report(&pending, &groups, &group_of, keys)
     }
 
