@@ -283,13 +283,6 @@ struct Slot {
     pods: Vec<usize>,
 }
 
-/// Ready nodes and claims still worth trying, in first-fit order. A slot
-/// leaves a list once it fails for a reason adding pods cannot undo
-/// (resources, node affinity, taints, ports, anti-affinity), so each pod only
-/// looks at slots that might still take it. Pods without inter-pod terms or
-/// host ports fail only for reasons their shape decides, so groups of the
-/// same shape share one list, and every other group of that shape can
-/// start from it.
 /// Why a slot turned a pod down, by how long the answer holds.
 enum Refusal {
     /// For every pod of the shape, whatever else is placed: room, node
@@ -302,6 +295,13 @@ enum Refusal {
     ForNow,
 }
 
+/// Ready nodes and claims still worth trying, in first-fit order. A slot
+/// leaves a list once it fails for a reason adding pods cannot undo
+/// (resources, node affinity, taints, ports, anti-affinity), so each pod only
+/// looks at slots that might still take it. Pods without inter-pod terms or
+/// host ports fail only for reasons their shape decides, so groups of the
+/// same shape share one list, and every other group of that shape can
+/// start from it.
 #[derive(Default)]
 struct Live {
     existing: Vec<usize>,
