@@ -1269,14 +1269,7 @@ impl<'s> Scheduler<'s> {
                     || over(want.ephemeral_bytes, cap.ephemeral_bytes - used.ephemeral_bytes)
                     || want.extended.iter().any(|(name, w)| over(*w, cap.extended(name) - used.extended(name)))
             }
-            _ => {
-                let free = &s.free;
-                over(want.cpu_milli, free.cpu_milli)
-                    || over(want.memory_bytes, free.memory_bytes)
-                    || over(want.pods, free.pods)
-                    || over(want.ephemeral_bytes, free.ephemeral_bytes)
-                    || want.extended.iter().any(|(name, w)| over(*w, free.extended(name)))
-            }
+            _ => !want.fits(&s.free),
         }
     }
 
