@@ -1230,7 +1230,7 @@ mod tests {
     #[test]
     fn break_even_is_boot_energy_over_idle_savings() {
         let mut s = Server::new("s", Resources::new(1000, 1));
-        s.power = PowerProfile { idle_watts: 210.0, peak_watts: 400.0, boot_watts: 300.0, off_watts: 10.0 };
+        s.power = PowerProfile::new(210.0, 400.0, 300.0, 10.0);
         s.durations.power_on_s = 60;
         s.durations.boot_s = 540;
         // 300 W x 600 s / 200 W = 900 s.
@@ -1240,7 +1240,7 @@ mod tests {
     #[test]
     fn the_next_candidate_is_the_first_idle_server_past_its_threshold_and_agrees_with_disrupt() {
         let mut spare = Server::new("spare", Resources::new(1000, 1 << 30)).warm();
-        spare.power = PowerProfile { idle_watts: 210.0, peak_watts: 400.0, boot_watts: 300.0, off_watts: 10.0 };
+        spare.power = PowerProfile::new(210.0, 400.0, 300.0, 10.0);
         spare.durations.power_on_s = 60;
         spare.durations.boot_s = 540;
         spare.idle_since_s = Some(1_000);

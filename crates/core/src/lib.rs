@@ -31,4 +31,4 @@ pub use labels::{LabelSelector, Labels, NodeSelectorTerm, Operator, Requirement,
 pub use model::*;
 pub use outcome::{NewClaim, Outcome, PodDecision, Provisioning, SupplyPath, Unschedulable};
 pub use provision::provision;
-pub use resources::{GPU, Resources};
+pub use resources::{GPU, GPU_MILLI, Resources};

@@ -369,6 +369,10 @@ impl Node {
 }
 
 /// What a server draws, in watts.
+///
+/// Between idle and peak the draw is linear in what is allocated: the GPUs'
+/// part of the range ([`PowerProfile::gpu_watts`]) in proportion to the
+/// GPUs in use, the rest in proportion to the cpu in use.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PowerProfile {
     /// Powered on, no load.
@@ -379,11 +383,46 @@ pub struct PowerProfile {
     pub boot_watts: f64,
     /// Powered off, BMC still on.
     pub off_watts: f64,
+    /// Of `peak_watts - idle_watts`, what the GPUs add when all of them are
+    /// busy. Unset: [`DEFAULT_GPU_SHARE`] of the range on a server with
+    /// GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_watts: Option<f64>,
 }
+
+/// The share of a GPU server's idle-to-peak range its GPUs draw, when its
+/// power profile does not say.
+pub const DEFAULT_GPU_SHARE: f64 = 0.8;
 
 impl Default for PowerProfile {
     fn default() -> Self {
-        PowerProfile { idle_watts: 200.0, peak_watts: 450.0, boot_watts: 300.0, off_watts: 10.0 }
+        PowerProfile { idle_watts: 200.0, peak_watts: 450.0, boot_watts: 300.0, off_watts: 10.0, gpu_watts: None }
+    }
+}
+
+impl PowerProfile {
+    /// The profile with the given draws and no word on the GPUs' part.
+    pub fn new(idle_watts: f64, peak_watts: f64, boot_watts: f64, off_watts: f64) -> Self {
+        PowerProfile { idle_watts, peak_watts, boot_watts, off_watts, gpu_watts: None }
+    }
+
+    /// The part of the idle-to-peak range the GPUs of a server of
+    /// `capacity` draw at full use: none without GPUs.
+    pub fn gpu_range_watts(&self, capacity: &Resources) -> f64 {
+        let range = (self.peak_watts - self.idle_watts).max(0.0);
+        if capacity.gpu_milli() <= 0 {
+            return 0.0;
+        }
+        self.gpu_watts.unwrap_or(DEFAULT_GPU_SHARE * range).clamp(0.0, range)
+    }
+
+    /// What a booted server of `capacity` draws above idle with `cpu_milli`
+    /// of its cpu and `gpu_milli` thousandths of its GPUs allocated to pods.
+    pub fn load_watts(&self, capacity: &Resources, cpu_milli: i64, gpu_milli: i64) -> f64 {
+        let range = (self.peak_watts - self.idle_watts).max(0.0);
+        let gpu = self.gpu_range_watts(capacity);
+        let share = |a: i64, c: i64| if c > 0 { (a as f64 / c as f64).clamp(0.0, 1.0) } else { 0.0 };
+        (range - gpu) * share(cpu_milli, capacity.cpu_milli) + gpu * share(gpu_milli, capacity.gpu_milli())
     }
 }
 
@@ -996,4 +1035,27 @@ pub struct Snapshot {
     /// is measured over no longer than that.
     #[serde(default)]
     pub arrivals_since_s: Seconds,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GPUs take their stated part of the range, or 80 % of it unstated;
+    /// a server without GPUs draws the whole range with its cpu.
+    #[test]
+    fn a_server_draws_its_range_in_proportion_to_the_cpu_and_gpus_in_use() {
+        let mut gpu_server = Resources::new(100_000, 1 << 40);
+        gpu_server.set_extended(crate::resources::GPU, 4);
+        let stated = PowerProfile { gpu_watts: Some(800.0), ..PowerProfile::new(200.0, 1200.0, 300.0, 10.0) };
+        assert_eq!(stated.load_watts(&gpu_server, 50_000, 2_000), 100.0 + 400.0);
+        assert_eq!(stated.load_watts(&gpu_server, 200_000, 9_000), 1000.0, "no more than the range");
+        let unstated = PowerProfile::new(200.0, 1200.0, 300.0, 10.0);
+        assert_eq!(unstated.gpu_range_watts(&gpu_server), 800.0);
+        let too_much = PowerProfile { gpu_watts: Some(5000.0), ..unstated };
+        assert_eq!(too_much.gpu_range_watts(&gpu_server), 1000.0);
+        let cpu_server = Resources::new(100_000, 1 << 40);
+        assert_eq!(stated.gpu_range_watts(&cpu_server), 0.0);
+        assert_eq!(stated.load_watts(&cpu_server, 25_000, 0), 250.0);
+    }
 }

@@ -12,7 +12,8 @@
 //! pod, so that later pods can join it; every class that would also have
 //! fitted stays a candidate. Once every pod is placed, each claim is
 //! right-sized: it takes the candidate that meets its pods' deadline, then
-//! adds the fewest idle watts (a warm server already on adds none), then
+//! adds the fewest watts (its idle watts, none for a warm server already
+//! on, plus what its pods make it draw: [`PowerProfile::load_watts`]), then
 //! wastes the least capacity.
 //!
 //! # Guarantees
@@ -228,8 +229,7 @@ struct Offering {
     peers: usize,
     warm: bool,
     eta_s: Seconds,
-    idle_watts: f64,
-    peak_watts: f64,
+    power: PowerProfile,
     failures: u32,
 }
 
@@ -376,7 +376,7 @@ struct Minimums {
 }
 
 /// How a right-sizing candidate ranks: deadline missed, failures, added
-/// idle watts, waste, ETA, then the offering for a stable order.
+/// watts, waste, ETA, then the offering for a stable order.
 type Score = (bool, u32, f64, f64, Seconds, usize);
 
 struct Scheduler<'s> {
@@ -452,13 +452,14 @@ pub fn hardware_key(s: &Server) -> String {
     let mut labels = s.labels.clone();
     labels.remove(HOSTNAME);
     format!(
-        "{:?}|{:?}|{}|{}|{}|{}|{:?}",
+        "{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}",
         s.capacity,
         labels,
         s.power.idle_watts.to_bits(),
         s.power.peak_watts.to_bits(),
         s.power.boot_watts.to_bits(),
         s.power.off_watts.to_bits(),
+        s.power.gpu_watts.map(f64::to_bits),
         s.durations,
     )
 }
@@ -466,7 +467,9 @@ pub fn hardware_key(s: &Server) -> String {
 /// Whether two servers are the same hardware in the sense of
 /// [`hardware_key`], compared field by field rather than by building keys.
 pub fn same_hardware(a: &Server, b: &Server) -> bool {
-    let watts = |p: &crate::model::PowerProfile| [p.idle_watts.to_bits(), p.peak_watts.to_bits(), p.boot_watts.to_bits(), p.off_watts.to_bits()];
+    let watts = |p: &PowerProfile| {
+        ([p.idle_watts.to_bits(), p.peak_watts.to_bits(), p.boot_watts.to_bits(), p.off_watts.to_bits()], p.gpu_watts.map(f64::to_bits))
+    };
     let not_host = |(k, _): &(&String, &String)| k.as_str() != HOSTNAME;
     a.capacity == b.capacity
         && watts(&a.power) == watts(&b.power)
@@ -495,7 +498,7 @@ fn class_hash(s: &Server) -> u64 {
         mix(name.len() as u64);
         mix(*x as u64);
     }
-    for w in [s.power.idle_watts, s.power.peak_watts, s.power.boot_watts, s.power.off_watts] {
+    for w in [s.power.idle_watts, s.power.peak_watts, s.power.boot_watts, s.power.off_watts, s.power.gpu_watts.unwrap_or(-1.0)] {
         mix(w.to_bits());
     }
     let d = &s.durations;
@@ -684,8 +687,7 @@ impl<'s> Scheduler<'s> {
                     peers: usize::MAX,
                     warm: server.is_warm(),
                     eta_s: server.eta_s(),
-                    idle_watts: server.power.idle_watts,
-                    peak_watts: server.power.peak_watts,
+                    power: server.power,
                     failures: server.failures,
                 });
                 self.offerings_by_pool[p].push(self.offerings.len() - 1);
@@ -701,7 +703,7 @@ impl<'s> Scheduler<'s> {
                     .cmp(&x.alloc.gpus())
                     .then(y.alloc.cpu_milli.cmp(&x.alloc.cpu_milli))
                     .then(y.alloc.memory_bytes.cmp(&x.alloc.memory_bytes))
-                    .then(x.idle_watts.total_cmp(&y.idle_watts))
+                    .then(x.power.idle_watts.total_cmp(&y.power.idle_watts))
                     .then(y.warm.cmp(&x.warm))
                     .then(a.cmp(&b))
             });
@@ -1311,19 +1313,19 @@ impl<'s> Scheduler<'s> {
             return Some(format!("gpus {} + {} > {}", u.gpus, off.capacity.gpus(), l.gpus.unwrap_or(0)));
         }
         if let Some(w) = l.watts
-            && u.watts + off.peak_watts > w
+            && u.watts + off.power.peak_watts > w
         {
-            return Some(format!("watts {:.0} + {:.0} > {:.0}", u.watts, off.peak_watts, w));
+            return Some(format!("watts {:.0} + {:.0} > {:.0}", u.watts, off.power.peak_watts, w));
         }
         None
     }
 
     fn power_breach(&self, off: &Offering) -> Option<Unschedulable> {
         let budget = self.snap.power_budget_watts?;
-        if off.warm || self.fleet_peak_watts + off.peak_watts <= budget {
+        if off.warm || self.fleet_peak_watts + off.power.peak_watts <= budget {
             return None;
         }
-        Some(Unschedulable::PowerBudget { budget_watts: budget, needed_watts: self.fleet_peak_watts + off.peak_watts - budget })
+        Some(Unschedulable::PowerBudget { budget_watts: budget, needed_watts: self.fleet_peak_watts + off.power.peak_watts - budget })
     }
 
     /// Why powering on a server of the offering must wait for the
@@ -1398,7 +1400,7 @@ impl<'s> Scheduler<'s> {
     /// Reserves a server of the offering's class: its index and node name.
     fn take(&mut self, offering: usize) -> (usize, String) {
         let off = &self.offerings[offering];
-        let (pool, capacity, peak, warm) = (off.pool, off.capacity.clone(), off.peak_watts, off.warm);
+        let (pool, capacity, peak, warm) = (off.pool, off.capacity.clone(), off.power.peak_watts, off.warm);
         let class = &mut self.classes[off.class];
         let (server, name) = if class.unlimited {
             class.minted += 1;
@@ -1421,7 +1423,7 @@ impl<'s> Scheduler<'s> {
 
     fn release(&mut self, offering: usize, server: usize) {
         let off = &self.offerings[offering];
-        let (pool, capacity, peak, warm) = (off.pool, off.capacity.clone(), off.peak_watts, off.warm);
+        let (pool, capacity, peak, warm) = (off.pool, off.capacity.clone(), off.power.peak_watts, off.warm);
         let class = &mut self.classes[off.class];
         if !class.unlimited {
             class.free.push(server);
@@ -1521,7 +1523,7 @@ impl<'s> Scheduler<'s> {
     }
 
     /// Swaps each new claim's server for the best candidate that still fits
-    /// its pods: deadline met, fewest added idle watts, least waste.
+    /// its pods: deadline met, fewest added watts, least waste.
     fn right_size(&mut self) {
         let claim_slots: Vec<usize> = self.claims.iter().copied().filter(|&c| matches!(self.slots[c].kind, SlotKind::New(_))).collect();
         for slot in claim_slots {
@@ -1533,7 +1535,13 @@ impl<'s> Scheduler<'s> {
             let score = |s: &Self, o: usize| {
                 let off = &s.offerings[o];
                 let missed = deadline.is_some_and(|d| off.eta_s as i64 > d);
-                let added = if off.warm { 0.0 } else { off.idle_watts };
+                // What the server draws more with the claim's pods (and the
+                // DaemonSets that land with them) on it than without.
+                let idle = if off.warm { 0.0 } else { off.power.idle_watts };
+                let (cap, alloc) = (&off.capacity, &off.alloc);
+                let cpu_milli = pod_requests.cpu_milli + cap.cpu_milli - alloc.cpu_milli;
+                let gpu_milli = pod_requests.gpu_milli() + cap.gpu_milli() - alloc.gpu_milli();
+                let added = idle + off.power.load_watts(cap, cpu_milli, gpu_milli);
                 let waste = {
                     let frac = |f: i64, t: i64| if t > 0 { f as f64 / t as f64 } else { 0.0 };
                     let a = &off.alloc;
@@ -1598,7 +1606,7 @@ impl<'s> Scheduler<'s> {
                 eta_s: off.eta_s,
                 requested: n.requested.plus(&off.capacity.minus(&off.alloc)),
                 capacity: off.capacity.clone(),
-                added_idle_watts: if off.warm { 0.0 } else { off.idle_watts },
+                added_idle_watts: if off.warm { 0.0 } else { off.power.idle_watts },
                 deadline_missed: n.deadline_s.is_some_and(|d| off.eta_s as i64 > d),
             });
         }
@@ -1832,6 +1840,35 @@ mod tests {
         }
     }
 
+    /// Of two free servers that both fit, a claim takes the one that draws
+    /// less with its pods on it, not the one that idles lower: a small GPU
+    /// server idles at fewer watts than a large one, but its GPU draws more
+    /// under load.
+    #[test]
+    fn a_claim_takes_the_server_that_draws_least_with_its_pods_on_it() {
+        let gi = 1i64 << 30;
+        // Idles at 87 W; its one GPU adds 265 W at full use.
+        let mut small = Server::new("small", Resources::new(8_000, 32 * gi).with_pods(110)).with_gpus("V100", 1);
+        small.power = PowerProfile { gpu_watts: Some(265.0), ..PowerProfile::new(87.0, 378.0, 120.0, 11.0) };
+        // Idles at 215 W; each of its two GPUs adds 60 W at full use.
+        let mut large = Server::new("large", Resources::new(104_000, 512 * gi).with_pods(110)).with_gpus("T4", 2);
+        large.power = PowerProfile { gpu_watts: Some(120.0), ..PowerProfile::new(215.0, 673.0, 300.0, 12.0) };
+        let mut requests = Resources::new(6_000, 12 * gi).with_pods(1);
+        requests.set_extended(crate::resources::GPU, 1);
+        let snap = Snapshot {
+            pods: vec![Pod::new("app", "infer", requests)].into(),
+            servers: vec![small.clone(), large.clone()],
+            pools: vec![ServerPool::new("default")],
+            ..Default::default()
+        };
+        let plan = provision(&snap, 0);
+        let Some(Outcome::NewClaim { server, .. }) = plan.decision("app/infer").map(|d| &d.outcome) else { panic!("no new claim: {:?}", plan.pods) };
+        // 215 + 60 + 19 W against 87 + 265 + 19 W.
+        let draw = |s: &Server| s.power.idle_watts + s.power.load_watts(&s.capacity, 6_000, 1_000);
+        assert!(draw(&large) < draw(&small), "{} vs {}", draw(&large), draw(&small));
+        assert_eq!(server, "large");
+    }
+
     /// `same_hardware` is the equality of `hardware_key`, field by field.
     #[test]
     fn same_hardware_agrees_with_the_hardware_key() {
@@ -1846,6 +1883,9 @@ mod tests {
         let mut hot = base.clone();
         hot.power.idle_watts += 1.0;
         variants.push(hot);
+        let mut told = base.clone();
+        told.power.gpu_watts = Some(0.0);
+        variants.push(told);
         let mut slow = base.clone();
         slow.durations.boot_s += 1;
         variants.push(slow);

@@ -6,6 +6,11 @@ use std::fmt;
 /// The GPU resource name the NVIDIA device plugin advertises.
 pub const GPU: &str = "nvidia.com/gpu";
 
+/// The extended resource a shared GPU is accounted in: every GPU offers
+/// 1000, a pod asking for a share of one GPU requests its share, a pod
+/// asking for whole GPUs requests 1000 per GPU on top of `nvidia.com/gpu`.
+pub const GPU_MILLI: &str = "ironclaim.dev/gpu-milli";
+
 /// The kubelet's default `maxPods`: the pod slots of a node made from a
 /// server whose capacity names none.
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -89,6 +94,12 @@ impl Resources {
 
     pub fn gpus(&self) -> i64 {
         self.extended(GPU)
+    }
+
+    /// GPUs in thousandths: the shares asked or offered, else 1000 per
+    /// whole GPU.
+    pub fn gpu_milli(&self) -> i64 {
+        self.extended(GPU_MILLI).max(self.gpus() * 1000)
     }
 
     pub fn is_zero(&self) -> bool {

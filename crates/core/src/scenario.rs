@@ -14,7 +14,7 @@ pub const ACCELERATOR_LABEL: &str = "accelerator";
 
 fn general_server(name: &str, zone: &str) -> Server {
     let mut s = Server::new(name, Resources::new(32_000, 120 * GI).with_pods(110)).with_labels(&[(CLASS_LABEL, "general-32"), (ZONE, zone)]);
-    s.power = PowerProfile { idle_watts: 170.0, peak_watts: 420.0, boot_watts: 260.0, off_watts: 8.0 };
+    s.power = PowerProfile::new(170.0, 420.0, 260.0, 8.0);
     // PXE re-image on a cold start: power-on, ten minutes of boot, join, CNI.
     s.durations = StageDurations { power_on_s: 45, boot_s: 600, join_s: 60, ready_s: 45, tail_percent: 160 };
     s
@@ -24,7 +24,7 @@ fn a100_server(name: &str, zone: &str) -> Server {
     let mut s = Server::new(name, Resources::new(64_000, 500 * GI).with_pods(110))
         .with_labels(&[(CLASS_LABEL, "a100x4"), (ZONE, zone), (ACCELERATOR_LABEL, "nvidia-a100")])
         .with_gpus("A100", 4);
-    s.power = PowerProfile { idle_watts: 480.0, peak_watts: 2400.0, boot_watts: 650.0, off_watts: 15.0 };
+    s.power = PowerProfile::new(480.0, 2400.0, 650.0, 15.0);
     // GPU hosts add driver validation to readiness.
     s.durations = StageDurations { power_on_s: 60, boot_s: 780, join_s: 60, ready_s: 420, tail_percent: 170 };
     s

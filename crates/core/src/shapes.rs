@@ -123,7 +123,7 @@ pub fn bare_metal(pods: usize) -> Snapshot {
         if gpus > 0 {
             s = s.with_gpus(model, gpus);
         }
-        s.power = PowerProfile { idle_watts: idle, peak_watts: peak, boot_watts: idle * 1.4, off_watts: 10.0 };
+        s.power = PowerProfile::new(idle, peak, idle * 1.4, 10.0);
         s.durations.boot_s = 300 + 60 * (c as u64 % 10);
         let roll = rng.next(100);
         match roll {

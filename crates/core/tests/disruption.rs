@@ -19,7 +19,7 @@ fn pool() -> ServerPool {
 
 fn server(name: &str) -> Server {
     let mut s = Server::new(name, Resources::new(32_000, 128 * GI).with_pods(110)).with_labels(&[(CLASS_LABEL, "general-32")]);
-    s.power = PowerProfile { idle_watts: 170.0, peak_watts: 420.0, boot_watts: 260.0, off_watts: 8.0 };
+    s.power = PowerProfile::new(170.0, 420.0, 260.0, 8.0);
     s
 }
 
@@ -485,7 +485,7 @@ fn headroom_counts_a_spare_on_its_way_to_a_node_and_powers_no_second_one() {
 /// A server of the big class: 64 cores, idling at `idle_watts`.
 fn big(name: &str, idle_watts: f64) -> Server {
     let mut s = Server::new(name, Resources::new(64_000, 256 * GI).with_pods(110)).with_labels(&[(CLASS_LABEL, "general-64")]);
-    s.power = PowerProfile { idle_watts, peak_watts: 2.0 * idle_watts + 200.0, boot_watts: 1.5 * idle_watts, off_watts: 10.0 };
+    s.power = PowerProfile::new(idle_watts, 2.0 * idle_watts + 200.0, 1.5 * idle_watts, 10.0);
     s
 }
 

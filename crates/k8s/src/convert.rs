@@ -82,6 +82,7 @@ pub fn server_to_core(server: &Server) -> Result<core::Server> {
                 peak_watts: watts(p.peak_watts, "peakWatts")?,
                 boot_watts: p.boot_watts.map(|w| watts(w, "bootWatts")).transpose()?.unwrap_or(idle),
                 off_watts: p.off_watts.map(|w| watts(w, "offWatts")).transpose()?.unwrap_or(0.0),
+                gpu_watts: p.gpu_watts.map(|w| watts(w, "gpuWatts")).transpose()?,
             }
         }
     };

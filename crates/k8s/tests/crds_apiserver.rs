@@ -149,6 +149,11 @@ async fn invalid_objects_are_refused_with_the_rule_that_says_why() {
         (&servers, server(&n("s-model"), json!({"hardware": {"gpus": [{"model": "A100 80GB", "count": 1}]}})), "spec.hardware.gpus[0].model"),
         (&servers, server(&n("s-bmc"), json!({"bmc": {"address": "ftp://10.0.0.1"}})), "spec.bmc.address"),
         (&servers, server(&n("s-watts"), json!({"power": {"idleWatts": 500, "peakWatts": 100}})), "peakWatts must be at least idleWatts"),
+        (
+            &servers,
+            server(&n("s-gpu-watts"), json!({"power": {"idleWatts": 300, "peakWatts": 1000, "gpuWatts": 800}})),
+            "gpuWatts must be at most peakWatts - idleWatts",
+        ),
         (&servers, server(&n("s-dur"), json!({"stageDurations": {"boot": "ten minutes"}})), "spec.stageDurations.boot"),
         (&pools, serverpool(&n("p-in"), json!({"requirements": [{"key": "zone", "operator": "In"}]})), "In and NotIn need at least one value"),
         (

@@ -307,6 +307,15 @@ spec:
 ";
 
 #[test]
+fn the_gpus_part_of_a_servers_power_range_reaches_the_core() {
+    let snap = load(&format!("{SERVER}  power: {{idleWatts: 300, peakWatts: 2500, gpuWatts: 1800}}\n"));
+    let p = snap.servers[0].power;
+    assert_eq!((p.idle_watts, p.peak_watts, p.gpu_watts), (300.0, 2500.0, Some(1800.0)));
+    // All 8 GPUs busy, no cpu: the GPUs' part of the range.
+    assert_eq!(p.load_watts(&snap.servers[0].capacity, 0, 8_000), 1800.0);
+}
+
+#[test]
 fn servers_become_inventory_with_hardware_labels_and_durations() {
     let snap = load(SERVER);
     let s = &snap.servers[0];
@@ -913,6 +922,10 @@ fn objects_the_crds_refuse_are_errors_with_the_crds_reason() {
         (
             format!("{SERVER}  power: {{idleWatts: 500, peakWatts: 300}}\n"),
             "inventory.yaml:1: document 1 (Server r1-u10): spec.power: peakWatts must be at least idleWatts",
+        ),
+        (
+            format!("{SERVER}  power: {{idleWatts: 300, peakWatts: 1000, gpuWatts: 800}}\n"),
+            "inventory.yaml:1: document 1 (Server r1-u10): spec.power: gpuWatts must be at most peakWatts - idleWatts",
         ),
         (
             SERVER.replace("credentialsSecretRef: {name: bmc, namespace: ironclaim-system}", "credentialsSecretRef: {name: bmc}"),

@@ -35,14 +35,13 @@ fn server(name: &str, class: &str, rack: u32, cpu: i64, mem_gib: i64, gpus: i64)
     s.server.labels.insert(ZONE.to_string(), format!("rack-{rack}"));
     if gpus > 0 {
         s.server.labels.insert("accelerator".to_string(), "nvidia-a100".to_string());
-        s.server.power = PowerProfile { idle_watts: 480.0, peak_watts: 2400.0, boot_watts: 650.0, off_watts: 15.0 };
-        s.gpu_dynamic_share = 0.8;
+        s.server.power = PowerProfile::new(480.0, 2400.0, 650.0, 15.0);
         s.server.durations = StageDurations { power_on_s: 45, boot_s: 360, join_s: 60, ready_s: 300, tail_percent: 170 };
     } else if mem_gib >= 512 {
-        s.server.power = PowerProfile { idle_watts: 210.0, peak_watts: 620.0, boot_watts: 300.0, off_watts: 10.0 };
+        s.server.power = PowerProfile::new(210.0, 620.0, 300.0, 10.0);
         s.server.durations = StageDurations { power_on_s: 45, boot_s: 300, join_s: 60, ready_s: 45, tail_percent: 160 };
     } else {
-        s.server.power = PowerProfile { idle_watts: 150.0, peak_watts: 380.0, boot_watts: 230.0, off_watts: 8.0 };
+        s.server.power = PowerProfile::new(150.0, 380.0, 230.0, 8.0);
         s.server.durations = StageDurations { power_on_s: 45, boot_s: 240, join_s: 60, ready_s: 45, tail_percent: 160 };
     }
     s

@@ -35,7 +35,7 @@ use crate::check::Checker;
 use crate::config::{Broken, Scoring, SimConfig};
 use crate::policy::{PolicyKind, Setup};
 use crate::rng::{SimRng, chance, lognormal_s, stream};
-use crate::workload::{HardwareClass, Workload, gpu_milli_of};
+use crate::workload::{HardwareClass, Workload};
 use foldhash::{HashMap, HashMapExt};
 use ironclaim_core::identity::{self, Links, NodeSays};
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint, TaintEffect};
@@ -1519,7 +1519,7 @@ impl<'a> Engine<'a> {
 
     fn draw_attempt(&mut self, s: usize) -> Attempt {
         let d = self.w.servers[s].server.durations;
-        let has_gpu = gpu_milli_of(&self.w.servers[s].server.capacity) > 0;
+        let has_gpu = self.w.servers[s].server.capacity.gpu_milli() > 0;
         let f = &self.cfg.faults;
         let faults = f.active_at(self.now);
         let cut = self.cfg.stuck_factor;
@@ -2106,14 +2106,7 @@ impl<'a> Engine<'a> {
             Power::Off => p.off_watts,
             Power::PoweringOn => p.boot_watts,
             Power::On if !srv.booted => p.boot_watts,
-            Power::On if schedulable => {
-                let cap = &sim.server.capacity;
-                let frac = |a: i64, c: i64| if c > 0 { (a as f64 / c as f64).clamp(0.0, 1.0) } else { 0.0 };
-                let cpu = frac(srv.allocated.cpu_milli, cap.cpu_milli);
-                let gpu = frac(gpu_milli_of(&srv.allocated), gpu_milli_of(cap));
-                let g = sim.gpu_dynamic_share;
-                p.idle_watts + (p.peak_watts - p.idle_watts) * ((1.0 - g) * cpu + g * gpu)
-            }
+            Power::On if schedulable => p.idle_watts + p.load_watts(&sim.server.capacity, srv.allocated.cpu_milli, srv.allocated.gpu_milli()),
             Power::On | Power::Stopping => p.idle_watts,
         };
         let dynamic = if srv.power == Power::On && schedulable { w - p.idle_watts } else { 0.0 };

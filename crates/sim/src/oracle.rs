@@ -30,7 +30,7 @@
 
 use crate::engine::Prepared;
 use crate::fit::{class_allocatable, fit_sets};
-use crate::workload::{Workload, gpu_milli_of};
+use crate::workload::Workload;
 use ironclaim_core::{Resources, Seconds};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -92,14 +92,14 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
             let cap = &s.server.capacity;
             let p = &s.server.power;
             let range = (p.peak_watts - p.idle_watts).max(0.0);
-            let g = s.gpu_dynamic_share;
+            let gpu_range = p.gpu_range_watts(cap);
             ClassInfo {
                 gpus: cap.gpus(),
                 on_watts: (p.idle_watts - p.off_watts).max(0.0),
-                cpu_dyn_per_milli: if cap.cpu_milli > 0 { range * (1.0 - g) / cap.cpu_milli as f64 } else { 0.0 },
+                cpu_dyn_per_milli: if cap.cpu_milli > 0 { (range - gpu_range) / cap.cpu_milli as f64 } else { 0.0 },
                 gpu_dyn_per_milli: {
-                    let gm = gpu_milli_of(cap);
-                    if gm > 0 { range * g / gm as f64 } else { 0.0 }
+                    let gm = cap.gpu_milli();
+                    if gm > 0 { gpu_range / gm as f64 } else { 0.0 }
                 },
                 alloc: alloc.clone().unwrap_or_else(|| cap.with_default_pods()),
                 available: if alloc.is_some() { c.members.len() as i64 } else { 0 },
@@ -145,7 +145,7 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
         v
     };
     let cpu_fill = fill_order(&|c: &ClassInfo| (c.cpu_dyn_per_milli, (c.alloc.cpu_milli * c.available) as f64));
-    let gpu_fill = fill_order(&|c: &ClassInfo| (c.gpu_dyn_per_milli, (gpu_milli_of(&c.alloc) * c.available) as f64));
+    let gpu_fill = fill_order(&|c: &ClassInfo| (c.gpu_dyn_per_milli, (c.alloc.gpu_milli() * c.available) as f64));
     let mut out = OracleBound::default();
     let mut memo: HashMap<Vec<i64>, (f64, u32, bool)> = HashMap::new();
     let mut energy_j = 0.0;
@@ -179,7 +179,7 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
             let d = &mut demand[pod_fit[i]];
             d[0] += sign * r.cpu_milli;
             d[1] += sign * r.memory_bytes;
-            d[2] += sign * gpu_milli_of(r);
+            d[2] += sign * r.gpu_milli();
             d[3] += sign * r.pods.max(1);
             for (j, &size) in gpu_sizes.iter().enumerate() {
                 if r.gpus() >= size {
@@ -187,7 +187,7 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
                 }
             }
             cpu_total += sign * r.cpu_milli;
-            gpu_total += sign * gpu_milli_of(r);
+            gpu_total += sign * r.gpu_milli();
             k += 1;
         }
         dyn_watts = fill(&cpu_fill, cpu_total as f64) + fill(&gpu_fill, gpu_total as f64);
@@ -255,7 +255,7 @@ fn min_on_watts(classes: &[ClassInfo], fit_sets: &[Vec<bool>], inside: &[Vec<usi
                     match dim {
                         0 => info.alloc.cpu_milli as f64,
                         1 => info.alloc.memory_bytes as f64,
-                        2 => gpu_milli_of(&info.alloc) as f64,
+                        2 => info.alloc.gpu_milli() as f64,
                         3 => info.alloc.pods as f64,
                         _ => (info.gpus / gpu_sizes[dim - 4]) as f64,
                     }
@@ -449,7 +449,7 @@ mod tests {
         // Dynamic draw is bounded apart, on the class where the pod draws least:
         // the GPU host's platform share per vCPU is lower than the CPU server's.
         let g = &w.servers[4];
-        let platform_range = (g.server.power.peak_watts - g.server.power.idle_watts) * (1.0 - g.gpu_dynamic_share);
+        let platform_range = g.server.power.peak_watts - g.server.power.idle_watts - g.server.power.gpu_range_watts(&g.server.capacity);
         let dynamic = ((cpu.peak_watts - cpu.idle_watts) * 1000.0 / 32_000.0).min(platform_range * 1000.0 / 96_000.0);
         let expect = (off + on + dynamic) * 1000.0 / 3.6e6;
         assert!((b.energy_kwh - expect).abs() < 1e-9, "{} vs {expect}", b.energy_kwh);

@@ -27,7 +27,7 @@ use crate::engine::{Prepared, fits_beside, node_score};
 use crate::fit::{class_allocatable, node_labels};
 use crate::policy::PolicyKind;
 use crate::report::count;
-use crate::workload::{Workload, gpu_milli_of};
+use crate::workload::Workload;
 use ironclaim_core::labels::{HOSTNAME, Labels, Taint};
 use ironclaim_core::predicates::{check_node_affinity, check_taints};
 use ironclaim_core::{Outcome, PowerState, Resources, Snapshot};
@@ -205,9 +205,9 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
             }
         }
     }
-    let gpu_inventory: i64 = w.servers.iter().map(|s| gpu_milli_of(&s.server.capacity)).sum();
-    let gpu_powered: i64 = w.servers.iter().zip(&rack.powered).filter(|(_, p)| **p).map(|(s, _)| gpu_milli_of(&s.server.capacity)).sum();
-    let gpu_used: i64 = rack.used.iter().map(gpu_milli_of).sum();
+    let gpu_inventory: i64 = w.servers.iter().map(|s| s.server.capacity.gpu_milli()).sum();
+    let gpu_powered: i64 = w.servers.iter().zip(&rack.powered).filter(|(_, p)| **p).map(|(s, _)| s.server.capacity.gpu_milli()).sum();
+    let gpu_used: i64 = rack.used.iter().map(Resources::gpu_milli).sum();
     let ratio = |a: i64, b: i64| if b > 0 { a as f64 / b as f64 } else { 0.0 };
     PackingRun {
         policy: kind.name(),
@@ -234,7 +234,7 @@ pub fn compare_packing(w: &Workload, kinds: &[PolicyKind], scoring: Scoring, war
     PackingReport {
         workload: w.name.clone(),
         servers: w.servers.len(),
-        gpu_milli_inventory: w.servers.iter().map(|s| gpu_milli_of(&s.server.capacity)).sum(),
+        gpu_milli_inventory: w.servers.iter().map(|s| s.server.capacity.gpu_milli()).sum(),
         pods: w.pods.len(),
         pods_unplaceable: prep.unplaceable.iter().filter(|u| u.is_some()).count(),
         warm_spares,

@@ -11,7 +11,7 @@
 use crate::engine::Prepared;
 use crate::fit::{class_allocatable, fit_sets};
 use crate::rng::stream;
-use crate::workload::{HardwareClass, SimServer, TracePod, Workload, gpu_milli_of};
+use crate::workload::{HardwareClass, SimServer, TracePod, Workload};
 use rand::RngExt;
 use serde::Serialize;
 
@@ -89,7 +89,7 @@ pub fn peak_demand(pods: &[TracePod]) -> PeakDemand {
     let mut events: Vec<(u64, i64, i64, i64, i64)> = Vec::with_capacity(pods.len() * 2);
     for p in pods {
         let r = &p.pod.requests;
-        let g = gpu_milli_of(r);
+        let g = r.gpu_milli();
         events.push((p.arrival_s, 1, r.cpu_milli, r.memory_bytes, g));
         if let Some(d) = p.departure_s {
             events.push((d, -1, -r.cpu_milli, -r.memory_bytes, -g));
@@ -121,7 +121,7 @@ pub fn sample_size_for_peak(servers: &[SimServer], peak: PeakDemand, headroom: f
         for s in &sample {
             c += s.server.capacity.cpu_milli;
             m += s.server.capacity.memory_bytes;
-            g += gpu_milli_of(&s.server.capacity);
+            g += s.server.capacity.gpu_milli();
         }
         c as f64 >= headroom * peak.cpu_milli as f64
             && m as f64 >= headroom * peak.memory_bytes as f64
@@ -210,8 +210,7 @@ pub fn auto_sample(w: &Workload, headroom: f64, seed: u64) -> AutoSample {
     let stratified = sample_size_for_peak(&w.servers, peak_demand(&w.pods), headroom, seed);
     let mut draw = stratified_draw(&prep.classes, w.servers.len(), stratified.min(w.servers.len()), seed);
     let mut rng = stream(seed, "servers-sample-constraints", 0);
-    let offer =
-        |c: usize| -> [f64; 3] { alloc[c].as_ref().map_or([0.0; 3], |a| [a.cpu_milli as f64, a.memory_bytes as f64, gpu_milli_of(a) as f64]) };
+    let offer = |c: usize| -> [f64; 3] { alloc[c].as_ref().map_or([0.0; 3], |a| [a.cpu_milli as f64, a.memory_bytes as f64, a.gpu_milli() as f64]) };
     let mut order: Vec<usize> = (0..classes.len()).collect();
     order.sort_by_key(|&f| (fits.sets[f].iter().filter(|&&b| b).count(), f));
     let mut added: Vec<(String, usize)> = Vec::new();
@@ -291,7 +290,7 @@ mod tests {
         let inv = inventory();
         let peak = PeakDemand { cpu_milli: 500_000, memory_bytes: 1 << 40, gpu_milli: 40_000, pods: 10 };
         let n = sample_size_for_peak(&inv, peak, 1.0, 9);
-        let gpus = |n| stratified_sample(&inv, n, 9).iter().map(|s| gpu_milli_of(&s.server.capacity)).sum::<i64>();
+        let gpus = |n| stratified_sample(&inv, n, 9).iter().map(|s| s.server.capacity.gpu_milli()).sum::<i64>();
         assert!(gpus(n) >= 40_000);
         let cpus = |n| stratified_sample(&inv, n, 9).iter().map(|s| s.server.capacity.cpu_milli).sum::<i64>();
         assert!(gpus(n - 1) < 40_000 || cpus(n - 1) < 500_000);

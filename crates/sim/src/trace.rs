@@ -16,7 +16,8 @@
 //!
 //! # Servers
 //! `sn|name`, `cpu_milli`, `memory_mib`, `gpu`, `model`, and optionally
-//! `idle_watts`, `peak_watts`, `boot_watts`, `off_watts`, `power_on_s`,
+//! `idle_watts`, `peak_watts`, `boot_watts`, `off_watts`, `gpu_watts` (of
+//! peak minus idle, what the GPUs add at full use), `power_on_s`,
 //! `boot_s`, `join_s`, `ready_s`, `tail_percent`; what is missing is
 //! estimated from the hardware (see [`crate::workload::estimated_power`]).
 //!
@@ -25,8 +26,8 @@
 //! refused, naming the column: the shared columns would otherwise let a pod
 //! list pass for a server list.
 
-use crate::workload::{GPU_MODEL_LABEL, SimServer, TracePod, Workload, hardware_server, pod_requests};
-use ironclaim_core::{NodeSelectorTerm, Operator, Pod, Requirement, Seconds, ServerPool};
+use crate::workload::{GPU_MODEL_LABEL, SimServer, TracePod, Workload, estimated_power, hardware_server, pod_requests};
+use ironclaim_core::{NodeSelectorTerm, Operator, Pod, PowerProfile, Requirement, Seconds, ServerPool};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -124,6 +125,8 @@ pub struct ServerRow {
     #[serde(default)]
     pub off_watts: Option<f64>,
     #[serde(default)]
+    pub gpu_watts: Option<f64>,
+    #[serde(default)]
     pub power_on_s: Option<Seconds>,
     #[serde(default)]
     pub boot_s: Option<Seconds>,
@@ -178,8 +181,21 @@ const POD_COLUMNS: [&str; 12] = [
 ];
 
 /// Columns only the server format has: a file with one is a server list.
-const SERVER_COLUMNS: [&str; 12] =
-    ["sn", "model", "gpu_model", "idle_watts", "peak_watts", "boot_watts", "off_watts", "power_on_s", "boot_s", "join_s", "ready_s", "tail_percent"];
+const SERVER_COLUMNS: [&str; 13] = [
+    "sn",
+    "model",
+    "gpu_model",
+    "idle_watts",
+    "peak_watts",
+    "boot_watts",
+    "off_watts",
+    "gpu_watts",
+    "power_on_s",
+    "boot_s",
+    "join_s",
+    "ready_s",
+    "tail_percent",
+];
 
 struct Columns {
     header: Vec<String>,
@@ -417,7 +433,7 @@ pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
     let gpu = cols.find(&["gpu", "num_gpu"]);
     let model = cols.find(&["model", "gpu_model"]);
     let f = |n: &str| cols.find(&[n]);
-    let (idle, peak, boot_w, off) = (f("idle_watts"), f("peak_watts"), f("boot_watts"), f("off_watts"));
+    let (idle, peak, boot_w, off, gpu_w) = (f("idle_watts"), f("peak_watts"), f("boot_watts"), f("off_watts"), f("gpu_watts"));
     let (pon, boot, join, ready, tail) = (f("power_on_s"), f("boot_s"), f("join_s"), f("ready_s"), f("tail_percent"));
     let mut rows = Vec::new();
     let mut record = csv::StringRecord::new();
@@ -454,6 +470,7 @@ pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
             peak_watts: row.opt_float(peak, "peak_watts")?,
             boot_watts: row.opt_float(boot_w, "boot_watts")?,
             off_watts: row.opt_float(off, "off_watts")?,
+            gpu_watts: row.opt_float(gpu_w, "gpu_watts")?,
             power_on_s: u(pon, "power_on_s")?,
             boot_s: u(boot, "boot_s")?,
             join_s: u(join, "join_s")?,
@@ -465,6 +482,9 @@ pub fn parse_servers_csv(path: &Path, data: &str) -> Result<Vec<ServerRow>> {
                 t => t.map(|t| t as u32),
             },
         });
+        if let Some(problem) = rows.last().and_then(ServerRow::gpu_watts_problem) {
+            return Err(row.bad(gpu_w.unwrap_or(0), problem));
+        }
     }
     if rows.is_empty() {
         return Err(TraceError::Empty { path: p, what: "servers".into() });
@@ -529,13 +549,22 @@ fn check_yaml_servers(path: &Path, rows: &[ServerRow]) -> Result<()> {
                 return Err(bad(format!("{what} is more than a week")));
             }
         }
-        for (what, v) in [("idle_watts", r.idle_watts), ("peak_watts", r.peak_watts), ("boot_watts", r.boot_watts), ("off_watts", r.off_watts)] {
+        for (what, v) in [
+            ("idle_watts", r.idle_watts),
+            ("peak_watts", r.peak_watts),
+            ("boot_watts", r.boot_watts),
+            ("off_watts", r.off_watts),
+            ("gpu_watts", r.gpu_watts),
+        ] {
             if v.is_some_and(|w| !w.is_finite() || !(0.0..=1e6).contains(&w)) {
                 return Err(bad(format!("{what} is not between 0 and 1000000")));
             }
         }
         if r.tail_percent.is_some_and(|t| !(100..=1000).contains(&t)) {
             return Err(bad("tail_percent is not between 100 and 1000".into()));
+        }
+        if let Some(problem) = r.gpu_watts_problem() {
+            return Err(bad(problem));
         }
     }
     Ok(())
@@ -578,6 +607,39 @@ pub fn read_servers(path: &Path) -> Result<Vec<ServerRow>> {
     parse_servers_csv(path, &text)
 }
 
+impl ServerRow {
+    /// What the row says the server draws, the rest estimated from its
+    /// hardware. Stated idle and peak watts keep the estimated GPUs' share
+    /// of the range between them, unless the GPUs' watts are stated too.
+    fn power(&self) -> PowerProfile {
+        let mut p = estimated_power(self.cpu_milli, self.memory_mib.saturating_mul(1 << 20), self.gpu, &self.model);
+        let range = |p: &PowerProfile| (p.peak_watts - p.idle_watts).max(0.0);
+        let gpu_share = p.gpu_watts.map(|g| if range(&p) > 0.0 { g / range(&p) } else { 0.0 });
+        if let Some(w) = self.idle_watts {
+            p.idle_watts = w;
+        }
+        if let Some(w) = self.peak_watts {
+            p.peak_watts = w.max(p.idle_watts);
+        }
+        p.gpu_watts = self.gpu_watts.or(gpu_share.map(|share| share * range(&p)));
+        if let Some(w) = self.boot_watts {
+            p.boot_watts = w;
+        }
+        if let Some(w) = self.off_watts {
+            p.off_watts = w;
+        }
+        p
+    }
+
+    /// Why the row's `gpu_watts` cannot be, if it cannot.
+    fn gpu_watts_problem(&self) -> Option<String> {
+        let w = self.gpu_watts?;
+        let p = self.power();
+        let range = (p.peak_watts - p.idle_watts).max(0.0);
+        (w > range).then(|| format!("gpu_watts {w} is more than peak_watts - idle_watts ({range})"))
+    }
+}
+
 /// Turns server rows into inventory servers, expanding counts.
 pub fn servers_from_rows(rows: &[ServerRow]) -> Vec<SimServer> {
     let mut out = Vec::new();
@@ -586,19 +648,7 @@ pub fn servers_from_rows(rows: &[ServerRow]) -> Vec<SimServer> {
         for k in 0..n {
             let name = if r.count.is_some() { format!("{}-{k}", r.name) } else { r.name.clone() };
             let mut s = hardware_server(&name, r.cpu_milli, r.memory_mib, r.gpu, &r.model);
-            let p = &mut s.server.power;
-            if let Some(w) = r.idle_watts {
-                p.idle_watts = w;
-            }
-            if let Some(w) = r.peak_watts {
-                p.peak_watts = w.max(p.idle_watts);
-            }
-            if let Some(w) = r.boot_watts {
-                p.boot_watts = w;
-            }
-            if let Some(w) = r.off_watts {
-                p.off_watts = w;
-            }
+            s.server.power = r.power();
             let d = &mut s.server.durations;
             d.power_on_s = r.power_on_s.unwrap_or(d.power_on_s);
             d.boot_s = r.boot_s.unwrap_or(d.boot_s);
@@ -722,7 +772,7 @@ mod tests {
         let text = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,0,\nn1,96000,393216,8,G2\n";
         let rows = parse_servers_csv(Path::new("n.csv"), text).unwrap();
         let servers = servers_from_rows(&rows);
-        assert_eq!(servers[1].server.capacity.extended(crate::workload::GPU_MILLI), 8000);
+        assert_eq!(servers[1].server.capacity.extended(ironclaim_core::GPU_MILLI), 8000);
         assert_eq!(servers[1].server.labels.get(GPU_MODEL_LABEL).map(String::as_str), Some("G2"));
         assert!(servers[0].server.capacity.extended.is_empty());
     }
@@ -755,6 +805,37 @@ mod tests {
         std::fs::write(&yaml, "pods:\n  - name: a\n    cpu_milli: 1\n    memory_mib: 1\n    arrival_s: 9\n    departure_s: 3\n").unwrap();
         assert!(read_pods(&yaml).is_err());
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// `gpu_watts` is the GPUs' part of the range; stated idle and peak
+    /// watts without it keep the estimated share; more than the range is
+    /// refused, naming the line and column.
+    #[test]
+    fn the_gpus_part_of_a_servers_power_range_is_read_kept_or_refused() {
+        let text = "sn,cpu_milli,memory_mib,gpu,model,idle_watts,peak_watts,gpu_watts\n\
+                    a,96000,393216,8,G2,400,2400,1600\n\
+                    b,96000,393216,8,G2,400,2400,\n\
+                    c,96000,393216,0,,400,2400,\n";
+        let rows = parse_servers_csv(Path::new("n.csv"), text).unwrap();
+        let servers = servers_from_rows(&rows);
+        assert_eq!(servers[0].server.power.gpu_watts, Some(1600.0));
+        let estimated = estimated_power(96_000, 393_216 << 20, 8, "G2");
+        let share = estimated.gpu_watts.unwrap() / (estimated.peak_watts - estimated.idle_watts);
+        let kept = servers[1].server.power.gpu_watts.unwrap();
+        assert!((kept - share * 2000.0).abs() < 1e-6, "{kept} vs {}", share * 2000.0);
+        assert_eq!(servers[2].server.power.gpu_watts, None);
+        let err = parse_servers_csv(Path::new("n.csv"), "sn,cpu_milli,memory_mib,gpu,idle_watts,peak_watts,gpu_watts\nn0,32000,1024,1,100,300,250\n")
+            .unwrap_err();
+        assert!(matches!(err, TraceError::BadField { line: 2, column: 7, .. }), "{err}");
+        assert!(err.to_string().contains("gpu_watts 250 is more than peak_watts - idle_watts (200)"), "{err}");
+        let doc = "servers:\n  - name: a\n    cpu_milli: 1000\n    memory_mib: 1\n    idle_watts: 100\n    peak_watts: 300\n    gpu_watts: 250\n";
+        let dir = std::env::temp_dir().join(format!("ironclaim-trace-gpu-watts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let yaml = dir.join("bad.yaml");
+        std::fs::write(&yaml, doc).unwrap();
+        let err = read_servers(&yaml).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains("servers[0] (a): gpu_watts 250 is more than peak_watts - idle_watts (200)"), "{err}");
     }
 
     #[test]

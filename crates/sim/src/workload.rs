@@ -1,15 +1,11 @@
 //! What a simulation replays: an inventory of servers, ServerPools,
 //! DaemonSets, and pods that arrive and leave at given times.
 
-use ironclaim_core::resources::GPU;
+use ironclaim_core::resources::{GPU, GPU_MILLI};
 use ironclaim_core::{DaemonSet, Pod, PowerProfile, Resources, Seconds, Server, ServerPool, StageDurations};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// The extended resource a shared GPU is accounted in: every GPU offers
-/// 1000, a pod asking for a share of one GPU requests its share, a pod
-/// asking for whole GPUs requests 1000 per GPU on top of `nvidia.com/gpu`.
-pub const GPU_MILLI: &str = "ironclaim.dev/gpu-milli";
 /// The GPU model of a server, for pods that accept only some models.
 pub const GPU_MODEL_LABEL: &str = "ironclaim.dev/gpu-model";
 /// The hardware class of a server (same shape, power and durations).
@@ -18,13 +14,10 @@ pub const HARDWARE_LABEL: &str = "ironclaim.dev/hardware";
 const MIB: i64 = 1 << 20;
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// A server of the inventory, with what the simulator needs besides the
-/// core's view: how its dynamic power splits between CPUs and GPUs.
+/// A server of the inventory.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimServer {
     pub server: Server,
-    /// Share of the idle-to-peak range drawn by GPUs at full GPU use.
-    pub gpu_dynamic_share: f64,
 }
 
 /// A pod of the trace: its spec, when it is created, when it is deleted.
@@ -144,7 +137,7 @@ pub fn gpu_watts(model: &str) -> (f64, f64) {
 /// Estimates a server's power profile from its hardware when the inventory
 /// does not state it: a platform part from vCPUs and memory, plus each
 /// GPU's idle and peak draw. See docs/simulate.md for the figures.
-pub fn estimated_power(cpu_milli: i64, memory_bytes: i64, gpus: i64, model: &str) -> (PowerProfile, f64) {
+pub fn estimated_power(cpu_milli: i64, memory_bytes: i64, gpus: i64, model: &str) -> PowerProfile {
     let vcpu = cpu_milli as f64 / 1000.0;
     let gib = memory_bytes as f64 / GIB;
     // Busy cores and memory add the same watts whatever the server's size.
@@ -156,8 +149,7 @@ pub fn estimated_power(cpu_milli: i64, memory_bytes: i64, gpus: i64, model: &str
     let peak = platform_peak + n * gp;
     let boot = 1.5 * platform_idle + n * gi;
     let off = 10.0 + 1.0 * n;
-    let gpu_share = if peak > idle { n * (gp - gi) / (peak - idle) } else { 0.0 };
-    (PowerProfile { idle_watts: idle, peak_watts: peak, boot_watts: boot, off_watts: off }, gpu_share)
+    PowerProfile { gpu_watts: (gpus > 0).then_some(n * (gp - gi)), ..PowerProfile::new(idle, peak, boot, off) }
 }
 
 /// Stage durations assumed for a server whose inventory states none: a
@@ -183,13 +175,12 @@ pub fn hardware_server(name: &str, cpu_milli: i64, memory_mib: i64, gpus: i64, m
         server.labels.insert(GPU_MODEL_LABEL.to_string(), model.to_string());
         server.labels.insert("nvidia.com/gpu.product".to_string(), model.to_string());
     }
-    let (power, gpu_dynamic_share) = estimated_power(cpu_milli, memory_bytes, gpus, model);
-    server.power = power;
+    server.power = estimated_power(cpu_milli, memory_bytes, gpus, model);
     server.durations = estimated_durations(gpus);
     let class = describe_capacity(&server.capacity, server.labels.get(GPU_MODEL_LABEL));
     server.labels.insert(HARDWARE_LABEL.to_string(), class);
     server.labels.insert(ironclaim_core::labels::HOSTNAME.to_string(), name.to_string());
-    SimServer { server, gpu_dynamic_share }
+    SimServer { server }
 }
 
 /// Requests of a pod asking for `num_gpu` GPUs, or for `gpu_milli`
@@ -203,11 +194,6 @@ pub fn pod_requests(cpu_milli: i64, memory_mib: i64, num_gpu: i64, gpu_milli: i6
         r.set_extended(GPU_MILLI, num_gpu * 1000);
     }
     r
-}
-
-/// The GPU demand of a request in thousandths of a GPU.
-pub fn gpu_milli_of(r: &Resources) -> i64 {
-    r.extended(GPU_MILLI).max(r.gpus() * 1000)
 }
 
 #[cfg(test)]
@@ -236,12 +222,13 @@ mod tests {
 
     #[test]
     fn estimated_power_grows_with_gpus_and_keeps_idle_below_peak() {
-        let (cpu, s0) = estimated_power(96_000, 384 << 30, 0, "");
-        let (gpu, s8) = estimated_power(96_000, 384 << 30, 8, "G2");
+        let cpu = estimated_power(96_000, 384 << 30, 0, "");
+        let gpu = estimated_power(96_000, 384 << 30, 8, "G2");
         assert!(cpu.idle_watts < cpu.peak_watts && gpu.idle_watts < gpu.peak_watts);
         assert!(gpu.idle_watts > cpu.idle_watts + 200.0);
-        assert_eq!(s0, 0.0);
-        assert!(s8 > 0.7 && s8 < 1.0);
+        assert_eq!(cpu.gpu_watts, None);
+        let share = gpu.gpu_watts.unwrap_or(0.0) / (gpu.peak_watts - gpu.idle_watts);
+        assert!(share > 0.7 && share < 1.0);
         assert!(cpu.off_watts < cpu.idle_watts);
     }
 

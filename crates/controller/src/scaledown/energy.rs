@@ -195,7 +195,7 @@ mod tests {
 
     fn server(name: &str, idle: f64, on: bool) -> Server {
         let mut s = Server::new(name, Resources::new(8000, 16 << 30));
-        s.power = PowerProfile { idle_watts: idle, peak_watts: idle * 2.0, boot_watts: idle, off_watts: 0.0 };
+        s.power = PowerProfile::new(idle, idle * 2.0, idle, 0.0);
         if on { s.warm() } else { s }
     }
 
