@@ -73,11 +73,14 @@ pub struct OracleSummary {
     pub servers_mean: f64,
     pub segments: u64,
     pub fallbacks: u64,
+    /// Segments where the bound that keeps load on powered servers was the
+    /// higher.
+    pub coupled: u64,
 }
 
 impl From<&OracleBound> for OracleSummary {
     fn from(o: &OracleBound) -> Self {
-        OracleSummary { energy_kwh: o.energy_kwh, servers_mean: o.servers_mean, segments: o.segments, fallbacks: o.fallbacks }
+        OracleSummary { energy_kwh: o.energy_kwh, servers_mean: o.servers_mean, segments: o.segments, fallbacks: o.fallbacks, coupled: o.coupled }
     }
 }
 
