@@ -13,8 +13,8 @@
 //! fitted stays a candidate. Once every pod is placed, each claim is
 //! right-sized: it takes the candidate that meets its pods' deadline, then
 //! adds the fewest watts (its idle watts, none for a warm server already
-//! on, plus what its pods make it draw: [`PowerProfile::load_watts`]), then
-//! wastes the least capacity.
+//! on, plus what the GPUs its pods take draw where the server states it:
+//! [`PowerProfile::gpu_watts`]), then wastes the least capacity.
 //!
 //! # Guarantees
 //! - No server is claimed twice, and no server that is in use, failed,
@@ -1536,12 +1536,17 @@ impl<'s> Scheduler<'s> {
                 let off = &s.offerings[o];
                 let missed = deadline.is_some_and(|d| off.eta_s as i64 > d);
                 // What the server draws more with the claim's pods (and the
-                // DaemonSets that land with them) on it than without.
+                // DaemonSets that land with them) on it than without: its
+                // idle watts, and what the GPUs they take draw where the
+                // server states it (`gpu_watts`). A core's draw, and that of
+                // GPUs whose draw is unstated, is taken as the same on every
+                // server: a profile left unstated is the same whatever the
+                // server's size, and would make a larger server look frugal.
                 let idle = if off.warm { 0.0 } else { off.power.idle_watts };
                 let (cap, alloc) = (&off.capacity, &off.alloc);
-                let cpu_milli = pod_requests.cpu_milli + cap.cpu_milli - alloc.cpu_milli;
                 let gpu_milli = pod_requests.gpu_milli() + cap.gpu_milli() - alloc.gpu_milli();
-                let added = idle + off.power.load_watts(cap, cpu_milli, gpu_milli);
+                let gpus = if off.power.gpu_watts.is_some() { off.power.load_watts(cap, 0, gpu_milli) } else { 0.0 };
+                let added = idle + gpus;
                 let waste = {
                     let frac = |f: i64, t: i64| if t > 0 { f as f64 / t as f64 } else { 0.0 };
                     let a = &off.alloc;
@@ -1863,10 +1868,38 @@ mod tests {
         };
         let plan = provision(&snap, 0);
         let Some(Outcome::NewClaim { server, .. }) = plan.decision("app/infer").map(|d| &d.outcome) else { panic!("no new claim: {:?}", plan.pods) };
-        // 215 + 60 + 19 W against 87 + 265 + 19 W.
-        let draw = |s: &Server| s.power.idle_watts + s.power.load_watts(&s.capacity, 6_000, 1_000);
+        // 215 + 60 W against 87 + 265 W.
+        let draw = |s: &Server| s.power.idle_watts + s.power.load_watts(&s.capacity, 0, 1_000);
         assert!(draw(&large) < draw(&small), "{} vs {}", draw(&large), draw(&small));
         assert_eq!(server, "large");
+    }
+
+    /// Servers whose profiles say nothing of their GPUs' draw, or that
+    /// have none, are compared by idle watts, then by the capacity they
+    /// would waste: an unstated profile is the same on a large server and
+    /// a small one, and its load per core says nothing of the hardware.
+    #[test]
+    fn without_a_stated_gpu_draw_a_claim_takes_the_tightest_fit() {
+        let gi = 1i64 << 30;
+        for gpus in [0, 2] {
+            let server = |name: &str, cores: i64| {
+                let s = Server::new(name, Resources::new(cores * 1000, cores * 2 * gi).with_pods(110));
+                if gpus > 0 { s.with_gpus("T4", gpus) } else { s }
+            };
+            let mut requests = Resources::new(16_000, 32 * gi).with_pods(1);
+            requests.set_extended(crate::resources::GPU, gpus.min(1));
+            let snap = Snapshot {
+                pods: vec![Pod::new("app", "job", requests)].into(),
+                servers: vec![server("roomy", 48), server("tight", 20)],
+                pools: vec![ServerPool::new("default")],
+                ..Default::default()
+            };
+            let plan = provision(&snap, 0);
+            let Some(Outcome::NewClaim { server, .. }) = plan.decision("app/job").map(|d| &d.outcome) else {
+                panic!("no new claim: {:?}", plan.pods)
+            };
+            assert_eq!(server, "tight", "with {gpus} GPUs");
+        }
     }
 
     /// `same_hardware` is the equality of `hardware_key`, field by field.

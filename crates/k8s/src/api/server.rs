@@ -317,8 +317,9 @@ pub struct PowerProfile {
     #[schemars(range(min = 0, max = 100000))]
     pub off_watts: Option<i64>,
     /// Of peakWatts - idleWatts, what the GPUs add when all of them are
-    /// busy; the rest follows the cpu in use. Unset: 80 % of the range on a
-    /// server with GPUs.
+    /// busy; the rest follows the cpu in use. A new claim counts it for the
+    /// GPUs its pods take, so that pods go where their GPUs draw least.
+    /// Unset: 80 % of the range on a server with GPUs, not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100000))]
     pub gpu_watts: Option<i64>,
