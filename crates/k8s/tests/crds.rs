@@ -119,7 +119,7 @@ fn rules_at<'a>(schema: &'a Value, path: &[&str]) -> Vec<&'a str> {
 fn cel_rules_sit_where_a_rule_spans_fields() {
     let server = schema(&crd("Server"));
     assert_eq!(rules_at(&server, &["spec", "bmc"]), ["caBundle and insecureSkipVerify are mutually exclusive"]);
-    assert_eq!(rules_at(&server, &["spec", "power"]), ["peakWatts must be at least idleWatts"]);
+    assert_eq!(rules_at(&server, &["spec", "power"]), ["peakWatts must be at least idleWatts", "gpuWatts must be at most peakWatts - idleWatts"]);
     assert_eq!(rules_at(&server, &["status", "measuredDurations", "boot"]), ["p90Seconds must be at least p50Seconds"]);
     let pool = schema(&crd("ServerPool"));
     assert_eq!(
