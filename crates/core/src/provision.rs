@@ -451,28 +451,20 @@ struct SelectionKey<'p> {
 pub fn hardware_key(s: &Server) -> String {
     let mut labels = s.labels.clone();
     labels.remove(HOSTNAME);
-    format!(
-        "{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}",
-        s.capacity,
-        labels,
-        s.power.idle_watts.to_bits(),
-        s.power.peak_watts.to_bits(),
-        s.power.boot_watts.to_bits(),
-        s.power.off_watts.to_bits(),
-        s.power.gpu_watts.map(f64::to_bits),
-        s.durations,
-    )
+    format!("{:?}|{:?}|{:?}|{:?}", s.capacity, labels, power_bits(&s.power), s.durations,)
+}
+
+/// A power profile as the bits of its watts, for equality and hashing.
+fn power_bits(p: &PowerProfile) -> ([u64; 4], Option<u64>) {
+    ([p.idle_watts.to_bits(), p.peak_watts.to_bits(), p.boot_watts.to_bits(), p.off_watts.to_bits()], p.gpu_watts.map(f64::to_bits))
 }
 
 /// Whether two servers are the same hardware in the sense of
 /// [`hardware_key`], compared field by field rather than by building keys.
 pub fn same_hardware(a: &Server, b: &Server) -> bool {
-    let watts = |p: &PowerProfile| {
-        ([p.idle_watts.to_bits(), p.peak_watts.to_bits(), p.boot_watts.to_bits(), p.off_watts.to_bits()], p.gpu_watts.map(f64::to_bits))
-    };
     let not_host = |(k, _): &(&String, &String)| k.as_str() != HOSTNAME;
     a.capacity == b.capacity
-        && watts(&a.power) == watts(&b.power)
+        && power_bits(&a.power) == power_bits(&b.power)
         && a.durations == b.durations
         && a.labels.iter().filter(not_host).eq(b.labels.iter().filter(not_host))
 }
@@ -498,9 +490,11 @@ fn class_hash(s: &Server) -> u64 {
         mix(name.len() as u64);
         mix(*x as u64);
     }
-    for w in [s.power.idle_watts, s.power.peak_watts, s.power.boot_watts, s.power.off_watts, s.power.gpu_watts.unwrap_or(-1.0)] {
-        mix(w.to_bits());
+    let (watts, gpu_watts) = power_bits(&s.power);
+    for w in watts {
+        mix(w);
     }
+    mix(gpu_watts.unwrap_or(u64::MAX));
     let d = &s.durations;
     for x in [d.power_on_s, d.boot_s, d.join_s, d.ready_s, u64::from(d.tail_percent)] {
         mix(x);

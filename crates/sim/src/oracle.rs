@@ -185,18 +185,18 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
             let (_, arrive, i) = events[k];
             let sign = if arrive { 1 } else { -1 };
             let r = &prep.pods[i].requests;
+            let amounts = [r.cpu_milli, r.memory_bytes, r.gpu_milli(), r.pods.max(1)];
             let d = &mut demand[pod_fit[i]];
-            d[0] += sign * r.cpu_milli;
-            d[1] += sign * r.memory_bytes;
-            d[2] += sign * r.gpu_milli();
-            d[3] += sign * r.pods.max(1);
+            for (x, a) in d.iter_mut().zip(amounts) {
+                *x += sign * a;
+            }
             for (j, &size) in gpu_sizes.iter().enumerate() {
                 if r.gpus() >= size {
                     d[4 + j] += sign;
                 }
             }
-            for (t, d) in totals.iter_mut().zip([r.cpu_milli, r.memory_bytes, r.gpu_milli(), r.pods.max(1)]) {
-                *t += sign * d;
+            for (t, a) in totals.iter_mut().zip(amounts) {
+                *t += sign * a;
             }
             k += 1;
         }
@@ -254,10 +254,9 @@ fn coupled_bound(classes: &[ClassInfo], demand: [f64; 4]) -> f64 {
         return 0.0;
     }
     let live: Vec<&ClassInfo> = classes.iter().filter(|c| c.available > 0).collect();
-    let cap = |c: &ClassInfo| [c.alloc.cpu_milli as f64, c.alloc.memory_bytes as f64, c.alloc.gpu_milli() as f64, c.alloc.pods as f64];
-    let dyn_of = |c: &ClassInfo| [c.cpu_dyn_per_milli, 0.0, c.gpu_dyn_per_milli, 0.0];
-    let caps: Vec<[f64; 4]> = live.iter().map(|c| cap(c)).collect();
-    let dyns: Vec<[f64; 4]> = live.iter().map(|c| dyn_of(c)).collect();
+    let caps: Vec<[f64; 4]> =
+        live.iter().map(|c| [c.alloc.cpu_milli as f64, c.alloc.memory_bytes as f64, c.alloc.gpu_milli() as f64, c.alloc.pods as f64]).collect();
+    let dyns: Vec<[f64; 4]> = live.iter().map(|c| [c.cpu_dyn_per_milli, 0.0, c.gpu_dyn_per_milli, 0.0]).collect();
     let dual = |p: &[f64; 4]| -> f64 {
         let mut v: f64 = (0..4).map(|r| p[r] * demand[r].max(0.0)).sum();
         for (k, c) in live.iter().enumerate() {
