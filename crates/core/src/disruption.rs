@@ -2,13 +2,17 @@
 //! which warm spares to power on, within warm-spare floors, disruption
 //! budgets and PodDisruptionBudgets.
 //!
-//! # Replace several underutilized nodes by one server
+//! # Replace underutilized nodes by one server that draws less
 //! Underutilized nodes whose pods fit on no other node may still fit, all
 //! together, on one idle server of their pool that draws clearly fewer
-//! watts than they do. That server is powered on (or, already on, kept
-//! on); nothing is drained until it is a Ready node, when the underutilized
-//! consolidation finds room for their pods on it and drains them one by
-//! one, each under the budgets and PodDisruptionBudgets.
+//! watts than they do with those pods: its idle watts, plus what their
+//! GPUs draw where the servers state it ([`PowerProfile::compared_watts`]).
+//! Several nodes onto one larger server, or one node onto a server of
+//! another kind, as a hungry GPU server onto one whose GPUs draw less.
+//! That server is powered on (or, already on, kept on); nothing is drained
+//! until it is a Ready node, when the underutilized consolidation finds
+//! room for their pods on it and drains them one by one, each under the
+//! budgets and PodDisruptionBudgets.
 //!
 //! # Power off only when it pays
 //! Powering a server off and on again costs its boot energy. An idle server
@@ -45,11 +49,12 @@
 //!   a ServerPool that powered a server on for pods (a recorded arrival)
 //!   less than its `consolidateAfter` ago, [`GROWTH_QUIET_S`] when unset:
 //!   a pool still growing would power the freed server on again.
-//! - A replacement replaces at least two nodes with no pod that must stay,
-//!   whose evictions their PodDisruptionBudgets allow now, while the pool's
-//!   budget allows a drain and no drain of the pool is under way; all their
-//!   pods fit on it, as the scheduler would place them; it idles at most
-//!   [`REPLACEMENT_MAX_IDLE_SHARE`] of their watts; it stays within the
+//! - A replacement replaces nodes with no pod that must stay, whose
+//!   evictions their PodDisruptionBudgets allow now, while the pool's
+//!   budget allows a drain and no drain of the pool is under way; a node
+//!   alone only if its pods fit on no node that stays; all their pods fit
+//!   on it, as the scheduler would place them; with their pods it draws at
+//!   most [`REPLACEMENT_MAX_SHARE`] of their watts; it stays within the
 //!   fleet's power budget. A server kept on as a replacement is neither
 //!   powered off nor counted as a warm spare.
 //! - Every power-on and power-off it plans (a drain's power-off counted
@@ -107,8 +112,8 @@ pub enum Action {
     /// Power a spare on because the pool's free capacity is short of its
     /// headroom (`short` says by what).
     PowerOnForHeadroom { server: String, pool: String, short: String },
-    /// Power a server on to take over the pods of several underutilized
-    /// nodes that fit nowhere else and together idle at more watts. Nothing
+    /// Power a server on to take over the pods of underutilized nodes that
+    /// fit nowhere else and together draw more watts with them. Nothing
     /// is drained yet: once the server is a Ready node, the underutilized
     /// consolidation moves their pods onto it, each drain under the usual
     /// budgets and PodDisruptionBudgets.
@@ -302,6 +307,12 @@ impl Candidate<'_> {
     fn saves_watts(&self) -> f64 {
         self.server.map_or(0.0, |s| s.power.idle_watts - s.power.off_watts)
     }
+
+    /// What its server draws with its pods, as the core compares servers
+    /// ([`PowerProfile::compared_watts`]).
+    fn compared_watts(&self) -> f64 {
+        self.server.map_or(0.0, |s| s.power.compared_watts(&s.capacity, self.requested().gpu_milli()))
+    }
 }
 
 /// A pool that had to power a server on for pods less than this long ago
@@ -437,13 +448,15 @@ fn emptying(candidates: &[Candidate<'_>], in_flight: &[&str], awaited: &BTreeMap
 const NODE_SAYS_DO_NOT_DISRUPT: &str =
     "the Node says do-not-disrupt (karpenter.sh/do-not-disrupt or cluster-autoscaler.kubernetes.io/scale-down-disabled)";
 
-/// A replacement pays only when the server draws at most this share of
-/// the idle watts of the nodes it replaces together.
-pub const REPLACEMENT_MAX_IDLE_SHARE: f64 = 0.8;
+/// A replacement pays only when the server, with their pods, draws at most
+/// this share of what the nodes it replaces draw together
+/// ([`PowerProfile::compared_watts`]: idle watts, and the GPUs' stated
+/// draw).
+pub const REPLACEMENT_MAX_SHARE: f64 = 0.8;
 /// Distinct servers tried as a replacement, per pool and decision.
 pub const MAX_REPLACEMENT_TARGETS: usize = 8;
 
-/// A server that could take over the pods of several underutilized nodes.
+/// A server that could take over the pods of underutilized nodes.
 #[derive(Clone, Copy)]
 struct Target<'s> {
     server: &'s Server,
@@ -512,17 +525,19 @@ fn fit_on_the_rest(snapshot: &Snapshot, removed: &[&str], ready: Option<&str>, n
 
 /// The replacement that saves the most watts: for each target (cheapest
 /// idle first, one per kind of hardware), the underutilized nodes taken in
-/// order while all their pods still fit on it; at least two nodes, and the
-/// target idling at most [`REPLACEMENT_MAX_IDLE_SHARE`] of their watts.
+/// order while all their pods still fit on it; one node only if `alone`
+/// says so, and the target drawing, with their pods, at most
+/// [`REPLACEMENT_MAX_SHARE`] of what they draw.
 fn best_replacement<'s>(
     snapshot: &Snapshot,
     candidates: &[Candidate<'s>],
     eligible: &[usize],
     mut targets: Vec<Target<'s>>,
+    alone: &dyn Fn(usize) -> bool,
     now_s: Seconds,
 ) -> Option<Replacement<'s>> {
     let eligible: Vec<usize> = eligible.iter().copied().filter(|&i| candidates[i].server.is_some()).collect();
-    if eligible.len() < 2 {
+    if eligible.is_empty() {
         return None;
     }
     targets.sort_by(|a, b| {
@@ -553,7 +568,7 @@ fn best_replacement<'s>(
                 replaces.pop();
             }
         }
-        if replaces.len() < 2 {
+        if replaces.is_empty() || (replaces.len() == 1 && !alone(replaces[0])) {
             continue;
         }
         // An empty node is kept on only if the consolidation will drain
@@ -564,10 +579,13 @@ fn best_replacement<'s>(
                 continue;
             }
         }
-        let idle: f64 = replaces.iter().filter_map(|&i| candidates[i].server).map(|s| s.power.idle_watts).sum();
-        let p = &target.server.power;
-        let watts_saved = replaces.iter().map(|&i| candidates[i].saves_watts()).sum::<f64>() - (p.idle_watts - p.off_watts);
-        if p.idle_watts > REPLACEMENT_MAX_IDLE_SHARE * idle || watts_saved <= 0.0 {
+        let before: f64 = replaces.iter().map(|&i| candidates[i].compared_watts()).sum();
+        let gpu_milli: i64 = replaces.iter().map(|&i| candidates[i].requested().gpu_milli()).sum();
+        let (p, cap) = (&target.server.power, &target.server.capacity);
+        let after = p.compared_watts(cap, gpu_milli);
+        let off: f64 = replaces.iter().filter_map(|&i| candidates[i].server).map(|s| s.power.off_watts).sum();
+        let watts_saved = (before - off) - (after - p.off_watts);
+        if after > REPLACEMENT_MAX_SHARE * before || watts_saved <= 0.0 {
             continue;
         }
         if best.as_ref().is_none_or(|b| watts_saved > b.watts_saved) {
@@ -818,8 +836,21 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
             .collect()
     };
 
-    // An idle server already on that could take over several underutilized
-    // nodes stays on, not counted as a spare, until they are drained onto it.
+    // A node is replaced on its own only when its pods fit on no node that
+    // stays (an empty node is warm capacity, not room): else draining it
+    // frees its server with no other on.
+    let empty_nodes: Vec<&str> = candidates.iter().filter(|c| c.pods.is_empty()).map(|c| c.node.name.as_str()).collect();
+    let stuck = std::cell::RefCell::new(BTreeMap::<usize, bool>::new());
+    let alone = |i: usize| {
+        *stuck.borrow_mut().entry(i).or_insert_with(|| {
+            let mut removed = empty_nodes.clone();
+            removed.push(candidates[i].node.name.as_str());
+            !fit_on_the_rest(snapshot, &removed, None, now_s)
+        })
+    };
+
+    // An idle server already on that could take over underutilized nodes
+    // stays on, not counted as a spare, until they are drained onto it.
     let mut kept_for_replacement: BTreeMap<&str, String> = BTreeMap::new();
     let mut replacing_pools: Vec<&str> = Vec::new();
     let last_growth = last_growth_by_pool(snapshot, &m);
@@ -844,7 +875,7 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
                 .filter(|&(i, s)| s.is_available() && s.is_warm() && !s.unlimited && m.in_pool(i, pool))
                 .map(|(_, server)| Target { server, node: None, daemonset_pods: &[] }),
         );
-        if let Some(r) = best_replacement(snapshot, &candidates, &eligible, on, now_s) {
+        if let Some(r) = best_replacement(snapshot, &candidates, &eligible, on, &alone, now_s) {
             let names: Vec<&str> = r.replaces.iter().map(|&i| candidates[i].node.name.as_str()).collect();
             let why = format!("kept on to take over {} (saves {:.0} W)", names.join(", "), r.watts_saved);
             kept_for_replacement.insert(r.target.server.name.as_str(), why);
@@ -1062,7 +1093,7 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
     let mut removed: Vec<&str> = drained.iter().map(|&i| candidates[i].node.name.as_str()).collect();
     // An empty node is warm capacity, not room to consolidate into: pods
     // moved onto it free no server, only a boot for the next spare. The
-    // one exception is a server kept on to replace several nodes.
+    // one exception is a server kept on as a replacement.
     for c in candidates.iter().filter(|c| c.pods.is_empty() && !kept_for_replacement.contains_key(c.node.name.as_str())) {
         if !removed.contains(&c.node.name.as_str()) {
             removed.push(c.node.name.as_str());
@@ -1131,7 +1162,7 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
         .collect();
 
     // Underutilized nodes whose pods fit nowhere else, but together on one
-    // cold server that idles at clearly fewer watts: power it on. They are
+    // cold server that draws clearly fewer watts: power it on. They are
     // drained onto it by the pass above once it is a Ready node.
     for pool in pools.iter().filter(|p| !p.disruption.never && !replacing_pools.contains(&p.name.as_str()) && !growing(p)) {
         // While pods of the pool move (drains under way or just planned),
@@ -1144,7 +1175,7 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
             continue;
         }
         let eligible = replaceable(pool, &pdb_left, &drained_under);
-        if eligible.len() < 2 {
+        if eligible.is_empty() {
             continue;
         }
         let cold: Vec<Target<'_>> = snapshot
@@ -1158,7 +1189,7 @@ fn disrupt_expanded(snapshot: &Snapshot, awaited: &BTreeMap<String, String>, now
             .filter(|(_, s)| gate.refusal(s, true).is_none())
             .map(|(_, server)| Target { server, node: None, daemonset_pods: &[] })
             .collect();
-        let Some(r) = best_replacement(snapshot, &candidates, &eligible, cold, now_s) else { continue };
+        let Some(r) = best_replacement(snapshot, &candidates, &eligible, cold, &alone, now_s) else { continue };
         gate.take(r.target.server);
         fleet_on_peak += r.target.server.power.peak_watts;
         out.actions.push(Action::PowerOnForReplacement {

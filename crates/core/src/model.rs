@@ -416,6 +416,24 @@ impl PowerProfile {
         self.gpu_watts.unwrap_or(DEFAULT_GPU_SHARE * range).clamp(0.0, range)
     }
 
+    /// What a server of `capacity` draws with `gpu_milli` thousandths of its
+    /// GPUs in use, above no load, when it says what its GPUs draw: its
+    /// idle watts, plus those GPUs' draw where `gpu_watts` is stated. This
+    /// is how the core compares servers (a claim's server, a replacement).
+    /// A core's draw, and that of GPUs whose draw is unstated, is taken as
+    /// the same on every server: a profile left unstated is the same
+    /// whatever the server's size, and would make a larger server look
+    /// frugal.
+    pub fn compared_watts(&self, capacity: &Resources, gpu_milli: i64) -> f64 {
+        self.idle_watts + self.stated_gpu_watts(capacity, gpu_milli)
+    }
+
+    /// What `gpu_milli` thousandths of the GPUs of a server of `capacity`
+    /// draw when `gpu_watts` states it; nothing otherwise.
+    pub fn stated_gpu_watts(&self, capacity: &Resources, gpu_milli: i64) -> f64 {
+        if self.gpu_watts.is_some() { self.load_watts(capacity, 0, gpu_milli) } else { 0.0 }
+    }
+
     /// What a booted server of `capacity` draws above idle with `cpu_milli`
     /// of its cpu and `gpu_milli` thousandths of its GPUs allocated to pods.
     pub fn load_watts(&self, capacity: &Resources, cpu_milli: i64, gpu_milli: i64) -> f64 {
@@ -1057,5 +1075,7 @@ mod tests {
         let cpu_server = Resources::new(100_000, 1 << 40);
         assert_eq!(stated.gpu_range_watts(&cpu_server), 0.0);
         assert_eq!(stated.load_watts(&cpu_server, 25_000, 0), 250.0);
+        assert_eq!(stated.compared_watts(&gpu_server, 2_000), 200.0 + 400.0, "idle and the stated GPUs' draw");
+        assert_eq!(unstated.compared_watts(&gpu_server, 2_000), 200.0, "unstated GPUs draw alike everywhere");
     }
 }

@@ -1530,17 +1530,13 @@ impl<'s> Scheduler<'s> {
                 let off = &s.offerings[o];
                 let missed = deadline.is_some_and(|d| off.eta_s as i64 > d);
                 // What the server draws more with the claim's pods (and the
-                // DaemonSets that land with them) on it than without: its
-                // idle watts, and what the GPUs they take draw where the
-                // server states it (`gpu_watts`). A core's draw, and that of
-                // GPUs whose draw is unstated, is taken as the same on every
-                // server: a profile left unstated is the same whatever the
-                // server's size, and would make a larger server look frugal.
-                let idle = if off.warm { 0.0 } else { off.power.idle_watts };
+                // DaemonSets that land with them) on it than without
+                // (`PowerProfile::compared_watts`): no idle watts on a
+                // server already on.
                 let (cap, alloc) = (&off.capacity, &off.alloc);
                 let gpu_milli = pod_requests.gpu_milli() + cap.gpu_milli() - alloc.gpu_milli();
-                let gpus = if off.power.gpu_watts.is_some() { off.power.load_watts(cap, 0, gpu_milli) } else { 0.0 };
-                let added = idle + gpus;
+                let idle = if off.warm { 0.0 } else { off.power.idle_watts };
+                let added = idle + off.power.stated_gpu_watts(cap, gpu_milli);
                 let waste = {
                     let frac = |f: i64, t: i64| if t > 0 { f as f64 / t as f64 } else { 0.0 };
                     let a = &off.alloc;
