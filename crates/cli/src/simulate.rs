@@ -525,7 +525,7 @@ mod tests {
         for seed in ["1", "2", "3"] {
             let a = args(&["--trace", pods.to_str().unwrap(), "--servers", servers.to_str().unwrap(), "--servers-sample", "auto", "--seed", seed]);
             let w = workload(&a).unwrap().workload;
-            let a10 = w.servers.iter().filter(|s| s.server.name.starts_with("a10")).count();
+            let a10 = w.servers.iter().filter(|s| s.name.starts_with("a10")).count();
             assert_eq!(a10, 2, "seed {seed}: both A10 pods need an A10 host of their own; sample: {}", w.name);
             let prep = ironclaim_sim::Prepared::new(&w, None);
             assert!(prep.unplaceable.iter().all(Option::is_none), "seed {seed}: {:?}", prep.unplaceable);

@@ -161,7 +161,7 @@ pub fn compare_sweep(w: &Workload, cfg: &SimConfig, policies: &[PolicyKind], axe
     let replayed = runs.iter().find(|r| r.policy == PolicyKind::Ironclaim).or(runs.first());
     let replay = replayed.filter(|r| !r.timeline.states.is_empty()).map(|r| crate::report::Replay {
         policy: r.policy.name(),
-        servers: w.servers.iter().map(|s| s.server.name.clone()).collect(),
+        servers: w.servers.iter().map(|s| s.name.clone()).collect(),
         classes: class_of.iter().map(|&c| classes[c].name.clone()).collect(),
         states: r.timeline.states.clone(),
     });

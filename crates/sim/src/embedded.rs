@@ -21,33 +21,33 @@
 //! Everything random is drawn from the run's seed.
 
 use crate::rng::{standard_normal, stream};
-use crate::workload::{HARDWARE_LABEL, SimServer, TracePod, Workload, hardware_server, pod_requests};
+use crate::workload::{HARDWARE_LABEL, TracePod, Workload, hardware_server, pod_requests};
 use ironclaim_core::labels::{TaintEffect, TolerationOperator, ZONE};
 use ironclaim_core::resources::GPU;
-use ironclaim_core::{DaemonSet, Operator, Pod, PowerProfile, Requirement, Seconds, ServerPool, StageDurations, Taint, Toleration};
+use ironclaim_core::{DaemonSet, Operator, Pod, PowerProfile, Requirement, Seconds, Server, ServerPool, StageDurations, Taint, Toleration};
 use rand::RngExt;
 
 pub const DAY_S: Seconds = 86_400;
 
-fn server(name: &str, class: &str, rack: u32, cpu: i64, mem_gib: i64, gpus: i64) -> SimServer {
+fn server(name: &str, class: &str, rack: u32, cpu: i64, mem_gib: i64, gpus: i64) -> Server {
     let mut s = hardware_server(name, cpu * 1000, mem_gib * 1024, gpus, if gpus > 0 { "A100" } else { "" });
-    s.server.labels.insert(HARDWARE_LABEL.to_string(), class.to_string());
-    s.server.labels.insert(ZONE.to_string(), format!("rack-{rack}"));
+    s.labels.insert(HARDWARE_LABEL.to_string(), class.to_string());
+    s.labels.insert(ZONE.to_string(), format!("rack-{rack}"));
     if gpus > 0 {
-        s.server.labels.insert("accelerator".to_string(), "nvidia-a100".to_string());
-        s.server.power = PowerProfile::new(480.0, 2400.0, 650.0, 15.0);
-        s.server.durations = StageDurations { power_on_s: 45, boot_s: 360, join_s: 60, ready_s: 300, tail_percent: 170 };
+        s.labels.insert("accelerator".to_string(), "nvidia-a100".to_string());
+        s.power = PowerProfile::new(480.0, 2400.0, 650.0, 15.0);
+        s.durations = StageDurations { power_on_s: 45, boot_s: 360, join_s: 60, ready_s: 300, tail_percent: 170 };
     } else if mem_gib >= 512 {
-        s.server.power = PowerProfile::new(210.0, 620.0, 300.0, 10.0);
-        s.server.durations = StageDurations { power_on_s: 45, boot_s: 300, join_s: 60, ready_s: 45, tail_percent: 160 };
+        s.power = PowerProfile::new(210.0, 620.0, 300.0, 10.0);
+        s.durations = StageDurations { power_on_s: 45, boot_s: 300, join_s: 60, ready_s: 45, tail_percent: 160 };
     } else {
-        s.server.power = PowerProfile::new(150.0, 380.0, 230.0, 8.0);
-        s.server.durations = StageDurations { power_on_s: 45, boot_s: 240, join_s: 60, ready_s: 45, tail_percent: 160 };
+        s.power = PowerProfile::new(150.0, 380.0, 230.0, 8.0);
+        s.durations = StageDurations { power_on_s: 45, boot_s: 240, join_s: 60, ready_s: 45, tail_percent: 160 };
     }
     s
 }
 
-fn rack_servers() -> Vec<SimServer> {
+fn rack_servers() -> Vec<Server> {
     let mut v = Vec::new();
     for i in 0..24 {
         v.push(server(&format!("gen-{:02}", i + 1), "general-32", 1 + i / 12, 32, 128, 0));

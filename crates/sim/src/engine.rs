@@ -82,7 +82,7 @@ impl Prepared {
         let (classes, class_of) = w.hardware_classes();
         let mut order: Vec<usize> = (0..w.pools.len()).collect();
         order.sort_by(|&a, &b| w.pools[b].weight.cmp(&w.pools[a].weight).then(w.pools[a].name.cmp(&w.pools[b].name)));
-        let pool_of = w.servers.iter().map(|s| order.iter().copied().find(|&p| w.pools[p].admits(&s.server))).collect();
+        let pool_of = w.servers.iter().map(|s| order.iter().copied().find(|&p| w.pools[p].admits(s))).collect();
         let mut seen: HashMap<String, u32> = HashMap::new();
         let mut pods = Vec::with_capacity(w.pods.len());
         let mut pod_index = HashMap::with_capacity(w.pods.len());
@@ -107,7 +107,7 @@ impl Prepared {
             keys.push(key);
             pods.push(pod);
         }
-        let server_index = w.servers.iter().enumerate().map(|(i, s)| (s.server.name.clone(), i)).collect();
+        let server_index = w.servers.iter().enumerate().map(|(i, s)| (s.name.clone(), i)).collect();
         let end_s = duration_s.unwrap_or(w.end_s);
         let mut p = Prepared { classes, class_of, pool_of, unplaceable: vec![None; pods.len()], pods, end_s, keys, pod_index, server_index };
         p.find_unplaceable(w);
@@ -127,12 +127,7 @@ impl Prepared {
             let key = format!("{:?}|{:?}|{:?}|{:?}", p.requests, p.node_selector, p.node_affinity, p.tolerations);
             shapes.entry(key).or_default().push(i);
         }
-        let mut snap = Snapshot {
-            pools: w.pools.clone(),
-            daemonsets: w.daemonsets.clone(),
-            servers: w.servers.iter().map(|s| s.server.clone()).collect(),
-            ..Default::default()
-        };
+        let mut snap = Snapshot { pools: w.pools.clone(), daemonsets: w.daemonsets.clone(), servers: w.servers.clone(), ..Default::default() };
         for s in &mut snap.servers {
             s.power_state = PowerState::Off;
         }
@@ -269,7 +264,7 @@ impl identity::Inventory for RackInventory<'_, '_> {
     }
     fn server_with_uuid(&self, uuid: &str) -> Option<&str> {
         let s = machine_of_uuid(uuid).filter(|&s| s < self.engine.srv.len() && self.engine.srv[s].uuid_read)?;
-        Some(self.engine.w.servers[s].server.name.as_str())
+        Some(self.engine.w.servers[s].name.as_str())
     }
     fn moved(&self) -> &BTreeMap<String, String> {
         &NONE_MOVED
@@ -781,7 +776,7 @@ impl<'a> Engine<'a> {
                 labels: Labels::new(),
                 taints: Vec::new(),
                 rng: stream(cfg.seed, "server", i as u64),
-                watts: w.servers[i].server.power.off_watts,
+                watts: w.servers[i].power.off_watts,
                 dynamic_watts: 0.0,
                 epoch: 0,
                 attempt: None,
@@ -806,7 +801,7 @@ impl<'a> Engine<'a> {
             .servers
             .iter()
             .map(|s| {
-                let d = &s.server.durations;
+                let d = &s.durations;
                 let stuck = |stage| deadlines.budget(stage, d).map_or(0, |b| b.stuck_after_s);
                 stuck(Stage::PoweringOn) + stuck(Stage::Booting) + stuck(Stage::Joined)
             })
@@ -815,7 +810,7 @@ impl<'a> Engine<'a> {
         // Once faults stop, a pod waits at most for one failed path and one
         // good one, each up to its stuck deadlines, a batch and a backoff.
         let liveness_bound_s = 2 * max_cold + cfg.batch_max_s + cfg.failure_backoff_max_s + 2 * cfg.power_off_s + 60;
-        let fleet_watts = w.servers.iter().map(|s| s.server.power.off_watts).sum();
+        let fleet_watts = w.servers.iter().map(|s| s.power.off_watts).sum();
         let mut checker = Checker::new(&prep.class_of);
         checker.declare_floors(&setup.floors);
         let settings = autoscaler_settings(cfg, setup.scale_down);
@@ -1518,8 +1513,8 @@ impl<'a> Engine<'a> {
     }
 
     fn draw_attempt(&mut self, s: usize) -> Attempt {
-        let d = self.w.servers[s].server.durations;
-        let has_gpu = self.w.servers[s].server.capacity.gpu_milli() > 0;
+        let d = self.w.servers[s].durations;
+        let has_gpu = self.w.servers[s].capacity.gpu_milli() > 0;
         let f = &self.cfg.faults;
         let faults = f.active_at(self.now);
         let cut = self.cfg.stuck_factor;
@@ -1612,7 +1607,7 @@ impl<'a> Engine<'a> {
 
     fn power_on_done(&mut self, s: usize) {
         let Some(a) = self.srv[s].attempt else { return };
-        let name = self.w.servers[s].server.name.clone();
+        let name = self.w.servers[s].name.clone();
         let mut waiting = std::mem::take(&mut self.srv[s].on_waiting);
         if waiting.is_empty() {
             waiting.push(self.actor);
@@ -1667,11 +1662,11 @@ impl<'a> Engine<'a> {
     fn label_node(&mut self, s: usize, pool: usize) {
         let sim = &self.w.servers[s];
         let p = &self.setup.pools[pool];
-        let mut labels = sim.server.labels.clone();
+        let mut labels = sim.labels.clone();
         labels.extend(p.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         labels.insert(SERVERPOOL_LABEL.to_string(), p.name.clone());
-        labels.insert(SERVER_LABEL.to_string(), sim.server.name.clone());
-        labels.insert(HOSTNAME.to_string(), sim.server.name.clone());
+        labels.insert(SERVER_LABEL.to_string(), sim.name.clone());
+        labels.insert(HOSTNAME.to_string(), sim.name.clone());
         self.srv[s].labels = labels;
         self.srv[s].taints = p.taints.clone();
     }
@@ -1698,7 +1693,7 @@ impl<'a> Engine<'a> {
         self.refresh_watts(s);
         self.bind_pending();
         if self.srv[s].stale_twin.is_none() && self.fault(self.cfg.faults.stale_node_probability) {
-            let twin = format!("{}-old", self.w.servers[s].server.name);
+            let twin = format!("{}-old", self.w.servers[s].name);
             self.tell(|| format!("rack: a stale Node {twin} appears"));
             self.srv[s].stale_twin = Some(twin);
             self.nodes_epoch += 1;
@@ -1720,7 +1715,7 @@ impl<'a> Engine<'a> {
         self.nodes_lost += 1;
         self.ready.remove(&s);
         self.checker.node_lost(s);
-        let name = self.w.servers[s].server.name.clone();
+        let name = self.w.servers[s].name.clone();
         if chance(&mut self.fault_rng, 0.5) {
             self.tell(|| format!("rack: node {name} deleted"));
             self.evict_all(s);
@@ -1768,10 +1763,10 @@ impl<'a> Engine<'a> {
         let n = self.srv.len();
         for _ in 0..wanted.min(off.len()) {
             let s = off.swap_remove(r.random_range(0..off.len()));
-            let name = self.w.servers[s].server.name.clone();
+            let name = self.w.servers[s].name.clone();
             let says = (n > 1 && chance(&mut r, cloned)).then(|| {
                 let other = (s + 1 + r.random_range(0..n - 1)) % n;
-                self.w.servers[other].server.name.clone()
+                self.w.servers[other].name.clone()
             });
             let pods = 1 + r.random_range(0..3u32);
             self.tell(|| {
@@ -1802,7 +1797,7 @@ impl<'a> Engine<'a> {
         let label_only = self.cfg.broken == Some(Broken::LabelOnlyIdentity);
         let mut out = Vec::with_capacity(self.powered.len());
         for (s, srv) in self.srv.iter().enumerate() {
-            let name = self.w.servers[s].server.name.as_str();
+            let name = self.w.servers[s].name.as_str();
             let system_uuid = (!label_only).then(|| self.uuids[s].as_str());
             if srv.node.is_some() {
                 out.push(NodeSays { node: name, server: Some(name), system_uuid });
@@ -1857,7 +1852,7 @@ impl<'a> Engine<'a> {
         if self.cfg.broken == Some(Broken::LabelOnlyIdentity) {
             return None;
         }
-        let name = self.w.servers[s].server.name.as_str();
+        let name = self.w.servers[s].name.as_str();
         let recorded = self.srv[s].uuid_read.then(|| self.uuids[s].as_str());
         identity::refuse_power_off(name, recorded, None, self.power_facts(s, false), self.node_says(), node)
     }
@@ -1883,7 +1878,7 @@ impl<'a> Engine<'a> {
     }
 
     fn place_daemonsets(&mut self, s: usize) {
-        let name = &self.w.servers[s].server.name;
+        let name = &self.w.servers[s].name;
         let srv = &mut self.srv[s];
         srv.allocated = Resources::default();
         srv.daemon_pods.clear();
@@ -1985,7 +1980,7 @@ impl<'a> Engine<'a> {
             }
             counts
         });
-        self.checker.powering_off(self.now, s, &self.w.servers[s].server.name, shown.as_deref());
+        self.checker.powering_off(self.now, s, &self.w.servers[s].name, shown.as_deref());
         if let Some(f) = self.srv[s].foreign.take() {
             self.nodes_epoch += 1;
             for _ in 0..f.pods {
@@ -2022,7 +2017,7 @@ impl<'a> Engine<'a> {
         self.srv[s].attempt = None;
         self.powered.remove(&s);
         self.refresh_watts(s);
-        let name = self.w.servers[s].server.name.clone();
+        let name = self.w.servers[s].name.clone();
         for to in std::mem::take(&mut self.srv[s].off_waiting) {
             self.bmc_answer(to, Report::PoweredOff { server: name.clone(), result: Ok(()), refused: None });
         }
@@ -2099,14 +2094,14 @@ impl<'a> Engine<'a> {
 
     fn refresh_watts(&mut self, s: usize) {
         let sim = &self.w.servers[s];
-        let p = &sim.server.power;
+        let p = &sim.power;
         let srv = &self.srv[s];
         let schedulable = srv.node.as_ref().is_some_and(|n| n.gates_passed);
         let w = match srv.power {
             Power::Off => p.off_watts,
             Power::PoweringOn => p.boot_watts,
             Power::On if !srv.booted => p.boot_watts,
-            Power::On if schedulable => p.idle_watts + p.load_watts(&sim.server.capacity, srv.allocated.cpu_milli, srv.allocated.gpu_milli()),
+            Power::On if schedulable => p.idle_watts + p.load_watts(&sim.capacity, srv.allocated.cpu_milli, srv.allocated.gpu_milli()),
             Power::On | Power::Stopping => p.idle_watts,
         };
         let dynamic = if srv.power == Power::On && schedulable { w - p.idle_watts } else { 0.0 };
@@ -2210,7 +2205,7 @@ impl<'a> Engine<'a> {
                 if self.try_resize(p, server) {
                     return;
                 }
-                if !to.fits(&self.w.servers[server].server.capacity) {
+                if !to.fits(&self.w.servers[server].capacity) {
                     // Beyond the node's allocatable, the API server refuses
                     // the resize: VPA makes the pod again at its new size.
                     self.recreate(p, server);
@@ -2233,7 +2228,7 @@ impl<'a> Engine<'a> {
         let Some(to) = self.pods[p].resize.as_ref().map(|r| r.desired.clone()) else { return false };
         let mut others = self.srv[server].allocated.clone();
         others.sub(self.requests(p));
-        if !fits_beside(&to, &others, &self.w.servers[server].server.capacity) {
+        if !fits_beside(&to, &others, &self.w.servers[server].capacity) {
             return false;
         }
         others.add(&to);
@@ -2295,9 +2290,9 @@ impl<'a> Engine<'a> {
         let mut best: Option<(f64, usize)> = None;
         for &s in &self.ready {
             let srv = &self.srv[s];
-            let cap = &self.w.servers[s].server.capacity;
+            let cap = &self.w.servers[s].capacity;
             if !fits_beside(requests, &srv.allocated, cap)
-                || check_node_affinity(pod, &srv.labels, &self.w.servers[s].server.name).is_err()
+                || check_node_affinity(pod, &srv.labels, &self.w.servers[s].name).is_err()
                 || check_taints(pod, &srv.taints, false).is_err()
             {
                 continue;
@@ -2322,7 +2317,7 @@ impl<'a> Engine<'a> {
             && !self.arrivals.contains_key(holder)
         {
             let pod = &self.prep.pods[p];
-            let arrival = Arrival { at_s: self.pods[p].created_at, server: self.w.servers[s].server.name.clone(), deadline_s: pod.deadline_s };
+            let arrival = Arrival { at_s: self.pods[p].created_at, server: self.w.servers[s].name.clone(), deadline_s: pod.deadline_s };
             self.arrivals.insert(holder.clone(), arrival);
         }
         let srv = &mut self.srv[s];
@@ -2350,12 +2345,12 @@ impl<'a> Engine<'a> {
 
     fn node_of(&self, s: usize, links: &Links) -> Option<Node> {
         let n = self.srv[s].node.as_ref()?;
-        let name = &self.w.servers[s].server.name;
+        let name = &self.w.servers[s].name;
         Some(Node {
             name: name.clone(),
             labels: self.srv[s].labels.clone(),
             taints: self.srv[s].taints.clone(),
-            allocatable: self.w.servers[s].server.capacity.with_default_pods(),
+            allocatable: self.w.servers[s].capacity.with_default_pods(),
             unschedulable: n.cordoned || !n.gates_passed,
             ready: n.ready_since.is_some(),
             server: links.server_of(name).map(str::to_string),
@@ -2369,7 +2364,7 @@ impl<'a> Engine<'a> {
     /// stale twin (NotReady, empty).
     fn other_nodes_of(&self, s: usize, links: &Links, snap: &mut Snapshot) {
         let srv = &self.srv[s];
-        let sim = &self.w.servers[s].server;
+        let sim = &self.w.servers[s];
         let node = |name: &str, says: Option<&str>, ready: bool, taints: Vec<Taint>| {
             let mut labels = Labels::new();
             labels.insert(HOSTNAME.to_string(), name.to_string());
@@ -2411,7 +2406,7 @@ impl<'a> Engine<'a> {
     }
 
     fn pods_of(&self, s: usize, out: &mut Pods) {
-        let name = &self.w.servers[s].server.name;
+        let name = &self.w.servers[s].name;
         if self.cfg.broken != Some(Broken::StaleEmptyNodes) {
             let here = PodState::Bound { server: s };
             let late = self.lagging.iter().copied().filter(|&p| self.pods[p].state != here && self.shown(p) == here);
@@ -2440,7 +2435,7 @@ impl<'a> Engine<'a> {
     }
 
     fn server_for_core(&self, s: usize, links: &Links) -> Server {
-        let mut server = self.w.servers[s].server.clone();
+        let mut server = self.w.servers[s].clone();
         let srv = &self.srv[s];
         server.failures = srv.in_row;
         let linked = links.node_of(&server.name);
@@ -2500,7 +2495,7 @@ impl<'a> Engine<'a> {
         let pod = &self.prep.pods[p];
         let links = self.links();
         for (s, srv) in self.srv.iter().enumerate() {
-            let sim = &self.w.servers[s].server;
+            let sim = &self.w.servers[s];
             // A server in doubt, or one another machine's Server claims to
             // be (a cloned label ironclaim cannot disprove), is no free
             // server to ironclaim: the fault made it so.
@@ -2757,7 +2752,7 @@ impl World for Engine<'_> {
                 let s = self.index(&r.server);
                 let server = s.map(|s| ServerFacts {
                     holder: self.srv[s].holder.clone(),
-                    durations: self.w.servers[s].server.durations,
+                    durations: self.w.servers[s].durations,
                     failures: self.srv[s].in_row,
                     power_on_sent: self.srv[s].powered_by_ironclaim,
                 });
@@ -2765,7 +2760,7 @@ impl World for Engine<'_> {
                     let n = self.srv[s].node.as_ref()?;
                     let ready = n.ready_since.is_some();
                     Some(NodeFacts {
-                        name: self.w.servers[s].server.name.clone(),
+                        name: self.w.servers[s].name.clone(),
                         ready,
                         ready_since_s: n.ready_since,
                         lifecycle_taint: None,

@@ -33,14 +33,14 @@ pub fn class_allocatable(w: &Workload, prep: &Prepared) -> Vec<Option<Resources>
         .map(|c| {
             let s = &w.servers[c.members[0]];
             let pool = &w.pools[prep.pool_of[c.members[0]]?];
-            let mut alloc = s.server.capacity.clone();
+            let mut alloc = s.capacity.clone();
             if alloc.pods == 0 {
                 alloc.pods = 110;
             }
-            let labels = node_labels(&s.server.labels, pool);
+            let labels = node_labels(&s.labels, pool);
             for ds in &w.daemonsets {
                 let t = &ds.template;
-                if check_node_affinity(t, &labels, &s.server.name).is_ok() && check_taints(t, &pool.taints, false).is_ok() {
+                if check_node_affinity(t, &labels, &s.name).is_ok() && check_taints(t, &pool.taints, false).is_ok() {
                     alloc.sub(&Resources { pods: 1, ..t.requests.clone() });
                 }
             }
@@ -74,7 +74,7 @@ pub fn fit_sets(w: &Workload, prep: &Prepared, alloc: &[Option<Resources>]) -> F
     let mut ids: BTreeMap<Vec<bool>, usize> = BTreeMap::new();
     let mut by_shape: HashMap<String, Option<usize>> = HashMap::new();
     let labels: Vec<Option<Labels>> =
-        prep.classes.iter().map(|c| prep.pool_of[c.members[0]].map(|p| node_labels(&w.servers[c.members[0]].server.labels, &w.pools[p]))).collect();
+        prep.classes.iter().map(|c| prep.pool_of[c.members[0]].map(|p| node_labels(&w.servers[c.members[0]].labels, &w.pools[p]))).collect();
     for (i, pod) in prep.pods.iter().enumerate() {
         if prep.unplaceable[i].is_some() {
             continue;
@@ -89,7 +89,7 @@ pub fn fit_sets(w: &Workload, prep: &Prepared, alloc: &[Option<Resources>]) -> F
                 let first = prep.classes[c].members[0];
                 let (Some(a), Some(l), Some(p)) = (&alloc[c], &labels[c], prep.pool_of[first]) else { return false };
                 pod.requests.fits(a)
-                    && check_node_affinity(pod, l, &w.servers[first].server.name).is_ok()
+                    && check_node_affinity(pod, l, &w.servers[first].name).is_ok()
                     && check_taints(pod, &w.pools[p].taints, false).is_ok()
             })
             .collect();

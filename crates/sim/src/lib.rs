@@ -35,4 +35,4 @@ pub mod workload;
 pub use config::{Broken, Faults, PolicySettings, Scoring, SimConfig};
 pub use engine::{FailureReason, Prepared, RunStats, run_policy};
 pub use policy::PolicyKind;
-pub use workload::{SimServer, TracePod, TraceResize, VPA_DEFERRED_EVICT_S, Workload};
+pub use workload::{TracePod, TraceResize, VPA_DEFERRED_EVICT_S, Workload};

@@ -99,8 +99,8 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
         .zip(&allocatable)
         .map(|(c, alloc)| {
             let s = &w.servers[c.members[0]];
-            let cap = &s.server.capacity;
-            let p = &s.server.power;
+            let cap = &s.capacity;
+            let p = &s.power;
             let range = (p.peak_watts - p.idle_watts).max(0.0);
             let gpu_range = p.gpu_range_watts(cap);
             ClassInfo {
@@ -116,7 +116,7 @@ pub fn oracle_bound(w: &Workload, prep: &Prepared, sample_at: &[Seconds]) -> Ora
             }
         })
         .collect();
-    let off_total: f64 = w.servers.iter().map(|s| s.server.power.off_watts).sum();
+    let off_total: f64 = w.servers.iter().map(|s| s.power.off_watts).sum();
 
     let fits = fit_sets(w, prep, &allocatable);
     let pod_fit: Vec<usize> = fits.of_pod.iter().map(|f| f.unwrap_or(usize::MAX)).collect();
@@ -652,7 +652,7 @@ mod tests {
         let w = workload(vec![]);
         let prep = Prepared::new(&w, None);
         let b = oracle_bound(&w, &prep, &[]);
-        let off: f64 = w.servers.iter().map(|s| s.server.power.off_watts).sum();
+        let off: f64 = w.servers.iter().map(|s| s.power.off_watts).sum();
         assert!((b.energy_kwh - off * 1000.0 / 3.6e6).abs() < 1e-9);
     }
 
@@ -662,13 +662,13 @@ mod tests {
         let prep = Prepared::new(&w, None);
         let b = oracle_bound(&w, &prep, &[0, 500]);
         assert_eq!(b.servers_at, vec![1, 1]);
-        let cpu = &w.servers[0].server.power;
-        let off: f64 = w.servers.iter().map(|s| s.server.power.off_watts).sum();
+        let cpu = &w.servers[0].power;
+        let off: f64 = w.servers.iter().map(|s| s.power.off_watts).sum();
         let on = cpu.idle_watts - cpu.off_watts;
         // Dynamic draw is bounded apart, on the class where the pod draws least:
         // the GPU host's platform share per vCPU is lower than the CPU server's.
         let g = &w.servers[4];
-        let platform_range = g.server.power.peak_watts - g.server.power.idle_watts - g.server.power.gpu_range_watts(&g.server.capacity);
+        let platform_range = g.power.peak_watts - g.power.idle_watts - g.power.gpu_range_watts(&g.capacity);
         let dynamic = ((cpu.peak_watts - cpu.idle_watts) * 1000.0 / 32_000.0).min(platform_range * 1000.0 / 96_000.0);
         let expect = (off + on + dynamic) * 1000.0 / 3.6e6;
         assert!((b.energy_kwh - expect).abs() < 1e-9, "{} vs {expect}", b.energy_kwh);

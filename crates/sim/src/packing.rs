@@ -92,7 +92,7 @@ struct Rack {
 impl Rack {
     fn power_on(&mut self, w: &Workload, s: usize) {
         self.powered[s] = true;
-        let name = &w.servers[s].server.name;
+        let name = &w.servers[s].name;
         self.off.servers.retain(|x| &x.name != name);
     }
 
@@ -117,8 +117,8 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
         .enumerate()
         .map(|(s, srv)| match prep.pool_of[s] {
             Some(p) => {
-                let mut labels = node_labels(&srv.server.labels, &w.pools[p]);
-                labels.insert(HOSTNAME.to_string(), srv.server.name.clone());
+                let mut labels = node_labels(&srv.labels, &w.pools[p]);
+                labels.insert(HOSTNAME.to_string(), srv.name.clone());
                 Node { allocatable: alloc[prep.class_of[s]].clone(), labels, taints: w.pools[p].taints.clone() }
             }
             None => Node { allocatable: None, labels: Labels::new(), taints: Vec::new() },
@@ -135,7 +135,7 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
             rack.powered[s] = n.allocatable.is_some();
         }
     } else {
-        rack.off.servers = w.servers.iter().map(|s| s.server.clone()).collect();
+        rack.off.servers = w.servers.clone();
         for s in &mut rack.off.servers {
             s.power_state = PowerState::Off;
         }
@@ -161,12 +161,12 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
         let fits = |s: usize, used: &[Resources]| {
             let n = &nodes[s];
             n.allocatable.as_ref().is_some_and(|a| fits_beside(&pod.requests, &used[s], a))
-                && check_node_affinity(pod, &n.labels, &w.servers[s].server.name).is_ok()
+                && check_node_affinity(pod, &n.labels, &w.servers[s].name).is_ok()
                 && check_taints(pod, &n.taints, false).is_ok()
         };
         let mut best: Option<(f64, usize)> = None;
         for s in (0..w.servers.len()).filter(|&s| rack.powered[s] && fits(s, &rack.used)) {
-            let score = node_score(scoring, &pod.requests, &rack.used[s], &w.servers[s].server.capacity);
+            let score = node_score(scoring, &pod.requests, &rack.used[s], &w.servers[s].capacity);
             if best.is_none_or(|(b, _)| score > b) {
                 best = Some((score, s));
             }
@@ -205,8 +205,8 @@ pub fn pack(w: &Workload, prep: &Prepared, kind: PolicyKind, scoring: Scoring, w
             }
         }
     }
-    let gpu_inventory: i64 = w.servers.iter().map(|s| s.server.capacity.gpu_milli()).sum();
-    let gpu_powered: i64 = w.servers.iter().zip(&rack.powered).filter(|(_, p)| **p).map(|(s, _)| s.server.capacity.gpu_milli()).sum();
+    let gpu_inventory: i64 = w.servers.iter().map(|s| s.capacity.gpu_milli()).sum();
+    let gpu_powered: i64 = w.servers.iter().zip(&rack.powered).filter(|(_, p)| **p).map(|(s, _)| s.capacity.gpu_milli()).sum();
     let gpu_used: i64 = rack.used.iter().map(Resources::gpu_milli).sum();
     let ratio = |a: i64, b: i64| if b > 0 { a as f64 / b as f64 } else { 0.0 };
     PackingRun {
@@ -234,7 +234,7 @@ pub fn compare_packing(w: &Workload, kinds: &[PolicyKind], scoring: Scoring, war
     PackingReport {
         workload: w.name.clone(),
         servers: w.servers.len(),
-        gpu_milli_inventory: w.servers.iter().map(|s| s.server.capacity.gpu_milli()).sum(),
+        gpu_milli_inventory: w.servers.iter().map(|s| s.capacity.gpu_milli()).sum(),
         pods: w.pods.len(),
         pods_unplaceable: prep.unplaceable.iter().filter(|u| u.is_some()).count(),
         warm_spares,

@@ -106,7 +106,7 @@ fn pools_for(kind: PolicyKind, base: &[ServerPool], w: &Workload, prep: &Prepare
             {
                 let first = prep.classes[c].members[0];
                 if let Some(p) = prep.pool_of[first] {
-                    let key = class_of(&w.servers[first].server, Some(&pools[p]));
+                    let key = class_of(&w.servers[first], Some(&pools[p]));
                     pools[p].warm.floor.insert(key, s.warm_spares);
                     floors.push(Floor { class: Some(c), count: s.warm_spares });
                 }

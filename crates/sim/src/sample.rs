@@ -11,13 +11,14 @@
 use crate::engine::Prepared;
 use crate::fit::{class_allocatable, fit_sets};
 use crate::rng::stream;
-use crate::workload::{HardwareClass, SimServer, TracePod, Workload};
+use crate::workload::{HardwareClass, TracePod, Workload};
+use ironclaim_core::Server;
 use rand::RngExt;
 use serde::Serialize;
 
 /// Picks `n` servers by stratified sampling; all of them if `n` is at
 /// least the inventory's size.
-pub fn stratified_sample(servers: &[SimServer], n: usize, seed: u64) -> Vec<SimServer> {
+pub fn stratified_sample(servers: &[Server], n: usize, seed: u64) -> Vec<Server> {
     if n >= servers.len() {
         return servers.to_vec();
     }
@@ -26,7 +27,7 @@ pub fn stratified_sample(servers: &[SimServer], n: usize, seed: u64) -> Vec<SimS
     draw.servers(servers)
 }
 
-fn hardware_classes(servers: &[SimServer]) -> Vec<HardwareClass> {
+fn hardware_classes(servers: &[Server]) -> Vec<HardwareClass> {
     let w = Workload { name: String::new(), servers: servers.to_vec(), pools: Vec::new(), daemonsets: Vec::new(), pods: Vec::new(), end_s: 0 };
     w.hardware_classes().0
 }
@@ -48,7 +49,7 @@ impl Draw {
     }
 
     /// The drawn servers, in inventory order.
-    fn servers(&self, servers: &[SimServer]) -> Vec<SimServer> {
+    fn servers(&self, servers: &[Server]) -> Vec<Server> {
         let mut chosen: Vec<usize> = self.members.iter().zip(&self.taken).flat_map(|(m, &t)| m[..t].iter().copied()).collect();
         chosen.sort_unstable();
         chosen.into_iter().map(|i| servers[i].clone()).collect()
@@ -114,14 +115,14 @@ pub fn peak_demand(pods: &[TracePod]) -> PeakDemand {
 /// The smallest sample size whose stratified sample offers at least
 /// `headroom` times the trace's peak cpu, memory and GPUs in aggregate.
 /// Aggregate capacity is necessary, not sufficient: packing may need more.
-pub fn sample_size_for_peak(servers: &[SimServer], peak: PeakDemand, headroom: f64, seed: u64) -> usize {
+pub fn sample_size_for_peak(servers: &[Server], peak: PeakDemand, headroom: f64, seed: u64) -> usize {
     let covers = |n: usize| {
         let sample = stratified_sample(servers, n, seed);
         let (mut c, mut m, mut g) = (0i64, 0i64, 0i64);
         for s in &sample {
-            c += s.server.capacity.cpu_milli;
-            m += s.server.capacity.memory_bytes;
-            g += s.server.capacity.gpu_milli();
+            c += s.capacity.cpu_milli;
+            m += s.capacity.memory_bytes;
+            g += s.capacity.gpu_milli();
         }
         c as f64 >= headroom * peak.cpu_milli as f64
             && m as f64 >= headroom * peak.memory_bytes as f64
@@ -146,7 +147,7 @@ pub struct ConstraintClass {
 /// aggregate peak, plus the servers its constraint classes need.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AutoSample {
-    pub servers: Vec<SimServer>,
+    pub servers: Vec<Server>,
     /// Size of the stratified sample that covers the aggregate peak.
     pub stratified: usize,
     /// Servers added on top, per hardware class, in order of first addition.
@@ -256,7 +257,7 @@ mod tests {
     use super::*;
     use crate::workload::hardware_server;
 
-    fn inventory() -> Vec<SimServer> {
+    fn inventory() -> Vec<Server> {
         let mut v = Vec::new();
         for i in 0..60 {
             v.push(hardware_server(&format!("g{i:03}"), 96_000, 393_216, 8, "G2"));
@@ -274,13 +275,13 @@ mod tests {
     fn the_sample_keeps_the_hardware_mix() {
         let s = stratified_sample(&inventory(), 20, 5);
         assert_eq!(s.len(), 20);
-        let count = |p: char| s.iter().filter(|x| x.server.name.starts_with(p)).count();
+        let count = |p: char| s.iter().filter(|x| x.name.starts_with(p)).count();
         assert_eq!((count('g'), count('c'), count('t')), (12, 6, 2));
     }
 
     #[test]
     fn the_same_seed_draws_the_same_servers_and_another_seed_others() {
-        let names = |seed| stratified_sample(&inventory(), 20, seed).into_iter().map(|s| s.server.name).collect::<Vec<_>>();
+        let names = |seed| stratified_sample(&inventory(), 20, seed).into_iter().map(|s| s.name).collect::<Vec<_>>();
         assert_eq!(names(3), names(3));
         assert_ne!(names(3), names(4));
     }
@@ -290,9 +291,9 @@ mod tests {
         let inv = inventory();
         let peak = PeakDemand { cpu_milli: 500_000, memory_bytes: 1 << 40, gpu_milli: 40_000, pods: 10 };
         let n = sample_size_for_peak(&inv, peak, 1.0, 9);
-        let gpus = |n| stratified_sample(&inv, n, 9).iter().map(|s| s.server.capacity.gpu_milli()).sum::<i64>();
+        let gpus = |n| stratified_sample(&inv, n, 9).iter().map(|s| s.capacity.gpu_milli()).sum::<i64>();
         assert!(gpus(n) >= 40_000);
-        let cpus = |n| stratified_sample(&inv, n, 9).iter().map(|s| s.server.capacity.cpu_milli).sum::<i64>();
+        let cpus = |n| stratified_sample(&inv, n, 9).iter().map(|s| s.capacity.cpu_milli).sum::<i64>();
         assert!(gpus(n - 1) < 40_000 || cpus(n - 1) < 500_000);
     }
 
@@ -321,8 +322,8 @@ mod tests {
         w
     }
 
-    fn t4_gpus(servers: &[SimServer]) -> i64 {
-        servers.iter().filter(|s| s.server.name.starts_with('t')).map(|s| s.server.capacity.gpus()).sum()
+    fn t4_gpus(servers: &[Server]) -> i64 {
+        servers.iter().filter(|s| s.name.starts_with('t')).map(|s| s.capacity.gpus()).sum()
     }
 
     #[test]
@@ -349,7 +350,7 @@ mod tests {
             assert!(s.short.is_empty());
             assert_eq!(s, auto_sample(&w, 1.0, seed), "the same seed draws the same sample");
         }
-        let names = |seed| auto_sample(&w, 1.0, seed).servers.into_iter().map(|s| s.server.name).collect::<Vec<_>>();
+        let names = |seed| auto_sample(&w, 1.0, seed).servers.into_iter().map(|s| s.name).collect::<Vec<_>>();
         assert_ne!(names(1), names(2));
     }
 

@@ -12,8 +12,8 @@ use crate::engine::Prepared;
 use crate::policy::PolicyKind;
 use crate::rng;
 use crate::workload::{TracePod, Workload, hardware_server, pod_requests};
-use crate::{Faults, Scoring, SimConfig, SimServer};
-use ironclaim_core::{Pod, Seconds, ServerPool};
+use crate::{Faults, Scoring, SimConfig};
+use ironclaim_core::{Pod, Seconds, Server, ServerPool};
 use rand::RngExt;
 
 /// Faults strike during the first three hours of a case.
@@ -33,7 +33,7 @@ pub struct Case {
 /// random stream of pods drawn from `seed`, arrivals at most `max_gap_s`
 /// apart: enough capacity for the demand, so every pod can eventually land.
 pub fn rack(seed: u64, hours: u64, max_gap_s: u64) -> Workload {
-    let mut servers: Vec<SimServer> = Vec::new();
+    let mut servers: Vec<Server> = Vec::new();
     for i in 0..6 {
         servers.push(hardware_server(&format!("cpu-{i}"), 32_000, 131_072, 0, ""));
     }

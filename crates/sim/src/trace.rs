@@ -26,8 +26,8 @@
 //! refused, naming the column: the shared columns would otherwise let a pod
 //! list pass for a server list.
 
-use crate::workload::{GPU_MODEL_LABEL, SimServer, TracePod, Workload, estimated_power, hardware_server, pod_requests};
-use ironclaim_core::{NodeSelectorTerm, Operator, Pod, PowerProfile, Requirement, Seconds, ServerPool};
+use crate::workload::{GPU_MODEL_LABEL, TracePod, Workload, estimated_power, hardware_server, pod_requests};
+use ironclaim_core::{NodeSelectorTerm, Operator, Pod, PowerProfile, Requirement, Seconds, Server, ServerPool};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -608,11 +608,11 @@ pub fn read_servers(path: &Path) -> Result<Vec<ServerRow>> {
 }
 
 impl ServerRow {
-    /// What the row says the server draws, the rest estimated from its
+    /// What the row says the server draws, the rest as `estimated` from its
     /// hardware. Stated idle and peak watts keep the estimated GPUs' share
     /// of the range between them, unless the GPUs' watts are stated too.
-    fn power(&self) -> PowerProfile {
-        let mut p = estimated_power(self.cpu_milli, self.memory_mib.saturating_mul(1 << 20), self.gpu, &self.model);
+    fn power_over(&self, estimated: PowerProfile) -> PowerProfile {
+        let mut p = estimated;
         let range = |p: &PowerProfile| (p.peak_watts - p.idle_watts).max(0.0);
         let gpu_share = p.gpu_watts.map(|g| if range(&p) > 0.0 { g / range(&p) } else { 0.0 });
         if let Some(w) = self.idle_watts {
@@ -634,22 +634,22 @@ impl ServerRow {
     /// Why the row's `gpu_watts` cannot be, if it cannot.
     fn gpu_watts_problem(&self) -> Option<String> {
         let w = self.gpu_watts?;
-        let p = self.power();
+        let p = self.power_over(estimated_power(self.cpu_milli, self.memory_mib.saturating_mul(1 << 20), self.gpu, &self.model));
         let range = (p.peak_watts - p.idle_watts).max(0.0);
         (w > range).then(|| format!("gpu_watts {w} is more than peak_watts - idle_watts ({range})"))
     }
 }
 
 /// Turns server rows into inventory servers, expanding counts.
-pub fn servers_from_rows(rows: &[ServerRow]) -> Vec<SimServer> {
+pub fn servers_from_rows(rows: &[ServerRow]) -> Vec<Server> {
     let mut out = Vec::new();
     for r in rows {
         let n = r.count.unwrap_or(1);
         for k in 0..n {
             let name = if r.count.is_some() { format!("{}-{k}", r.name) } else { r.name.clone() };
             let mut s = hardware_server(&name, r.cpu_milli, r.memory_mib, r.gpu, &r.model);
-            s.server.power = r.power();
-            let d = &mut s.server.durations;
+            s.power = r.power_over(s.power);
+            let d = &mut s.durations;
             d.power_on_s = r.power_on_s.unwrap_or(d.power_on_s);
             d.boot_s = r.boot_s.unwrap_or(d.boot_s);
             d.join_s = r.join_s.unwrap_or(d.join_s);
@@ -772,9 +772,9 @@ mod tests {
         let text = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,0,\nn1,96000,393216,8,G2\n";
         let rows = parse_servers_csv(Path::new("n.csv"), text).unwrap();
         let servers = servers_from_rows(&rows);
-        assert_eq!(servers[1].server.capacity.extended(ironclaim_core::GPU_MILLI), 8000);
-        assert_eq!(servers[1].server.labels.get(GPU_MODEL_LABEL).map(String::as_str), Some("G2"));
-        assert!(servers[0].server.capacity.extended.is_empty());
+        assert_eq!(servers[1].capacity.extended(ironclaim_core::GPU_MILLI), 8000);
+        assert_eq!(servers[1].labels.get(GPU_MODEL_LABEL).map(String::as_str), Some("G2"));
+        assert!(servers[0].capacity.extended.is_empty());
     }
 
     #[test]
@@ -784,8 +784,8 @@ mod tests {
         let d = parse_user_yaml(Path::new("u.yaml"), doc).unwrap();
         let w = workload_from_rows("u", &d.servers, &d.pods);
         assert_eq!(w.servers.len(), 3);
-        assert_eq!(w.servers[2].server.name, "rack1-2");
-        assert_eq!(w.servers[0].server.power.idle_watts, 150.0);
+        assert_eq!(w.servers[2].name, "rack1-2");
+        assert_eq!(w.servers[0].power.idle_watts, 150.0);
         assert_eq!(w.pods.len(), 2);
         assert_eq!(w.end_s, 70);
     }
@@ -818,12 +818,12 @@ mod tests {
                     c,96000,393216,0,,400,2400,\n";
         let rows = parse_servers_csv(Path::new("n.csv"), text).unwrap();
         let servers = servers_from_rows(&rows);
-        assert_eq!(servers[0].server.power.gpu_watts, Some(1600.0));
+        assert_eq!(servers[0].power.gpu_watts, Some(1600.0));
         let estimated = estimated_power(96_000, 393_216 << 20, 8, "G2");
         let share = estimated.gpu_watts.unwrap() / (estimated.peak_watts - estimated.idle_watts);
-        let kept = servers[1].server.power.gpu_watts.unwrap();
+        let kept = servers[1].power.gpu_watts.unwrap();
         assert!((kept - share * 2000.0).abs() < 1e-6, "{kept} vs {}", share * 2000.0);
-        assert_eq!(servers[2].server.power.gpu_watts, None);
+        assert_eq!(servers[2].power.gpu_watts, None);
         let err = parse_servers_csv(Path::new("n.csv"), "sn,cpu_milli,memory_mib,gpu,idle_watts,peak_watts,gpu_watts\nn0,32000,1024,1,100,300,250\n")
             .unwrap_err();
         assert!(matches!(err, TraceError::BadField { line: 2, column: 7, .. }), "{err}");

@@ -14,12 +14,6 @@ pub const HARDWARE_LABEL: &str = "ironclaim.dev/hardware";
 const MIB: i64 = 1 << 20;
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// A server of the inventory.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SimServer {
-    pub server: Server,
-}
-
 /// A pod of the trace: its spec, when it is created, when it is deleted.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TracePod {
@@ -51,7 +45,7 @@ pub const VPA_DEFERRED_EVICT_S: Seconds = 300;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {
     pub name: String,
-    pub servers: Vec<SimServer>,
+    pub servers: Vec<Server>,
     pub pools: Vec<ServerPool>,
     pub daemonsets: Vec<DaemonSet>,
     pub pods: Vec<TracePod>,
@@ -86,16 +80,11 @@ impl Workload {
         let mut classes: Vec<HardwareClass> = Vec::new();
         let mut class_of = Vec::with_capacity(self.servers.len());
         for (i, s) in self.servers.iter().enumerate() {
-            let key = ironclaim_core::provision::hardware_key(&s.server);
+            let key = ironclaim_core::provision::hardware_key(s);
             let next = classes.len();
             let c = *by_key.entry(key).or_insert(next);
             if c == next {
-                let name = s
-                    .server
-                    .labels
-                    .get(HARDWARE_LABEL)
-                    .cloned()
-                    .unwrap_or_else(|| describe_capacity(&s.server.capacity, s.server.labels.get(GPU_MODEL_LABEL)));
+                let name = s.labels.get(HARDWARE_LABEL).cloned().unwrap_or_else(|| describe_capacity(&s.capacity, s.labels.get(GPU_MODEL_LABEL)));
                 classes.push(HardwareClass { name, members: Vec::new() });
             }
             classes[c].members.push(i);
@@ -163,7 +152,7 @@ pub fn estimated_durations(gpus: i64) -> StageDurations {
 }
 
 /// A server from its hardware, with estimated power and durations.
-pub fn hardware_server(name: &str, cpu_milli: i64, memory_mib: i64, gpus: i64, model: &str) -> SimServer {
+pub fn hardware_server(name: &str, cpu_milli: i64, memory_mib: i64, gpus: i64, model: &str) -> Server {
     let memory_bytes = memory_mib.saturating_mul(MIB);
     let mut capacity = Resources::new(cpu_milli, memory_bytes).with_pods(110);
     let mut server = Server::new(name, capacity.clone());
@@ -180,7 +169,7 @@ pub fn hardware_server(name: &str, cpu_milli: i64, memory_mib: i64, gpus: i64, m
     let class = describe_capacity(&server.capacity, server.labels.get(GPU_MODEL_LABEL));
     server.labels.insert(HARDWARE_LABEL.to_string(), class);
     server.labels.insert(ironclaim_core::labels::HOSTNAME.to_string(), name.to_string());
-    SimServer { server }
+    server
 }
 
 /// Requests of a pod asking for `num_gpu` GPUs, or for `gpu_milli`
@@ -215,7 +204,7 @@ mod tests {
     #[test]
     fn a_share_does_not_fit_a_gpu_held_by_a_whole_gpu_pod() {
         let server = hardware_server("s", 32_000, 65_536, 1, "T4");
-        let mut free = server.server.capacity.clone();
+        let mut free = server.capacity.clone();
         free.sub(&pod_requests(1000, 1024, 1, 1000));
         assert!(!pod_requests(1000, 1024, 1, 300).fits(&free));
     }
