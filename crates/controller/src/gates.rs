@@ -29,8 +29,7 @@ pub fn lifecycle_taint(node: &Node) -> Option<String> {
 }
 
 fn condition_true(node: &Node, kind: &str) -> bool {
-    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
+    ironclaim_k8s::node::true_condition(node, kind).is_some()
 }
 
 fn ready(node: &Node) -> bool {

@@ -56,8 +56,7 @@ pub fn record_of(claim: &ServerClaim) -> ClaimRecord {
 
 /// Since when the node's Ready condition has been True.
 fn ready_since_s(node: &Node) -> Option<Seconds> {
-    let conditions = node.status.as_ref()?.conditions.as_ref()?;
-    let ready = conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
+    let ready = ironclaim_k8s::node::true_condition(node, "Ready")?;
     Some(ready.last_transition_time.as_ref().map_or(0, timeline::seconds))
 }
 

@@ -59,6 +59,12 @@ pub enum Parking {
     Back,
 }
 
+/// The node's condition of type `kind` when its status is `True`: the one
+/// place the Ready condition and readiness gates are read.
+pub fn true_condition<'n>(node: &'n k8s::Node, kind: &str) -> Option<&'n k8s::NodeCondition> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind && c.status == "True")
+}
+
 /// Where `node` stands with parking.
 ///
 /// # Guarantees
@@ -78,7 +84,7 @@ pub fn parking(node: &k8s::Node) -> Parking {
     let recorded = annotations.and_then(|a| a.get(PARKED_BOOT_ID_ANNOTATION)).map_or("", String::as_str);
     let status = node.status.as_ref();
     let boot_id = status.and_then(|s| s.node_info.as_ref()).map_or("", |i| i.boot_id.trim());
-    let ready = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = true_condition(node, "Ready").is_some();
     match (boot_id.is_empty() || boot_id == recorded.trim(), ready) {
         (true, _) => Parking::Parked,
         (false, false) => Parking::Booted,
@@ -118,10 +124,7 @@ pub fn node_from_k8s(node: &k8s::Node) -> Result<ironclaim_core::Node> {
         (None, Some(list)) => Amounts::parse(Some(list), "status.capacity")?,
         (None, None) => Amounts::default(),
     };
-    let ready = match status.and_then(|s| s.conditions.as_ref()) {
-        None => true,
-        Some(conditions) => conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
-    };
+    let ready = status.and_then(|s| s.conditions.as_ref()).is_none() || true_condition(node, "Ready").is_some();
     let says = |key: &str| node.metadata.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
     Ok(ironclaim_core::Node {
         do_not_disrupt: says(KARPENTER_DO_NOT_DISRUPT) || says(SCALE_DOWN_DISABLED),
