@@ -416,10 +416,10 @@ impl PowerProfile {
         self.gpu_watts.unwrap_or(DEFAULT_GPU_SHARE * range).clamp(0.0, range)
     }
 
-    /// What a server of `capacity` draws with `gpu_milli` thousandths of its
-    /// GPUs in use, above no load, when it says what its GPUs draw: its
-    /// idle watts, plus those GPUs' draw where `gpu_watts` is stated. This
-    /// is how the core compares servers (a claim's server, a replacement).
+    /// What the core counts a server of `capacity` as drawing with
+    /// `gpu_milli` thousandths of its GPUs in use: its idle watts, plus
+    /// those GPUs' draw where `gpu_watts` is stated. This is how the core
+    /// compares servers (a claim's server, a replacement).
     /// A core's draw, and that of GPUs whose draw is unstated, is taken as
     /// the same on every server: a profile left unstated is the same
     /// whatever the server's size, and would make a larger server look
