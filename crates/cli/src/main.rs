@@ -26,6 +26,7 @@ mod watts;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

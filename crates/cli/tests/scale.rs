@@ -275,7 +275,19 @@ impl ControllerProcess {
         let port = common::free_port();
         let log = dir.path().join("controller.log");
         let file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_ironclaim"))
+        // `IRONCLAIM_SCALE_WRAP`: a command to run the controller under (a
+        // heap profiler); the process measured is then the wrapper.
+        let wrap = std::env::var("IRONCLAIM_SCALE_WRAP").unwrap_or_default();
+        let mut words = wrap.split_whitespace();
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut c = Command::new(program);
+                c.args(words).arg(env!("CARGO_BIN_EXE_ironclaim"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_ironclaim")),
+        };
+        let child = command
             .args(["controller", "--log-format", "json", "--dashboard", "false", "--controller-namespace", NS])
             .args(["--metrics-address", &format!("127.0.0.1:{port}")])
             .args(["--kube-api-qps", &fleet.qps.to_string(), "--kube-api-burst", &fleet.api_burst.to_string()])
@@ -300,9 +312,18 @@ impl ControllerProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// SIGTERM, and how it exited.
+    /// SIGTERM, and how it exited. Under a wrapper (`IRONCLAIM_SCALE_WRAP`)
+    /// the signal goes to the controller the wrapper started (not to the
+    /// wrapper's own helpers, which write what it measured), and the exit
+    /// is the wrapper's.
     fn stop(mut self) -> Option<i32> {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let wrapped = !std::env::var("IRONCLAIM_SCALE_WRAP").unwrap_or_default().trim().is_empty();
+        let controller =
+            |pid: &u32| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == std::path::Path::new(env!("CARGO_BIN_EXE_ironclaim")));
+        let targets = if wrapped { descendants(self.child.id()).into_iter().filter(controller).collect() } else { vec![self.child.id()] };
+        for pid in targets {
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
         for _ in 0..100 {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return status.code();
@@ -312,6 +333,31 @@ impl ControllerProcess {
         let _ = self.child.kill();
         None
     }
+}
+
+/// The processes below `pid`, from /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            // The parent is the second field after the command's closing parenthesis.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((p, ppid))
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for &(child, _) in parents.iter().filter(|&&(_, parent)| parent == p) {
+            out.push(child);
+            frontier.push(child);
+        }
+    }
+    out
 }
 
 impl Drop for ControllerProcess {
