@@ -268,6 +268,8 @@ struct ControllerProcess {
     child: Child,
     port: u16,
     log: std::path::PathBuf,
+    /// Run under `IRONCLAIM_SCALE_WRAP`: `child` is the wrapper.
+    wrapped: bool,
 }
 
 impl ControllerProcess {
@@ -279,7 +281,9 @@ impl ControllerProcess {
         // heap profiler); the process measured is then the wrapper.
         let wrap = std::env::var("IRONCLAIM_SCALE_WRAP").unwrap_or_default();
         let mut words = wrap.split_whitespace();
-        let mut command = match words.next() {
+        let wrapper = words.next();
+        let wrapped = wrapper.is_some();
+        let mut command = match wrapper {
             Some(program) => {
                 let mut c = Command::new(program);
                 c.args(words).arg(env!("CARGO_BIN_EXE_ironclaim"));
@@ -299,7 +303,7 @@ impl ControllerProcess {
             .stdin(Stdio::null())
             .spawn()
             .expect("start ironclaim controller");
-        ControllerProcess { child, port, log }
+        ControllerProcess { child, port, log, wrapped }
     }
 
     fn log_tail(&self) -> String {
@@ -317,10 +321,9 @@ impl ControllerProcess {
     /// wrapper's own helpers, which write what it measured), and the exit
     /// is the wrapper's.
     fn stop(mut self) -> Option<i32> {
-        let wrapped = !std::env::var("IRONCLAIM_SCALE_WRAP").unwrap_or_default().trim().is_empty();
         let controller =
             |pid: &u32| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == std::path::Path::new(env!("CARGO_BIN_EXE_ironclaim")));
-        let targets = if wrapped { descendants(self.child.id()).into_iter().filter(controller).collect() } else { vec![self.child.id()] };
+        let targets = if self.wrapped { descendants(self.child.id()).into_iter().filter(controller).collect() } else { vec![self.child.id()] };
         for pid in targets {
             let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
         }

@@ -307,12 +307,6 @@ impl Candidate<'_> {
     fn saves_watts(&self) -> f64 {
         self.server.map_or(0.0, |s| s.power.idle_watts - s.power.off_watts)
     }
-
-    /// What its server draws with its pods, as the core compares servers
-    /// ([`PowerProfile::compared_watts`]).
-    fn compared_watts(&self) -> f64 {
-        self.server.map_or(0.0, |s| s.power.compared_watts(&s.capacity, self.requested().gpu_milli()))
-    }
 }
 
 /// A pool that had to power a server on for pods less than this long ago
@@ -579,11 +573,14 @@ fn best_replacement<'s>(
                 continue;
             }
         }
-        let before: f64 = replaces.iter().map(|&i| candidates[i].compared_watts()).sum();
-        let gpu_milli: i64 = replaces.iter().map(|&i| candidates[i].requested().gpu_milli()).sum();
+        // Each replaced server with the GPUs its pods take, as the core
+        // compares servers ([`PowerProfile::compared_watts`]).
+        let replaced: Vec<(&Server, i64)> =
+            replaces.iter().filter_map(|&i| candidates[i].server.map(|s| (s, candidates[i].requested().gpu_milli()))).collect();
+        let before: f64 = replaced.iter().map(|(s, gpu_milli)| s.power.compared_watts(&s.capacity, *gpu_milli)).sum();
+        let off: f64 = replaced.iter().map(|(s, _)| s.power.off_watts).sum();
         let (p, cap) = (&target.server.power, &target.server.capacity);
-        let after = p.compared_watts(cap, gpu_milli);
-        let off: f64 = replaces.iter().filter_map(|&i| candidates[i].server).map(|s| s.power.off_watts).sum();
+        let after = p.compared_watts(cap, replaced.iter().map(|(_, gpu_milli)| gpu_milli).sum());
         let watts_saved = (before - off) - (after - p.off_watts);
         if after > REPLACEMENT_MAX_SHARE * before || watts_saved <= 0.0 {
             continue;

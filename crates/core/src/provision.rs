@@ -451,7 +451,7 @@ struct SelectionKey<'p> {
 pub fn hardware_key(s: &Server) -> String {
     let mut labels = s.labels.clone();
     labels.remove(HOSTNAME);
-    format!("{:?}|{:?}|{:?}|{:?}", s.capacity, labels, power_bits(&s.power), s.durations,)
+    format!("{:?}|{:?}|{:?}|{:?}", s.capacity, labels, power_bits(&s.power), s.durations)
 }
 
 /// A power profile as the bits of its watts, for equality and hashing.
