@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::Event as ApiEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Client};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 
@@ -51,8 +54,55 @@ pub fn forget_unsent<V: Send + 'static>(
     })
 }
 
-/// A sink's recorder and queue before its task starts.
-type Idle = (Recorder, mpsc::Receiver<Queued>);
+/// The Event `event` about `reference` sent by `controller`/`instance`,
+/// as the API stores it: named after the object and the time, in the
+/// object's namespace (`default` for cluster-scoped objects).
+fn api_event(event: &Event, reference: &ObjectReference, controller: &str, instance: &str, now: jiff::Timestamp) -> ApiEvent {
+    let named = reference.name.as_deref().unwrap_or(controller);
+    ApiEvent {
+        action: Some(event.action.clone()),
+        reason: Some(event.reason.clone()),
+        note: event.note.clone(),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(reference.clone()),
+        related: event.secondary.clone(),
+        metadata: ObjectMeta {
+            namespace: Some(reference.namespace.clone().unwrap_or_else(|| "default".to_string())),
+            name: Some(format!("{named}.{:x}", now.as_nanosecond())),
+            ..ObjectMeta::default()
+        },
+        reporting_controller: Some(controller.to_string()),
+        reporting_instance: Some(instance.to_string()),
+        type_: Some(match event.type_ {
+            EventType::Normal => "Normal".to_string(),
+            EventType::Warning => "Warning".to_string(),
+        }),
+        ..ApiEvent::default()
+    }
+}
+
+/// A sink's publisher and queue before its task starts.
+type Idle = (Publisher, mpsc::Receiver<Queued>);
+
+/// Creates each Event as a new `events.k8s.io/v1` object. It keeps
+/// nothing of what it sent: the callers send a note once per object and
+/// reason ([`Events`], [`crate::scaledown::Notes`]), so there is no
+/// series to fold repeats into, and a fleet's worth of Events is not held
+/// in memory for minutes.
+#[derive(Clone)]
+struct Publisher {
+    client: Client,
+    controller: String,
+    instance: String,
+}
+
+impl Publisher {
+    async fn publish(&self, event: &Event, reference: &ObjectReference) -> kube::Result<()> {
+        let event = api_event(event, reference, &self.controller, &self.instance, jiff::Timestamp::now());
+        let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+        Api::<ApiEvent>::namespaced(self.client.clone(), namespace).create(&PostParams::default(), &event).await.map(drop)
+    }
+}
 
 struct Queued {
     event: Event,
@@ -68,7 +118,7 @@ struct Queued {
 #[derive(Clone)]
 pub struct Sink {
     queue: mpsc::Sender<Queued>,
-    /// The recorder and the queue's far end, until the first Event starts
+    /// The publisher and the queue's far end, until the first Event starts
     /// the task that sends them.
     idle: Arc<Mutex<Option<Idle>>>,
     dropped: Counter,
@@ -78,15 +128,15 @@ impl Sink {
     /// Events sent through `client` as `controller`/`instance`; those the
     /// queue has no room for counted in `dropped`.
     pub fn new(client: Client, controller: &str, instance: &str, dropped: Counter) -> Self {
-        let reporter = Reporter { controller: controller.to_string(), instance: Some(instance.to_string()) };
+        let publisher = Publisher { client, controller: controller.to_string(), instance: instance.to_string() };
         let (queue, rx) = mpsc::channel(QUEUED_EVENTS);
-        Sink { queue, idle: Arc::new(Mutex::new(Some((Recorder::new(client, reporter), rx)))), dropped }
+        Sink { queue, idle: Arc::new(Mutex::new(Some((publisher, rx)))), dropped }
     }
 
     /// Queues one Event; `failed` runs if it is dropped or cannot be sent.
     pub fn send(&self, event: Event, reference: ObjectReference, failed: Option<OnFailure>) {
-        if let Some((recorder, rx)) = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            tokio::spawn(deliver(recorder, rx));
+        if let Some((publisher, rx)) = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            tokio::spawn(deliver(publisher, rx));
         }
         if let Err(err) = self.queue.try_send(Queued { event, reference, failed }) {
             self.dropped.inc();
@@ -103,14 +153,14 @@ impl Sink {
 
 /// Sends what is queued, [`SENDING`] at a time, each tried
 /// [`PUBLISH_ATTEMPTS`] times: a busy API server may time out.
-async fn deliver(recorder: Recorder, rx: mpsc::Receiver<Queued>) {
+async fn deliver(publisher: Publisher, rx: mpsc::Receiver<Queued>) {
     let queued = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|q| (q, rx)) });
     queued
         .for_each_concurrent(SENDING, |q| {
-            let recorder = recorder.clone();
+            let publisher = publisher.clone();
             async move {
                 for attempt in 1..=PUBLISH_ATTEMPTS {
-                    match recorder.publish(&q.event, &q.reference).await {
+                    match publisher.publish(&q.event, &q.reference).await {
                         Ok(()) => return,
                         Err(err) if attempt == PUBLISH_ATTEMPTS => {
                             tracing::warn!(object = ?q.reference.name, error = %err, "publishing an event failed");
@@ -222,16 +272,11 @@ impl Events {
             uid: uid.map(str::to_string),
             ..ObjectReference::default()
         };
-        // The recorder folds events with the same key (which leaves the note
-        // out) into one series that keeps the first note; a distinct action
-        // per note keeps each stage's words.
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        std::hash::Hash::hash(note, &mut hasher);
         let event = Event {
             type_,
             reason: reason.to_string(),
             note: Some(note.chars().take(1000).collect()),
-            action: format!("Provisioning-{:08x}", std::hash::Hasher::finish(&hasher) as u32),
+            action: "Provisioning".into(),
             secondary: None,
         };
         sink.send(event, reference, Some(forget_unsent(self.last.clone(), key, note.to_string(), String::as_str)));
@@ -246,6 +291,25 @@ impl Events {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_is_a_new_object_in_its_objects_namespace_saying_who_sent_it() {
+        let event =
+            Event { type_: EventType::Warning, reason: "Held".into(), note: Some("in use".into()), action: "ScaleDown".into(), secondary: None };
+        let server = ObjectReference { kind: Some("Server".into()), name: Some("rack1-s01".into()), ..ObjectReference::default() };
+        let at = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let sent = api_event(&event, &server, "ironclaim", "pod-a", at);
+        assert_eq!(sent.metadata.namespace.as_deref(), Some("default"));
+        assert_eq!(sent.metadata.name, Some(format!("rack1-s01.{:x}", at.as_nanosecond())));
+        assert_eq!((sent.reason.as_deref(), sent.note.as_deref(), sent.type_.as_deref()), (Some("Held"), Some("in use"), Some("Warning")));
+        assert_eq!((sent.reporting_controller.as_deref(), sent.reporting_instance.as_deref()), (Some("ironclaim"), Some("pod-a")));
+        assert_eq!(sent.regarding.as_ref(), Some(&server));
+        assert!(sent.series.is_none());
+        let pod = ObjectReference { namespace: Some("team".into()), name: Some("web-0".into()), ..ObjectReference::default() };
+        let later = api_event(&event, &pod, "ironclaim", "pod-a", at + jiff::SignedDuration::from_micros(1));
+        assert_eq!(later.metadata.namespace.as_deref(), Some("team"));
+        assert_ne!(later.metadata.name, sent.metadata.name.map(|n| n.replace("rack1-s01", "web-0")));
+    }
 
     #[test]
     fn the_journal_keeps_the_last_events_newest_first() {
