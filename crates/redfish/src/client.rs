@@ -49,6 +49,12 @@ pub struct Timing {
     pub graceful_timeout: Duration,
     /// How long a task monitor may keep answering "running".
     pub task_timeout: Duration,
+    /// How long a connection to a BMC stays open after its last answer.
+    /// Longer than the gap between the requests of one step, so a read and
+    /// its follow-up share a connection; far shorter than the power sweep's
+    /// period, so a fleet does not hold a connection per BMC between
+    /// sweeps.
+    pub idle_connection: Duration,
 }
 
 impl Default for Timing {
@@ -64,6 +70,7 @@ impl Default for Timing {
             confirm_timeout: Duration::from_secs(90),
             graceful_timeout: Duration::from_secs(180),
             task_timeout: Duration::from_secs(120),
+            idle_connection: Duration::from_secs(2),
         }
     }
 }
@@ -671,7 +678,7 @@ pub(crate) fn http_client(tls: &crate::TlsSettings, timing: &Timing) -> Result<r
         .use_preconfigured_tls(tls)
         .timeout(timing.request_timeout)
         .connect_timeout(timing.connect_timeout)
-        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_idle_timeout(timing.idle_connection)
         .user_agent(concat!("ironclaim/", env!("CARGO_PKG_VERSION")))
         // A redirect is followed only within the BMC's own origin: the
         // session token (X-Auth-Token) and Basic credentials must never

@@ -37,6 +37,31 @@ fn other(id: &str) -> SystemSelector {
     SystemSelector::Id(id.into())
 }
 
+#[tokio::test]
+async fn a_connection_closes_once_idle_and_serves_the_requests_of_one_step_before() {
+    ironclaim_redfish::install_crypto_provider();
+    let mock = chassis(&[], "On").await;
+    let (endpoint, connections) = mock.counted_endpoint().await;
+    let idle = Duration::from_millis(300);
+    let fleet = BmcFleet::new(FleetOptions {
+        timing: ironclaim_redfish::client::Timing { idle_connection: idle, ..mock_timing() },
+        ..FleetOptions::default()
+    });
+    let dir = TempDir::new("fleet-idle");
+    let bmc = fleet.client(&BmcAddress::parse(&endpoint).unwrap().endpoint, &credentials(&dir), &TlsSettings::default()).unwrap();
+    for _ in 0..3 {
+        assert_eq!(bmc.power_state(&mockup_system()).await.unwrap(), PowerState::On);
+    }
+    assert_eq!(connections.now(), (1, 0), "the reads one after the other share one connection");
+    let waited = Instant::now();
+    while connections.now().1 == 0 && waited.elapsed() < idle * 10 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(connections.now(), (1, 1), "the idle connection is closed within {:?}", idle * 10);
+    assert_eq!(bmc.power_state(&mockup_system()).await.unwrap(), PowerState::On);
+    assert_eq!(connections.now().0, 2, "the next read opens a new connection");
+}
+
 /// A mock BMC serving the mockup's system and `others` more, all `power`.
 async fn chassis(others: &[&str], power: &str) -> MockBmc {
     let mock = MockBmc::start().await;

@@ -54,6 +54,7 @@ pub fn timing() -> Timing {
         confirm_timeout: Duration::from_secs(30),
         graceful_timeout: Duration::from_secs(15),
         task_timeout: Duration::from_secs(10),
+        idle_connection: Duration::from_secs(2),
     }
 }
 

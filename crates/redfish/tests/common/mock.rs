@@ -177,6 +177,20 @@ impl World {
     }
 }
 
+/// Connections opened to a [`MockBmc::counted_endpoint`], and closed.
+#[derive(Debug, Default)]
+pub struct Connections {
+    pub opened: std::sync::atomic::AtomicUsize,
+    pub closed: std::sync::atomic::AtomicUsize,
+}
+
+impl Connections {
+    /// (opened, closed) so far.
+    pub fn now(&self) -> (usize, usize) {
+        (self.opened.load(std::sync::atomic::Ordering::SeqCst), self.closed.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
 pub struct MockBmc {
     pub addr: SocketAddr,
     pub world: Arc<Mutex<World>>,
@@ -232,6 +246,29 @@ impl MockBmc {
 
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// An endpoint in front of this one that counts the connections
+    /// clients open to it and close.
+    pub async fn counted_endpoint(&self) -> (String, Arc<Connections>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+        let addr = listener.local_addr().expect("relay addr");
+        let counts = Arc::new(Connections::default());
+        let (target, seen) = (self.addr, counts.clone());
+        let relay = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                seen.opened.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                    seen.closed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                });
+            }
+        });
+        self.more.lock().unwrap_or_else(|p| p.into_inner()).push(relay);
+        (format!("http://{addr}"), counts)
     }
 
     pub fn world(&self) -> std::sync::MutexGuard<'_, World> {

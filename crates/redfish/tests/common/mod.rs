@@ -70,6 +70,7 @@ pub fn sushy_timing() -> Timing {
         confirm_timeout: Duration::from_secs(40),
         graceful_timeout: Duration::from_secs(20),
         task_timeout: Duration::from_secs(10),
+        idle_connection: Duration::from_secs(2),
     }
 }
 
@@ -86,5 +87,6 @@ pub fn mock_timing() -> Timing {
         confirm_timeout: Duration::from_millis(1500),
         graceful_timeout: Duration::from_millis(800),
         task_timeout: Duration::from_secs(2),
+        idle_connection: Duration::from_secs(2),
     }
 }
