@@ -189,7 +189,10 @@ where
 /// One look at the controller process.
 #[derive(Clone, Copy, Debug)]
 struct Sample {
+    /// When the scrape of the metrics was sent.
     at: Instant,
+    /// When its answer came: the count read lies between the two.
+    answered: Instant,
     rss_kib: u64,
     cpu_ticks: u64,
     /// `ironclaim_api_requests_total`, all verbs; None before it serves.
@@ -497,8 +500,9 @@ async fn run(fleet: Fleet) {
             loop {
                 let at = Instant::now();
                 let requests = metrics(port).await.map(|m| metric_sum(&m, "ironclaim_api_requests_total") as u64);
+                let answered = Instant::now();
                 let Some((rss_kib, cpu_ticks)) = proc_sample(pid) else { return };
-                samples.lock().unwrap_or_else(|p| p.into_inner()).push(Sample { at, rss_kib, cpu_ticks, requests });
+                samples.lock().unwrap_or_else(|p| p.into_inner()).push(Sample { at, answered, rss_kib, cpu_ticks, requests });
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         })
@@ -586,15 +590,23 @@ async fn run(fleet: Fleet) {
 
     // The API rate the flags promise, over every window the samples span.
     let samples = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let counted: Vec<(Instant, u64)> = samples.iter().filter_map(|s| s.requests.map(|r| (s.at, r))).collect();
+    let counted: Vec<(Instant, Instant, u64)> = samples.iter().filter_map(|s| s.requests.map(|r| (s.at, s.answered, r))).collect();
     let mut peak_qps = 0.0f64;
-    for (i, (t0, r0)) in counted.iter().enumerate() {
-        for (t1, r1) in &counted[i + 1..] {
+    for (i, (t0, _, r0)) in counted.iter().enumerate() {
+        for (t1, answered1, r1) in &counted[i + 1..] {
             let window = t1.duration_since(*t0).as_secs_f64();
             let sent = r1.saturating_sub(*r0) as f64;
-            // A scrape takes a moment: allow a tenth of a second of rate.
-            let allowed = f64::from(fleet.api_burst) + f64::from(fleet.qps) * (window + 0.1);
-            assert!(sent <= allowed, "{sent} requests in {window:.2} s, over --kube-api-burst {} and --kube-api-qps {}", fleet.api_burst, fleet.qps);
+            // The two counts were read at most this far apart: from the
+            // first scrape's sending to the second's answer (a busy
+            // controller may take a while to answer one).
+            let apart = answered1.duration_since(*t0).as_secs_f64();
+            let allowed = f64::from(fleet.api_burst) + f64::from(fleet.qps) * apart;
+            assert!(
+                sent <= allowed,
+                "{sent} requests in {window:.2} s (counts read at most {apart:.2} s apart), over --kube-api-burst {} and --kube-api-qps {}",
+                fleet.api_burst,
+                fleet.qps
+            );
             if (0.9..=1.6).contains(&window) {
                 peak_qps = peak_qps.max(sent / window);
             }
@@ -610,7 +622,7 @@ async fn run(fleet: Fleet) {
     let cpu_total = samples.last().map_or(0, |s| s.cpu_ticks) as f64 / ticks;
     let cpu_start = cpu_at(settled) as f64 / ticks;
     let cpu_burst = cpu_total - cpu_start;
-    let requests_total = counted.last().map_or(0, |c| c.1);
+    let requests_total = counted.last().map_or(0, |c| c.2);
     let run_s = ended.duration_since(started).as_secs_f64();
     let lag_series = "ironclaim_watch_lag_seconds";
     let pod_before = kind_buckets(&before, lag_series, "Pod");
