@@ -37,15 +37,16 @@ use crate::index::Index;
 use crate::scaledown::drain::{self, Evicted};
 use crate::scaledown::notes::{Kind, Notes};
 
-/// A write with what it needs copied out of the index.
+/// A write with what it needs copied out of the index. The copies are
+/// boxed: most writes (notes) carry none, and a burst queues thousands.
 struct WriteJob {
     effect: Effect,
     pods: Vec<PodKey>,
     /// The claim the effect names, as the index holds it.
-    claim: Option<ServerClaim>,
-    server: Option<Server>,
-    node: Option<Node>,
-    pool: Option<ServerPool>,
+    claim: Option<Box<ServerClaim>>,
+    server: Option<Box<Server>>,
+    node: Option<Box<Node>>,
+    pool: Option<Box<ServerPool>>,
     subject: Option<Kind>,
 }
 
@@ -98,17 +99,17 @@ fn touches(job: &WriteJob) -> Vec<String> {
         Effect::TakeServer { .. } | Effect::PowerOn { .. } | Effect::PowerOff { .. } | Effect::ReadPower { .. } | Effect::Evict { .. } => {}
     }
     if let Some(s) = &job.server {
-        keys.push(format!("server/{}", kube::ResourceExt::name_any(s)));
+        keys.push(format!("server/{}", kube::ResourceExt::name_any(&**s)));
     }
     if let Some(n) = &job.node {
-        keys.push(format!("node/{}", kube::ResourceExt::name_any(n)));
+        keys.push(format!("node/{}", kube::ResourceExt::name_any(&**n)));
     }
     keys
 }
 
 /// The writes of one batch in groups: two writes that touch a claim,
 /// server or node in common are in the same group, in the order given.
-fn write_groups(writes: Vec<Box<WriteJob>>) -> Vec<Vec<Box<WriteJob>>> {
+fn write_groups(writes: Vec<WriteJob>) -> Vec<Vec<WriteJob>> {
     // Union-find over the writes, joined through the keys they touch.
     let mut parent: Vec<usize> = (0..writes.len()).collect();
     fn root(parent: &mut [usize], mut i: usize) -> usize {
@@ -126,7 +127,7 @@ fn write_groups(writes: Vec<Box<WriteJob>>) -> Vec<Vec<Box<WriteJob>>> {
             parent[a.max(b)] = a.min(b);
         }
     }
-    let mut groups: Vec<Vec<Box<WriteJob>>> = Vec::new();
+    let mut groups: Vec<Vec<WriteJob>> = Vec::new();
     let mut slot: HashMap<usize, usize> = HashMap::new();
     for (i, job) in writes.into_iter().enumerate() {
         let r = root(&mut parent, i);
@@ -146,7 +147,7 @@ enum Prepared {
     ReadPower { server: Option<Server>, name: String },
     PowerOff { server: String, claim: Option<String>, node: Option<String> },
     Evict { node: String, pod: String, cordon: Option<tokio::sync::watch::Receiver<Option<bool>>> },
-    Write(Box<WriteJob>),
+    Write(WriteJob),
 }
 
 /// Carries out effects. Cheap to share.
@@ -200,7 +201,7 @@ fn waiting_pods(index: &Index, claim: &str) -> Vec<PodKey> {
 }
 
 fn claim_server<'a>(index: &'a Index, claim: &str) -> Option<&'a Server> {
-    index.servers.get(&index.claims.get(claim)?.spec.server)
+    index.servers.get(&index.claims.get(claim)?.spec.server).map(Box::as_ref)
 }
 
 /// What a dry run makes of one effect.
@@ -337,7 +338,7 @@ impl Executor {
     }
 
     fn prepare(&self, index: &Index, effect: Effect) -> Prepared {
-        let write = |job: WriteJob| Prepared::Write(Box::new(job));
+        let write = |job: WriteJob| Prepared::Write(job);
         match effect {
             Effect::TakeServer { claim } => {
                 let uids: HashMap<String, String> = claim.pods.iter().filter_map(|k| Some((k.clone(), index.pods.get(k)?.uid.clone()?))).collect();
@@ -350,7 +351,7 @@ impl Executor {
                     })
                     .collect();
                 self.opening.lock().unwrap_or_else(PoisonError::into_inner).insert(claim.name.clone(), pods);
-                let server = index.servers.get(&claim.server).cloned().map(Box::new);
+                let server = index.servers.get(&claim.server).cloned();
                 Prepared::Take { claim: Box::new(claim), uids, server }
             }
             Effect::PowerOn { server, claim } => {
@@ -359,9 +360,9 @@ impl Executor {
                     (Some(c), _) if index.claims.contains_key(c) => waiting_pods(index, c),
                     (_, opened) => opened.unwrap_or_default(),
                 };
-                Prepared::PowerOn { server: index.servers.get(&server).cloned(), name: server, claim, pods }
+                Prepared::PowerOn { server: index.servers.get(&server).map(|s| (**s).clone()), name: server, claim, pods }
             }
-            Effect::ReadPower { server } => Prepared::ReadPower { server: index.servers.get(&server).cloned(), name: server },
+            Effect::ReadPower { server } => Prepared::ReadPower { server: index.servers.get(&server).map(|s| (**s).clone()), name: server },
             Effect::PowerOff { server, claim, node } => Prepared::PowerOff { server, claim, node },
             Effect::Evict { node, pod } => {
                 let cordon = self.cordons.lock().unwrap_or_else(PoisonError::into_inner).get(&node).map(|tx| tx.subscribe());
@@ -373,13 +374,14 @@ impl Executor {
                 write(WriteJob::of(effect))
             }
             Effect::EnterStage { ref claim, .. } | Effect::FailClaim { ref claim, .. } => {
-                let (pods, server, known) = (waiting_pods(index, claim), claim_server(index, claim).cloned(), index.claims.get(claim).cloned());
+                let (pods, server, known) =
+                    (waiting_pods(index, claim), claim_server(index, claim).cloned().map(Box::new), index.claims.get(claim).cloned().map(Box::new));
                 write(WriteJob { pods, claim: known, server, ..WriteJob::of(effect) })
             }
             Effect::LinkNode { ref server, ref node, ref pool, .. } => write(WriteJob {
                 server: index.servers.get(server).cloned(),
                 node: index.nodes.get(node).cloned(),
-                pool: index.pools.get(pool).cloned(),
+                pool: index.pools.get(pool).cloned().map(Box::new),
                 ..WriteJob::of(effect)
             }),
             Effect::Note { ref subject, reason, .. } => {
@@ -409,20 +411,7 @@ impl Executor {
             let this = self.clone();
             match p {
                 Prepared::Take { claim, uids, server } => {
-                    tasks.spawn(async move {
-                        // Never closed: a permit is always granted in turn.
-                        let _permit = this.takes.acquire().await;
-                        let report = this.claims.take(&claim, &uids, server.map(|s| *s)).await;
-                        let taken = matches!(report, Report::Taken { newly: true, .. });
-                        if !taken {
-                            this.opening.lock().unwrap_or_else(PoisonError::into_inner).remove(&claim.name);
-                        }
-                        if claim.pods.is_empty() {
-                            // A spare brought up as a node: its claim's path powers it on.
-                            this.claims.metrics().scaledown.action("power_on", "spare", if taken { "done" } else { "claimed" });
-                        }
-                        this.answer(report);
-                    });
+                    tasks.spawn(this.run_take(claim, uids, server));
                 }
                 Prepared::PowerOn { server, name, claim, pods } => {
                     tasks.spawn(async move {
@@ -468,14 +457,36 @@ impl Executor {
             }
         }
         for group in write_groups(writes) {
-            let this = self.clone();
-            tasks.spawn(async move {
-                // Never closed: a permit is always granted in turn.
-                let _permit = this.writes.acquire().await;
-                for w in group {
-                    this.write(w).await;
-                }
-            });
+            tasks.spawn(self.clone().run_group(group));
+        }
+    }
+
+    /// A take, in its turn among [`Executor::takes`]. The take's own
+    /// state (some 12 KB) is made only once its turn comes, so the takes
+    /// of a burst wait as small tasks.
+    async fn run_take(self, claim: Box<ClaimRecord>, uids: HashMap<String, String>, server: Option<Box<Server>>) {
+        // Never closed: a permit is always granted in turn.
+        let _permit = self.takes.acquire().await;
+        let report = Box::pin(self.claims.take(&claim, &uids, server.map(|s| *s))).await;
+        let taken = matches!(report, Report::Taken { newly: true, .. });
+        if !taken {
+            self.opening.lock().unwrap_or_else(PoisonError::into_inner).remove(&claim.name);
+        }
+        if claim.pods.is_empty() {
+            // A spare brought up as a node: its claim's path powers it on.
+            self.claims.metrics().scaledown.action("power_on", "spare", if taken { "done" } else { "claimed" });
+        }
+        self.answer(report);
+    }
+
+    /// One group of writes, in order, in its turn among
+    /// [`Executor::writes`]. Each write's state (some 17 KB) is made only
+    /// when it runs: a burst's thousands of groups wait as small tasks.
+    async fn run_group(self, group: Vec<WriteJob>) {
+        // Never closed: a permit is always granted in turn.
+        let _permit = self.writes.acquire().await;
+        for w in group {
+            Box::pin(self.write(w)).await;
         }
     }
 
@@ -651,12 +662,12 @@ impl Executor {
     /// Carries out one write; a failed one is logged, counted and, when
     /// it was a claim's record, reported so the driver steps the claim
     /// again.
-    async fn write(&self, job: Box<WriteJob>) {
-        let WriteJob { effect, pods, claim: known, server, node, pool, subject } = *job;
+    async fn write(&self, job: WriteJob) {
+        let WriteJob { effect, pods, claim: known, server, node, pool, subject } = job;
         let claims = &self.claims;
         let (result, claim): (crate::Result<()>, Option<String>) = match &effect {
             Effect::EnterStage { claim, stage, message } => {
-                (claims.enter_stage(claim, *stage, message, &pods, server.as_ref(), known).await, Some(claim.clone()))
+                (claims.enter_stage(claim, *stage, message, &pods, server.as_deref(), known.map(|k| *k)).await, Some(claim.clone()))
             }
             Effect::FailClaim { claim, reason, message, timed_out } => {
                 // Held back before the claim is failed: once it is, its pods
@@ -664,17 +675,17 @@ impl Executor {
                 // to another server behind the same broken reference.
                 if reason.is_configuration() {
                     let name = match &server {
-                        Some(s) => Some(kube::ResourceExt::name_any(s)),
+                        Some(s) => Some(kube::ResourceExt::name_any(&**s)),
                         None => claims.server_of_claim(claim).await,
                     };
                     if let Some(name) = name {
                         self.hold_back_misconfigured(&name, *reason, message).await;
                     }
                 }
-                (claims.fail(claim, *reason, message, *timed_out, &pods, known).await, Some(claim.clone()))
+                (claims.fail(claim, *reason, message, *timed_out, &pods, known.map(|k| *k)).await, Some(claim.clone()))
             }
             Effect::LinkNode { claim, server: name, node: node_name, .. } => {
-                (claims.link(claim, name, node_name, node, pool.as_ref(), server).await, Some(claim.clone()))
+                (claims.link(claim, name, node_name, node.map(|n| *n), pool.as_deref(), server.map(|s| *s)).await, Some(claim.clone()))
             }
             Effect::Measure { server, sample } => (claims.measure(server, *sample).await, None),
             Effect::Release { server, claim, count_failure, quarantine, untouched } => {
@@ -761,8 +772,26 @@ mod tests {
     use ironclaim_driver::Stage;
     use proptest::prelude::*;
 
-    fn job(effect: Effect) -> Box<WriteJob> {
-        Box::new(WriteJob::of(effect))
+    fn job(effect: Effect) -> WriteJob {
+        WriteJob::of(effect)
+    }
+
+    fn future_size<A, B, F: std::future::Future>(_: impl Fn(A, B) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    fn future_size3<A, B, C, D, F: std::future::Future>(_: impl Fn(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn takes_and_writes_that_wait_their_turn_are_small_tasks() {
+        // A burst of 5,000 pods queues thousands of groups of writes and a
+        // thousand takes at once; each waits as a task of this size.
+        let group = future_size::<Executor, Vec<WriteJob>, _>(Executor::run_group);
+        let take = future_size3::<Executor, Box<ClaimRecord>, HashMap<String, String>, Option<Box<Server>>, _>(Executor::run_take);
+        assert!(group <= 1024 && take <= 1024, "a waiting group of writes takes {group} bytes, a waiting take {take}");
+        assert!(std::mem::size_of::<WriteJob>() <= 1024, "a queued write takes {} bytes", std::mem::size_of::<WriteJob>());
     }
 
     /// One of a few writes over three claims, servers and nodes.
@@ -785,7 +814,7 @@ mod tests {
 
     #[test]
     fn a_burst_of_claims_is_written_side_by_side_and_one_claims_writes_in_order() {
-        let mut writes: Vec<Box<WriteJob>> =
+        let mut writes: Vec<WriteJob> =
             (0..50).map(|i| job(Effect::EnterStage { claim: format!("c{i}"), stage: Stage::PoweringOn, message: String::new() })).collect();
         writes.push(job(Effect::Note { subject: "claim c7".into(), reason: "GatesWaiting", message: "m".into(), warning: false }));
         let groups = write_groups(writes);
@@ -821,9 +850,9 @@ mod tests {
         /// group keeps the order the writes were given in.
         #[test]
         fn writes_touching_one_object_stay_in_order(effects in proptest::collection::vec(effect(), 0..30)) {
-            let writes: Vec<Box<WriteJob>> = effects.iter().cloned().map(job).collect();
-            let keys: Vec<Vec<String>> = writes.iter().map(|j| touches(j)).collect();
-            let tagged: Vec<Box<WriteJob>> = writes.into_iter().enumerate().map(|(i, mut j)| { j.pods = vec![(i.to_string(), String::new(), None)]; j }).collect();
+            let writes: Vec<WriteJob> = effects.iter().cloned().map(job).collect();
+            let keys: Vec<Vec<String>> = writes.iter().map(touches).collect();
+            let tagged: Vec<WriteJob> = writes.into_iter().enumerate().map(|(i, mut j)| { j.pods = vec![(i.to_string(), String::new(), None)]; j }).collect();
             let groups = write_groups(tagged);
             let mut group_of = vec![usize::MAX; effects.len()];
             for (g, group) in groups.iter().enumerate() {
