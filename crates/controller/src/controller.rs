@@ -891,13 +891,13 @@ impl Sweeper {
     async fn sweep(&self) {
         let (servers, orphans, stale) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-            let servers: Vec<Server> = index.servers.values().cloned().collect();
+            let servers: Vec<Server> = index.servers.values().map(|s| (**s).clone()).collect();
             let now = jiff::Timestamp::now();
             let grace = self.claims.opening_grace();
             let stale: Vec<(Lock, bool)> = index
                 .locks
                 .values()
-                .filter(|lock| stale_lock(lock, index.servers.get(&lock.server), now, grace))
+                .filter(|lock| stale_lock(lock, index.servers.get(&lock.server).map(Box::as_ref), now, grace))
                 .map(|lock| (lock.clone(), index.node_of_server(&lock.server).is_some()))
                 .collect();
             let orphans: Vec<(Server, String, bool)> = servers

@@ -57,12 +57,12 @@ pub struct Index {
     /// Pods that could not be read, with why, and the node each is bound
     /// to: such a pod still holds its node (see [`Index::snapshot`]).
     pub bad_pods: BTreeMap<String, BadPod>,
-    pub nodes: BTreeMap<String, Node>,
+    pub nodes: BTreeMap<String, Box<Node>>,
     /// For their labels: `namespaceSelector` in pod affinity terms.
     pub namespaces: BTreeMap<String, Namespace>,
     pub daemonsets: BTreeMap<String, DaemonSet>,
     pub pdbs: BTreeMap<String, PodDisruptionBudget>,
-    pub servers: BTreeMap<String, Server>,
+    pub servers: BTreeMap<String, Box<Server>>,
     pub pools: BTreeMap<String, ServerPool>,
     pub claims: BTreeMap<String, ServerClaim>,
     /// Claim locks by server, from every ledger ConfigMap as a take reads
@@ -140,7 +140,7 @@ macro_rules! keyed {
                 kept(self)
             }
             fn apply(self, index: &mut Index) {
-                index.$field.insert(object_key(&self, $namespaced), kept(self));
+                index.$field.insert(object_key(&self, $namespaced), kept(self).into());
             }
             fn delete(&self, index: &mut Index) {
                 index.$field.remove(&object_key(self, $namespaced));
@@ -439,7 +439,7 @@ impl Index {
     /// The node registered for a server, if any, and nothing contradicts
     /// it: by providerID, label or system UUID.
     pub fn node_of_server(&self, server: &str) -> Option<&Node> {
-        self.links().node_of(server).and_then(|n| self.nodes.get(n))
+        self.links().node_of(server).and_then(|n| self.nodes.get(n)).map(Box::as_ref)
     }
 
     /// The claim that holds a node through its server, if any.

@@ -121,7 +121,7 @@ impl World for IndexWorld<'_> {
     }
 
     fn last_failure_s(&self, server: &str) -> Option<Seconds> {
-        self.index.servers.get(server).and_then(index::last_failure_s)
+        self.index.servers.get(server).and_then(|s| index::last_failure_s(s))
     }
 
     fn abandoned_drains(&self) -> Vec<(String, Seconds)> {

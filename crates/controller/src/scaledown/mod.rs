@@ -206,7 +206,7 @@ impl ScaleDown {
             let (snapshot, _) = index.snapshot(now, self.backoff);
             let cooling = pacing::cooling(
                 index.nodes.iter().filter_map(|(name, n)| {
-                    Some((name.as_str(), kube::ResourceExt::annotations(n).get(drain::DRAIN_ABANDONED_ANNOTATION)?.as_str()))
+                    Some((name.as_str(), kube::ResourceExt::annotations(&**n).get(drain::DRAIN_ABANDONED_ANNOTATION)?.as_str()))
                 }),
                 now,
                 cool_down_s,

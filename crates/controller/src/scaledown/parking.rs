@@ -111,7 +111,7 @@ pub async fn finish(client: &Client, node: &str, server: Option<&str>) -> Result
 }
 
 /// Parked nodes whose `Suspended=True` a failed write left out.
-pub fn unfinished(nodes: &std::collections::BTreeMap<String, Node>) -> Vec<String> {
+pub fn unfinished(nodes: &std::collections::BTreeMap<String, Box<Node>>) -> Vec<String> {
     nodes
         .iter()
         .filter(|(_, n)| parking(n) == Parking::Parked)
@@ -196,6 +196,6 @@ async fn skip_remediation(client: &Client, namespace: &str, machine: &str, on: b
 }
 
 /// The parked nodes whose kubelets are back, to unpark.
-pub fn back(nodes: &std::collections::BTreeMap<String, Node>) -> Vec<String> {
+pub fn back(nodes: &std::collections::BTreeMap<String, Box<Node>>) -> Vec<String> {
     nodes.iter().filter(|(_, n)| parking(n) == Parking::Back).map(|(name, _)| name.clone()).collect()
 }
