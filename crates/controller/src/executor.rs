@@ -338,7 +338,7 @@ impl Executor {
     }
 
     fn prepare(&self, index: &Index, effect: Effect) -> Prepared {
-        let write = |job: WriteJob| Prepared::Write(job);
+        let write = Prepared::Write;
         match effect {
             Effect::TakeServer { claim } => {
                 let uids: HashMap<String, String> = claim.pods.iter().filter_map(|k| Some((k.clone(), index.pods.get(k)?.uid.clone()?))).collect();
