@@ -320,13 +320,19 @@ impl ControllerProcess {
     }
 
     /// SIGTERM, and how it exited. Under a wrapper (`IRONCLAIM_SCALE_WRAP`)
-    /// the signal goes to the controller the wrapper started (not to the
-    /// wrapper's own helpers, which write what it measured), and the exit
-    /// is the wrapper's.
+    /// the signal goes to the controller the wrapper started or became
+    /// (not to the wrapper's own helpers, which write what it measured),
+    /// and the exit is the wrapper's.
     fn stop(mut self) -> Option<i32> {
         let controller =
             |pid: &u32| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == std::path::Path::new(env!("CARGO_BIN_EXE_ironclaim")));
-        let targets = if self.wrapped { descendants(self.child.id()).into_iter().filter(controller).collect() } else { vec![self.child.id()] };
+        // A wrapper that execs the controller (`env`, `taskset`) is the
+        // controller itself.
+        let targets: Vec<u32> = if self.wrapped {
+            std::iter::once(self.child.id()).chain(descendants(self.child.id())).filter(controller).collect()
+        } else {
+            vec![self.child.id()]
+        };
         for pid in targets {
             let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
         }
