@@ -5,6 +5,7 @@
 //! it manages, so a chassis of blades holds one session, not one per blade.
 //! [`crate::fleet::BmcFleet`] hands out one per endpoint and account.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::Duration;
@@ -19,7 +20,7 @@ use crate::address::SystemSelector;
 use crate::credentials::{Credentials, Secret};
 use crate::error::{Error, Result, Step};
 use crate::fleet::EndpointGate;
-use crate::payload::{self, PayloadError, ServiceRoot};
+use crate::payload::{self, PayloadError, PayloadResult, ServiceRoot};
 use crate::tls::TlsSettings;
 
 const SERVICE_ROOT: &str = "/redfish/v1/";
@@ -136,8 +137,10 @@ impl Reply {
     }
 }
 
-/// A resource's ETag and its body as compact JSON.
-type Tagged = (String, Box<[u8]>);
+/// A resource's ETag and what its reader kept of it: the few fields a
+/// parser took ([`Bmc::get_parsed`]), or the whole body as compact JSON
+/// ([`Bmc::get_json`]). A reader only uses an entry of its own type.
+type Tagged = (String, Arc<dyn Any + Send + Sync>);
 
 /// A client for one BMC endpoint.
 #[derive(Clone)]
@@ -155,9 +158,11 @@ struct Inner {
     /// Shared by every client of this endpoint (see [`crate::fleet`]).
     gate: Arc<EndpointGate>,
     conversation: Mutex<Option<Conversation>>,
-    /// By URL: the ETag of the last full read and that read's body, kept as
-    /// compact JSON rather than parsed (a parsed System resource is some
-    /// 24 KiB per BMC; its text a fraction of that), parsed again on a 304.
+    /// By URL: the ETag of the last full read and what its reader kept of
+    /// the body. A sweep reads a System, a Chassis and its power readings
+    /// from every BMC; kept as the parsed fields, the three take a few
+    /// hundred bytes (their compact JSON was 5.5 KB, a parsed `Value` of a
+    /// System alone some 24 KiB).
     etags: SyncMutex<HashMap<String, Tagged>>,
     systems: Mutex<HashMap<SystemSelector, String>>,
 }
@@ -318,12 +323,17 @@ impl Bmc {
     /// said it was busy (429, 503).
     pub(crate) async fn request(&self, step: Step, method: Method, path: &str, body: Option<&Value>, idempotent: bool) -> Result<Reply> {
         let url = self.url(step, path)?;
+        self.exchange(step, method, &url, body, idempotent, None).await
+    }
+
+    /// [`Bmc::request`] to a resolved URL, with `If-None-Match: etag` when
+    /// one is given.
+    async fn exchange(&self, step: Step, method: Method, url: &Url, body: Option<&Value>, idempotent: bool, etag: Option<&str>) -> Result<Reply> {
         let mut attempt = 0;
         let mut relogged = false;
         loop {
             let auth = self.auth(step).await?;
-            let etag = if method == Method::GET { self.cached_etag(url.as_str()) } else { None };
-            let outcome = self.send(step, method.clone(), &url, body, &auth, etag.as_deref()).await;
+            let outcome = self.send(step, method.clone(), url, body, &auth, etag).await;
             let err = match outcome {
                 Ok(reply) if reply.status == StatusCode::UNAUTHORIZED || reply.status == StatusCode::FORBIDDEN => {
                     if let Auth::Session { token, .. } = &auth
@@ -364,9 +374,56 @@ impl Bmc {
 
     /// GET a resource as JSON, using and refreshing the ETag cache.
     pub(crate) async fn get_json(&self, step: Step, path: &str) -> Result<Value> {
-        let reply = self.request(step, Method::GET, path, None, true).await?;
+        self.get_cached(
+            step,
+            path,
+            |value| {
+                let body = serde_json::to_vec(&value).ok();
+                Ok((value, body))
+            },
+            |body: &Vec<u8>| serde_json::from_slice(body).ok(),
+        )
+        .await
+    }
+
+    /// GET a resource and parse it, using and refreshing the ETag cache,
+    /// which keeps the parsed value rather than the body.
+    pub(crate) async fn get_parsed<T>(&self, step: Step, path: &str, parse: fn(&Value) -> PayloadResult<T>) -> Result<T>
+    where
+        T: Clone + Send + Sync + 'static,
+    {
+        self.get_cached(
+            step,
+            path,
+            |value| {
+                let parsed = parse(&value).map_err(|err| malformed(path, err))?;
+                Ok((parsed.clone(), Some(parsed)))
+            },
+            |parsed: &T| Some(parsed.clone()),
+        )
+        .await
+    }
+
+    /// A GET through the ETag cache: `If-None-Match` is sent only when the
+    /// cache holds a `K` for the URL, which a 304 then answers through
+    /// `reuse`; a full answer is turned by `keep` into what to return and
+    /// what to cache, if anything.
+    async fn get_cached<T, K>(
+        &self,
+        step: Step,
+        path: &str,
+        keep: impl FnOnce(Value) -> Result<(T, Option<K>)>,
+        reuse: impl FnOnce(&K) -> Option<T>,
+    ) -> Result<T>
+    where
+        K: Send + Sync + 'static,
+    {
+        let url = self.url(step, path)?;
+        let cached = self.cached::<K>(url.as_str());
+        let etag = cached.as_ref().map(|(etag, _)| etag.as_str());
+        let reply = self.exchange(step, Method::GET, &url, None, true, etag).await?;
         if reply.status == StatusCode::NOT_MODIFIED
-            && let Some(value) = self.cached_value(&reply.url)
+            && let Some(value) = cached.as_ref().and_then(|(_, kept)| reuse(kept))
         {
             return Ok(value);
         }
@@ -374,29 +431,25 @@ impl Bmc {
             return Err(Error::HttpStatus { step, url: reply.url.clone(), status: reply.status.as_u16(), message: reply.message() });
         }
         let value = payload::parse_body(&reply.body).map_err(|err| malformed(&reply.url, err))?;
-        if let Some(etag) = reply.header("ETag") {
-            self.remember_etag(&reply.url, etag, &value);
+        let (value, kept) = keep(value)?;
+        if let (Some(etag), Some(kept)) = (reply.header("ETag"), kept) {
+            self.remember(&reply.url, etag.to_owned(), Arc::new(kept));
         }
         Ok(value)
     }
 
-    fn cached_etag(&self, url: &str) -> Option<String> {
+    fn cached<K: Send + Sync + 'static>(&self, url: &str) -> Option<(String, Arc<K>)> {
         let cache = self.inner.etags.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        cache.get(url).map(|(etag, _)| etag.clone())
+        let (etag, kept) = cache.get(url)?;
+        Some((etag.clone(), kept.clone().downcast::<K>().ok()?))
     }
 
-    fn cached_value(&self, url: &str) -> Option<Value> {
-        let cache = self.inner.etags.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        cache.get(url).and_then(|(_, body)| serde_json::from_slice(body).ok())
-    }
-
-    fn remember_etag(&self, url: &str, etag: &str, value: &Value) {
+    fn remember(&self, url: &str, etag: String, kept: Arc<dyn Any + Send + Sync>) {
         let mut cache = self.inner.etags.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if cache.len() >= MAX_CACHED_ETAGS {
             cache.clear();
         }
-        let Ok(body) = serde_json::to_vec(value) else { return };
-        cache.insert(url.to_owned(), (etag.to_owned(), body.into_boxed_slice()));
+        cache.insert(url.to_owned(), (etag, kept));
     }
 
     /// Forgets the cached copy of a resource, so the next read is a full one.
@@ -599,7 +652,7 @@ impl Bmc {
         }
         // Ids usually equal the last segment; UUIDs need a look inside.
         for member in members {
-            let system = payload::system(&self.get_json(Step::ResolveSystem, member).await?).map_err(|err| malformed(member, err))?;
+            let system = self.get_parsed(Step::ResolveSystem, member, payload::system).await?;
             let field = match selector {
                 SystemSelector::Uuid(_) => system.uuid,
                 _ => system.id,

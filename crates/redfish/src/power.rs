@@ -388,11 +388,10 @@ impl<'a> SystemHandle<'a> {
 
 impl PowerApi for SystemHandle<'_> {
     async fn read_state(&self, step: Step) -> Result<PowerState> {
-        let value = self.bmc.get_json(step, &self.path).await.map_err(|err| match err {
+        let system = self.bmc.get_parsed(step, &self.path, payload::system).await.map_err(|err| match err {
             Error::HttpStatus { status: 404, .. } => Error::SystemNotFound { selector: format!("at {}", self.path) },
             other => other,
         })?;
-        let system = payload::system(&value).map_err(|err| malformed(&self.path, err))?;
         *self.reset.lock().unwrap_or_else(|p| p.into_inner()) = system.reset;
         system.power_state.ok_or_else(|| Error::MalformedPayload { url: self.path.clone(), path: "$.PowerState".into(), reason: "missing".into() })
     }

@@ -252,7 +252,7 @@ async fn read_power_state(bmc: &Bmc, selector: &SystemSelector) -> Result<PowerS
 /// Chassis Power resource, on each chassis the system links.
 async fn read_watts(bmc: &Bmc, selector: &SystemSelector) -> Result<Watts> {
     let path = bmc.resolve(selector).await?;
-    let system = payload::system(&bmc.get_json(Step::ReadSystem, &path).await?).map_err(|err| malformed(&path, err))?;
+    let system = bmc.get_parsed(Step::ReadSystem, &path, payload::system).await?;
     let mut chassis_links = system.chassis;
     if chassis_links.is_empty()
         && let Some(collection) = bmc.chassis_collection().await?
@@ -267,18 +267,16 @@ async fn read_watts(bmc: &Bmc, selector: &SystemSelector) -> Result<Watts> {
         return Err(Error::WattsUnavailable { system: path, reason: "the system links no chassis".into() });
     }
     for chassis_path in &chassis_links {
-        let chassis = payload::chassis(&bmc.get_json(Step::ReadChassis, chassis_path).await?).map_err(|err| malformed(chassis_path, err))?;
-        if let Some(metrics) = &chassis.environment_metrics {
-            let value = bmc.get_json(Step::ReadWatts, metrics).await?;
-            if let Some(watts) = payload::environment_metrics_watts(&value).map_err(|err| malformed(metrics, err))? {
-                return Ok(Watts { watts, source: WattsSource::EnvironmentMetrics, resource: metrics.clone() });
-            }
+        let chassis = bmc.get_parsed(Step::ReadChassis, chassis_path, payload::chassis).await?;
+        if let Some(metrics) = &chassis.environment_metrics
+            && let Some(watts) = bmc.get_parsed(Step::ReadWatts, metrics, payload::environment_metrics_watts).await?
+        {
+            return Ok(Watts { watts, source: WattsSource::EnvironmentMetrics, resource: metrics.clone() });
         }
-        if let Some(power) = &chassis.power {
-            let value = bmc.get_json(Step::ReadWatts, power).await?;
-            if let Some(watts) = payload::power_control_watts(&value).map_err(|err| malformed(power, err))? {
-                return Ok(Watts { watts, source: WattsSource::PowerControl, resource: power.clone() });
-            }
+        if let Some(power) = &chassis.power
+            && let Some(watts) = bmc.get_parsed(Step::ReadWatts, power, payload::power_control_watts).await?
+        {
+            return Ok(Watts { watts, source: WattsSource::PowerControl, resource: power.clone() });
         }
     }
     Err(Error::WattsUnavailable {
@@ -320,7 +318,7 @@ impl Bmc {
     /// node's kubelet reports as `systemUUID`) and `SerialNumber`.
     pub async fn identity(&self, selector: &SystemSelector) -> Result<SystemIdentity> {
         let path = self.resolve(selector).await?;
-        let system = payload::system(&self.get_json(Step::ReadSystem, &path).await?).map_err(|err| malformed(&path, err))?;
+        let system = self.get_parsed(Step::ReadSystem, &path, payload::system).await?;
         Ok(SystemIdentity {
             uuid: system.uuid.filter(|u| !u.trim().is_empty()),
             serial_number: system.serial_number.filter(|s| !s.trim().is_empty()),

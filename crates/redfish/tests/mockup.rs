@@ -122,6 +122,24 @@ async fn forced_basic_auth_with_wrong_password_is_auth_failed() {
     assert_eq!(err.metric_label(), "auth_failed");
 }
 
+/// The cache keeps what each reader parsed, so a 304 answers only the
+/// reader whose kind of copy is cached: the inventory (the whole body) and
+/// the power read (a few fields) of the same System each read it in full
+/// once, and then each from the cache.
+#[tokio::test]
+async fn a_304_answers_only_a_reader_whose_copy_is_cached() {
+    let f = Fixture::start().await;
+    let bmc = f.bmc();
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    let fresh = f.mock.world().not_modified;
+    let inventory = bmc.inventory(Some(&system())).await.unwrap();
+    assert_eq!(f.mock.world().not_modified, fresh, "the power read's parsed fields cannot answer the inventory's read of the whole System");
+    assert_eq!(format!("{inventory:?}"), format!("{:?}", f.bmc().inventory(Some(&system())).await.unwrap()), "a full read, as by a new client");
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    assert_eq!(bmc.power_state(&system()).await.unwrap(), PowerState::On);
+    assert!(f.mock.world().not_modified > fresh, "a repeated power read is answered 304");
+}
+
 #[tokio::test]
 async fn etag_turns_repeat_reads_into_not_modified_until_the_state_changes() {
     let f = Fixture::start().await;
