@@ -194,7 +194,7 @@ fn waiting_pods(index: &Index, claim: &str) -> Vec<PodKey> {
             index
                 .pods
                 .get(&format!("{}/{}", p.namespace, p.name))
-                .is_some_and(|e| e.pod.is_pending_demand() && (p.uid.is_none() || e.uid.is_none() || p.uid == e.uid))
+                .is_some_and(|e| e.pod.is_pending_demand() && (p.uid.is_none() || e.pod.uid.is_none() || p.uid == e.pod.uid))
         })
         .map(|p| (p.namespace.clone(), p.name.clone(), p.uid.clone()))
         .collect()
@@ -341,7 +341,8 @@ impl Executor {
         let write = Prepared::Write;
         match effect {
             Effect::TakeServer { claim } => {
-                let uids: HashMap<String, String> = claim.pods.iter().filter_map(|k| Some((k.clone(), index.pods.get(k)?.uid.clone()?))).collect();
+                let uids: HashMap<String, String> =
+                    claim.pods.iter().filter_map(|k| Some((k.clone(), index.pods.get(k)?.pod.uid.clone()?))).collect();
                 let pods = claim
                     .pods
                     .iter()
@@ -747,7 +748,7 @@ impl Executor {
                 if index.gang_pods.contains_key(subject) {
                     return;
                 }
-                index.pods.get(subject).and_then(|e| e.uid.clone())
+                index.pods.get(subject).and_then(|e| e.pod.uid.clone())
             };
             let events = self.claims.events();
             if warning {

@@ -32,10 +32,6 @@ pub const CLAIM_FAILED_CONDITION: &str = "ClaimFailed";
 #[derive(Clone, Debug)]
 pub struct PodEntry {
     pub pod: std::sync::Arc<core::Pod>,
-    pub uid: Option<String>,
-    /// The ProvisioningRequest (in the pod's namespace) whose capacity it
-    /// consumes (`autoscaling.x-k8s.io/consume-provisioning-request`).
-    pub consumes: Option<String>,
 }
 
 /// One object that could not be read, for logs and metrics.
@@ -85,6 +81,8 @@ pub struct Index {
     /// One copy of each distinct set of pod labels and node selectors.
     labels: ironclaim_core::labels::Interner<ironclaim_core::labels::Labels>,
     tolerations: ironclaim_core::labels::Interner<ironclaim_core::labels::Tolerations>,
+    /// One copy of each distinct [`core::PodShape`]: pods of one template.
+    shapes: ironclaim_core::labels::Interner<ironclaim_core::labels::Shared<core::PodShape>>,
 }
 
 /// One ledger ConfigMap as the index keeps it.
@@ -217,7 +215,7 @@ impl Indexed for Pod {
                 // gang: it takes the place of a stand-in, and is given a
                 // server only with the rest of the request's pods.
                 pod.gang = consumes.as_ref().map(|request| format!("{}/{request}", pod.namespace));
-                Ok(PodEntry { pod: pod.into(), uid: self.metadata.uid.clone(), consumes })
+                Ok(PodEntry { pod: pod.into() })
             }
             Err(err) => {
                 let status = self.status.as_ref();
@@ -358,6 +356,7 @@ impl Index {
                 self.labels.intern(&mut pod.labels);
                 self.labels.intern(&mut pod.node_selector);
                 self.tolerations.intern(&mut pod.tolerations);
+                self.shapes.intern(&mut pod.shape);
                 self.bad_pods.remove(&key);
                 if entry.pod.is_demand() {
                     self.demand.insert(key.clone());
@@ -614,7 +613,7 @@ impl Index {
                 .filter_map(|r| {
                     let e = self.pods.get(&format!("{}/{}", r.namespace, r.name))?;
                     // A pod recreated under the same name is not the one the claim was for.
-                    (r.uid.is_none() || e.uid.is_none() || r.uid == e.uid).then_some(e)
+                    (r.uid.is_none() || e.pod.uid.is_none() || r.uid == e.pod.uid).then_some(e)
                 })
                 .filter(|e| e.pod.created_s >= horizon && e.pod.created_s <= now_s)
                 .min_by_key(|e| (e.pod.created_s, e.pod.key()));
@@ -661,6 +660,23 @@ mod tests {
             "status": {"phase": if node.is_some() { "Running" } else { "Pending" }}
         }))
         .expect("pod")
+    }
+
+    /// Pods of one template keep one shape between them; a pod that differs
+    /// keeps its own.
+    #[test]
+    fn pods_of_one_template_share_one_shape() {
+        let mut index = Index::default();
+        index.apply(pod("a", NOW, Some("n1")));
+        index.apply(pod("b", NOW, Some("n2")));
+        let mut other = pod("c", NOW, Some("n1"));
+        other.metadata.annotations = None;
+        index.apply(other);
+        let shape = |name: &str| index.pods[&format!("app/{name}")].pod.shape.clone();
+        assert!(shape("a").same(&shape("b")));
+        assert!(!shape("a").same(&shape("c")), "c has no deadline");
+        assert_eq!(index.pods["app/b"].pod.node_name.as_deref(), Some("n2"));
+        assert_eq!(index.pods["app/b"].pod.uid.as_deref(), Some("uid-b"));
     }
 
     fn claim(name: &str, server: &str, pods: &[&str], failed: bool) -> ServerClaim {

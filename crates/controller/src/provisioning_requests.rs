@@ -97,12 +97,12 @@ impl ProvisioningRequests {
         let snapshot = {
             let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
             let mut consumed: BTreeMap<String, usize> = BTreeMap::new();
-            for (key, e) in &index.pods {
-                if let Some(request) = &e.consumes
+            // A pod's gang is the request it consumes, `namespace/name`.
+            for e in index.pods.values() {
+                if let Some(request) = &e.pod.gang
                     && !matches!(e.pod.phase, PodPhase::Succeeded | PodPhase::Failed)
                 {
-                    let namespace = key.split_once('/').map_or("default", |(ns, _)| ns);
-                    *consumed.entry(format!("{namespace}/{request}")).or_default() += 1;
+                    *consumed.entry(request.clone()).or_default() += 1;
                 }
             }
             let mut gang_pods = BTreeMap::new();

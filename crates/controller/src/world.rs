@@ -91,7 +91,7 @@ impl IndexWorld<'_> {
             let key = format!("{}/{}", p.namespace, p.name);
             let Some(entry) = index.pods.get(&key) else { continue };
             // A pod of the same name recreated since is not the claim's.
-            if p.uid.is_some() && entry.uid.is_some() && p.uid != entry.uid {
+            if p.uid.is_some() && entry.pod.uid.is_some() && p.uid != entry.pod.uid {
                 continue;
             }
             if entry.pod.node_name.is_some() && entry.pod.node_name == node_name {

@@ -25,6 +25,18 @@ impl Labels {
 }
 
 impl<T> Shared<T> {
+    pub fn of(value: T) -> Self {
+        Shared(Arc::new(value))
+    }
+
+    /// The value, taken from the allocation when this is its only copy.
+    pub fn into_inner(self) -> T
+    where
+        T: Clone,
+    {
+        Arc::unwrap_or_clone(self.0)
+    }
+
     /// Whether this copy is the only one of its allocation.
     pub fn unshared(&self) -> bool {
         Arc::strong_count(&self.0) == 1

@@ -1,7 +1,7 @@
 //! The world as the core sees it: a snapshot of nodes, pods, servers,
 //! ServerPools and claims in flight. Drivers build it; the core only reads it.
 
-use crate::labels::{LabelSelector, Labels, NodeSelectorTerm, Requirement, Taint, Tolerations};
+use crate::labels::{LabelSelector, Labels, NodeSelectorTerm, Requirement, Shared, Taint, Tolerations};
 use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -124,73 +124,208 @@ pub struct Owner {
     pub name: String,
 }
 
-/// A pod, reduced to what scheduling and disruption decisions read.
+/// A pod, reduced to what scheduling and disruption decisions read: what
+/// is its own (name, node, phase, age) and, shared with the other pods of
+/// its template, its [`PodShape`].
+///
+/// The shape's fields read as the pod's own (`pod.requests`), through
+/// `Deref`. Writing one through the pod (`pod.priority = 5`) first copies
+/// the shape if other pods share it, so a change never reaches another pod.
+/// A fleet's 150,000 pods come from a few hundred templates: the index keeps
+/// one shape for each ([`crate::labels::Interner`]), and a pod takes about a
+/// quarter of what it would whole.
+///
+/// Its serialized form is flat, every field at the top level.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "PodFields", into = "PodFields")]
 pub struct Pod {
     pub namespace: String,
     pub name: String,
-    #[serde(default)]
+    pub node_name: Option<String>,
+    pub phase: PodPhase,
+    /// Has a deletion timestamp: still holds its node's resources.
+    pub terminating: bool,
+    /// Has `spec.schedulingGates`: kube-scheduler does not try it, so it is
+    /// not demand until the gates are lifted.
+    pub scheduling_gated: bool,
+    pub created_s: Seconds,
+    /// `karpenter.sh/do-not-disrupt` given as a duration (`"30m"`): not
+    /// disrupted before this second, the pod's start plus the duration.
+    pub do_not_disrupt_until_s: Option<Seconds>,
+    /// An in-place resize its node has not applied (`PodResizePending`):
+    /// `requests` are what it holds there now, as kube-scheduler counts
+    /// them; the resize is demand for a node that can host it whole.
+    pub resize: Option<Box<Resize>>,
+    /// `metadata.uid`, for a pod read from the API: a pod recreated under
+    /// the same name has another.
+    pub uid: Option<String>,
+    pub shape: Shared<PodShape>,
+}
+
+/// What the pods of one template share: what they ask of a node, and how
+/// they may be placed, scheduled and disrupted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodShape {
     pub labels: Labels,
     /// Effective requests: max(sum of containers, largest init container)
     /// plus pod overhead, with one pod slot.
     pub requests: Resources,
-    #[serde(default)]
-    pub node_name: Option<String>,
-    #[serde(default)]
-    pub phase: PodPhase,
-    /// Has a deletion timestamp: still holds its node's resources.
-    #[serde(default)]
-    pub terminating: bool,
-    /// Has `spec.schedulingGates`: kube-scheduler does not try it, so it is
-    /// not demand until the gates are lifted.
-    #[serde(default)]
-    pub scheduling_gated: bool,
-    #[serde(default)]
     pub node_selector: Labels,
     /// Required node affinity terms, ORed. Empty means no constraint.
-    #[serde(default)]
     pub node_affinity: Vec<NodeSelectorTerm>,
-    #[serde(default)]
     pub tolerations: Tolerations,
-    #[serde(default)]
     pub pod_affinity: Vec<PodAffinityTerm>,
-    #[serde(default)]
     pub pod_anti_affinity: Vec<PodAffinityTerm>,
-    #[serde(default)]
     pub topology_spread: Vec<TopologySpread>,
-    #[serde(default)]
     pub host_ports: Vec<HostPort>,
-    #[serde(default)]
     pub priority: i32,
-    #[serde(default)]
     pub owner: Option<Owner>,
     /// How long after creation the pod should be running (the
     /// `ironclaim.dev/deadline` annotation), else the ServerPool default.
-    #[serde(default)]
     pub deadline_s: Option<Seconds>,
-    #[serde(default)]
-    pub created_s: Seconds,
     /// `ironclaim.dev/do-not-disrupt`, `karpenter.sh/do-not-disrupt` or
     /// `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`.
-    #[serde(default)]
     pub do_not_disrupt: bool,
-    /// `karpenter.sh/do-not-disrupt` given as a duration (`"30m"`): not
-    /// disrupted before this second, the pod's start plus the duration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub do_not_disrupt_until_s: Option<Seconds>,
     /// The workload this pod belongs to, for reports (a Deployment's name).
-    #[serde(default)]
     pub workload: Option<String>,
-    /// An in-place resize its node has not applied (`PodResizePending`):
-    /// `requests` are what it holds there now, as kube-scheduler counts
-    /// them; the resize is demand for a node that can host it whole.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resize: Option<Box<Resize>>,
     /// A gang it belongs to (`namespace/name` of a ProvisioningRequest):
     /// servers are powered on for all of a gang's pending pods or for none
     /// ([`crate::gang`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<String>,
+}
+
+impl std::ops::Deref for Pod {
+    type Target = PodShape;
+    fn deref(&self) -> &PodShape {
+        &self.shape
+    }
+}
+
+impl std::ops::DerefMut for Pod {
+    /// Copies the shape first when another pod shares it.
+    fn deref_mut(&mut self) -> &mut PodShape {
+        &mut self.shape
+    }
+}
+
+/// A [`Pod`] as it is written and read: flat.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct PodFields {
+    namespace: String,
+    name: String,
+    #[serde(default)]
+    labels: Labels,
+    requests: Resources,
+    #[serde(default)]
+    node_name: Option<String>,
+    #[serde(default)]
+    phase: PodPhase,
+    #[serde(default)]
+    terminating: bool,
+    #[serde(default)]
+    scheduling_gated: bool,
+    #[serde(default)]
+    node_selector: Labels,
+    #[serde(default)]
+    node_affinity: Vec<NodeSelectorTerm>,
+    #[serde(default)]
+    tolerations: Tolerations,
+    #[serde(default)]
+    pod_affinity: Vec<PodAffinityTerm>,
+    #[serde(default)]
+    pod_anti_affinity: Vec<PodAffinityTerm>,
+    #[serde(default)]
+    topology_spread: Vec<TopologySpread>,
+    #[serde(default)]
+    host_ports: Vec<HostPort>,
+    #[serde(default)]
+    priority: i32,
+    #[serde(default)]
+    owner: Option<Owner>,
+    #[serde(default)]
+    deadline_s: Option<Seconds>,
+    #[serde(default)]
+    created_s: Seconds,
+    #[serde(default)]
+    do_not_disrupt: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    do_not_disrupt_until_s: Option<Seconds>,
+    #[serde(default)]
+    workload: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resize: Option<Box<Resize>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gang: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
+}
+
+impl From<PodFields> for Pod {
+    fn from(f: PodFields) -> Pod {
+        let shape = PodShape {
+            labels: f.labels,
+            requests: f.requests,
+            node_selector: f.node_selector,
+            node_affinity: f.node_affinity,
+            tolerations: f.tolerations,
+            pod_affinity: f.pod_affinity,
+            pod_anti_affinity: f.pod_anti_affinity,
+            topology_spread: f.topology_spread,
+            host_ports: f.host_ports,
+            priority: f.priority,
+            owner: f.owner,
+            deadline_s: f.deadline_s,
+            do_not_disrupt: f.do_not_disrupt,
+            workload: f.workload,
+            gang: f.gang,
+        };
+        Pod {
+            namespace: f.namespace,
+            name: f.name,
+            node_name: f.node_name,
+            phase: f.phase,
+            terminating: f.terminating,
+            scheduling_gated: f.scheduling_gated,
+            created_s: f.created_s,
+            do_not_disrupt_until_s: f.do_not_disrupt_until_s,
+            resize: f.resize,
+            uid: f.uid,
+            shape: Shared::of(shape),
+        }
+    }
+}
+
+impl From<Pod> for PodFields {
+    fn from(pod: Pod) -> PodFields {
+        let shape = pod.shape.into_inner();
+        PodFields {
+            namespace: pod.namespace,
+            name: pod.name,
+            labels: shape.labels,
+            requests: shape.requests,
+            node_name: pod.node_name,
+            phase: pod.phase,
+            terminating: pod.terminating,
+            scheduling_gated: pod.scheduling_gated,
+            node_selector: shape.node_selector,
+            node_affinity: shape.node_affinity,
+            tolerations: shape.tolerations,
+            pod_affinity: shape.pod_affinity,
+            pod_anti_affinity: shape.pod_anti_affinity,
+            topology_spread: shape.topology_spread,
+            host_ports: shape.host_ports,
+            priority: shape.priority,
+            owner: shape.owner,
+            deadline_s: shape.deadline_s,
+            created_s: pod.created_s,
+            do_not_disrupt: shape.do_not_disrupt,
+            do_not_disrupt_until_s: pod.do_not_disrupt_until_s,
+            workload: shape.workload,
+            resize: pod.resize,
+            gang: shape.gang,
+            uid: pod.uid,
+        }
+    }
 }
 
 /// Why the kubelet has not applied a pod's in-place resize: the reason of
@@ -236,7 +371,8 @@ pub const EXPENDABLE_PRIORITY_BELOW: i32 = -10;
 
 impl Pod {
     pub fn new(namespace: &str, name: &str, requests: Resources) -> Self {
-        Pod { namespace: namespace.to_string(), name: name.to_string(), requests: Resources { pods: 1, ..requests }, ..Default::default() }
+        let shape = PodShape { requests: Resources { pods: 1, ..requests }, ..PodShape::default() };
+        Pod { namespace: namespace.to_string(), name: name.to_string(), shape: Shared::of(shape), ..Default::default() }
     }
 
     /// `namespace/name`, built without the formatting machinery: plans
@@ -1058,6 +1194,29 @@ pub struct Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pod's shape is shared until one pod writes to it: the write gives
+    /// that pod its own copy, and the others keep theirs. The written form
+    /// is flat, and reads back equal.
+    #[test]
+    fn a_write_through_one_pod_never_reaches_another_of_its_shape() {
+        let mut a = Pod::new("ns", "a", Resources::new(1000, 1 << 30)).with_labels(&[("app", "web")]);
+        let mut b = a.clone();
+        b.name = "b".into();
+        assert!(a.shape.same(&b.shape));
+        b.priority = 7;
+        assert!(!a.shape.same(&b.shape));
+        assert_eq!((a.priority, b.priority, &a.labels, &b.labels), (0, 7, &b.labels, &a.labels));
+        a.requests.cpu_milli = 2000;
+        assert_eq!((a.requests.cpu_milli, b.requests.cpu_milli), (2000, 1000));
+
+        let written = serde_json::to_value(&b).expect("written");
+        assert_eq!(written["priority"], 7, "flat: {written}");
+        assert_eq!(written["labels"]["app"], "web");
+        assert!(written.get("shape").is_none());
+        let read: Pod = serde_json::from_value(written).expect("read");
+        assert_eq!(read, b);
+    }
 
     /// The GPUs take their stated part of the range, or 80 % of it unstated;
     /// a server without GPUs draws the whole range with its cpu.

@@ -40,6 +40,7 @@ pub fn pod_from_k8s(pod: &k8s::Pod) -> Result<ironclaim_core::Pod> {
     let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
     let spec = pod.spec.as_ref().ok_or(ConvertError::Missing { path: "spec".into() })?;
     let mut out = convert(&namespace, &name, meta, spec, "metadata", "spec")?;
+    out.uid = meta.uid.clone();
     let status = pod.status.as_ref();
     out.phase = match status.and_then(|s| s.phase.as_deref()) {
         None | Some("Pending") => PodPhase::Pending,

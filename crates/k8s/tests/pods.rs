@@ -528,7 +528,7 @@ fn no_resize_waits_without_a_true_condition_a_known_reason_or_growth() {
     assert_eq!(resizing("12", "4", "4", &condition("True", "Unknown")).resize, None);
     // A shrink the kubelet has not applied holds the old, larger size.
     let shrink = resizing("2", "4", "4", &condition("True", "Infeasible"));
-    assert_eq!((shrink.requests, shrink.resize), (req(4000, 4 * GI), None));
+    assert_eq!((shrink.requests.clone(), shrink.resize), (req(4000, 4 * GI), None));
     // The larger of applied and allocated is held.
     assert_eq!(resizing("1", "2", "3", "  - {type: Ready, status: 'True'}\n").requests, req(3000, 4 * GI));
 }
