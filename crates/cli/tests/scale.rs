@@ -688,7 +688,13 @@ async fn run(fleet: Fleet) {
     for (what, value) in rows {
         println!("| {what} | {value} |");
     }
-    assert_eq!(exit, Some(0), "the controller did not stop cleanly on SIGTERM; log in {}", log.display());
+    if exit != Some(0) {
+        // The log's directory goes with the test: its end is what says why.
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!("the controller did not stop cleanly on SIGTERM (exit {exit:?}); the end of its log:\n{}", tail.join("\n"));
+    }
 }
 
 /// A histogram's buckets for one `kind`.

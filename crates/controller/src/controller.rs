@@ -891,16 +891,16 @@ impl Sweeper {
     async fn sweep(&self) {
         let (servers, orphans, stale) = {
             let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
-            let servers: Vec<Server> = index.servers.values().map(|s| (**s).clone()).collect();
+            let servers: Vec<Arc<Server>> = index.servers.values().cloned().collect();
             let now = jiff::Timestamp::now();
             let grace = self.claims.opening_grace();
             let stale: Vec<(Lock, bool)> = index
                 .locks
                 .values()
-                .filter(|lock| stale_lock(lock, index.servers.get(&lock.server).map(Box::as_ref), now, grace))
+                .filter(|lock| stale_lock(lock, index.servers.get(&lock.server).map(Arc::as_ref), now, grace))
                 .map(|lock| (lock.clone(), index.node_of_server(&lock.server).is_some()))
                 .collect();
-            let orphans: Vec<(Server, String, bool)> = servers
+            let orphans: Vec<(Arc<Server>, String, bool)> = servers
                 .iter()
                 .filter_map(|s| {
                     let claim = orphaned_claim(s, &index.claims, now, self.claims.opening_grace())?;
@@ -928,7 +928,7 @@ impl Sweeper {
             }
         }
         let power = self.claims.power();
-        let readings: Vec<(Server, Reading)> = crate::provider::as_sweep(
+        let readings: Vec<(Arc<Server>, Reading)> = crate::provider::as_sweep(
             futures::stream::iter(servers)
                 .map(|server| {
                     let power = power.clone();

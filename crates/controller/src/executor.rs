@@ -44,7 +44,7 @@ struct WriteJob {
     pods: Vec<PodKey>,
     /// The claim the effect names, as the index holds it.
     claim: Option<Box<ServerClaim>>,
-    server: Option<Box<Server>>,
+    server: Option<Arc<Server>>,
     node: Option<Box<Node>>,
     pool: Option<Box<ServerPool>>,
     subject: Option<Kind>,
@@ -142,7 +142,7 @@ fn write_groups(writes: Vec<WriteJob>) -> Vec<Vec<WriteJob>> {
 
 /// An effect with what it needs copied out of the index.
 enum Prepared {
-    Take { claim: Box<ClaimRecord>, uids: HashMap<String, String>, server: Option<Box<Server>> },
+    Take { claim: Box<ClaimRecord>, uids: HashMap<String, String>, server: Option<Arc<Server>> },
     PowerOn { server: Option<Server>, name: String, claim: Option<String>, pods: Vec<PodKey> },
     ReadPower { server: Option<Server>, name: String },
     PowerOff { server: String, claim: Option<String>, node: Option<String> },
@@ -200,8 +200,8 @@ fn waiting_pods(index: &Index, claim: &str) -> Vec<PodKey> {
         .collect()
 }
 
-fn claim_server<'a>(index: &'a Index, claim: &str) -> Option<&'a Server> {
-    index.servers.get(&index.claims.get(claim)?.spec.server).map(Box::as_ref)
+fn claim_server<'a>(index: &'a Index, claim: &str) -> Option<&'a Arc<Server>> {
+    index.servers.get(&index.claims.get(claim)?.spec.server)
 }
 
 /// What a dry run makes of one effect.
@@ -376,7 +376,7 @@ impl Executor {
             }
             Effect::EnterStage { ref claim, .. } | Effect::FailClaim { ref claim, .. } => {
                 let (pods, server, known) =
-                    (waiting_pods(index, claim), claim_server(index, claim).cloned().map(Box::new), index.claims.get(claim).cloned().map(Box::new));
+                    (waiting_pods(index, claim), claim_server(index, claim).cloned(), index.claims.get(claim).cloned().map(Box::new));
                 write(WriteJob { pods, claim: known, server, ..WriteJob::of(effect) })
             }
             Effect::LinkNode { ref server, ref node, ref pool, .. } => write(WriteJob {
@@ -465,10 +465,10 @@ impl Executor {
     /// A take, in its turn among [`Executor::takes`]. The take's own
     /// state (some 12 KB) is made only once its turn comes, so the takes
     /// of a burst wait as small tasks.
-    async fn run_take(self, claim: Box<ClaimRecord>, uids: HashMap<String, String>, server: Option<Box<Server>>) {
+    async fn run_take(self, claim: Box<ClaimRecord>, uids: HashMap<String, String>, server: Option<Arc<Server>>) {
         // Never closed: a permit is always granted in turn.
         let _permit = self.takes.acquire().await;
-        let report = Box::pin(self.claims.take(&claim, &uids, server.map(|s| *s))).await;
+        let report = Box::pin(self.claims.take(&claim, &uids, server.map(Arc::unwrap_or_clone))).await;
         let taken = matches!(report, Report::Taken { newly: true, .. });
         if !taken {
             self.opening.lock().unwrap_or_else(PoisonError::into_inner).remove(&claim.name);
@@ -686,7 +686,7 @@ impl Executor {
                 (claims.fail(claim, *reason, message, *timed_out, &pods, known.map(|k| *k)).await, Some(claim.clone()))
             }
             Effect::LinkNode { claim, server: name, node: node_name, .. } => {
-                (claims.link(claim, name, node_name, node.map(|n| *n), pool.as_deref(), server.map(|s| *s)).await, Some(claim.clone()))
+                (claims.link(claim, name, node_name, node.map(|n| *n), pool.as_deref(), server.map(Arc::unwrap_or_clone)).await, Some(claim.clone()))
             }
             Effect::Measure { server, sample } => (claims.measure(server, *sample).await, None),
             Effect::Release { server, claim, count_failure, quarantine, untouched } => {
@@ -790,7 +790,7 @@ mod tests {
         // A burst of 5,000 pods queues thousands of groups of writes and a
         // thousand takes at once; each waits as a task of this size.
         let group = future_size::<Executor, Vec<WriteJob>, _>(Executor::run_group);
-        let take = future_size3::<Executor, Box<ClaimRecord>, HashMap<String, String>, Option<Box<Server>>, _>(Executor::run_take);
+        let take = future_size3::<Executor, Box<ClaimRecord>, HashMap<String, String>, Option<Arc<Server>>, _>(Executor::run_take);
         assert!(group <= 1024 && take <= 1024, "a waiting group of writes takes {group} bytes, a waiting take {take}");
         assert!(std::mem::size_of::<WriteJob>() <= 1024, "a queued write takes {} bytes", std::mem::size_of::<WriteJob>());
     }

@@ -58,7 +58,8 @@ pub struct Index {
     pub namespaces: BTreeMap<String, Namespace>,
     pub daemonsets: BTreeMap<String, DaemonSet>,
     pub pdbs: BTreeMap<String, PodDisruptionBudget>,
-    pub servers: BTreeMap<String, Box<Server>>,
+    /// Shared: a power sweep holds every Server while it reads their BMCs.
+    pub servers: BTreeMap<String, std::sync::Arc<Server>>,
     pub pools: BTreeMap<String, ServerPool>,
     pub claims: BTreeMap<String, ServerClaim>,
     /// Claim locks by server, from every ledger ConfigMap as a take reads
