@@ -126,7 +126,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let external = external_providers(args.external_providers.as_deref())?;
     crate::logging::init(args.log_format, "info");
     let runtime = tokio::runtime::Runtime::new().map_err(Failure::world)?;
-    runtime.block_on(async move {
+    let ran = runtime.block_on(async move {
         let api_requests = ApiRequests::default();
         let limit = RateLimit { qps: args.kube_api_qps, burst: args.kube_api_burst };
         let layer = ApiLayer::new(api_requests.clone(), Some(limit));
@@ -177,8 +177,17 @@ pub fn run(args: Args) -> Result<(), Failure> {
         });
         let controller = Controller::new(client, power, settings);
         controller.run(shutdown_signal()).await.map_err(Failure::world)
-    })
+    });
+    // The run has stopped its power tasks and given up the lease; what is
+    // left (a sweep's status writes, a scale-down pass) is retried by a
+    // successor, so it is not waited for past a pod's grace period.
+    runtime.shutdown_timeout(SHUTDOWN_WAIT);
+    ran
 }
+
+/// How long a stopping controller waits for its last tasks: well inside
+/// a pod's default termination grace period (30 s).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 async fn shutdown_signal() {
     let terminate = async {
