@@ -121,11 +121,39 @@ fn object_key<K: kube::Resource>(object: &K, namespaced: bool) -> String {
 }
 
 /// The object as the index keeps it: without `metadata.managedFields`,
-/// which nothing here reads and which can be a third of an object.
-fn kept<K: kube::Resource>(mut object: K) -> K {
+/// which nothing here reads and which can be a third of an object, nor
+/// what [`Trimmed`] drops of its kind.
+fn kept<K: kube::Resource + Trimmed>(mut object: K) -> K {
     object.meta_mut().managed_fields = None;
+    object.trim();
     object
 }
+
+/// What the index drops of an object of a kind, beyond its managed fields:
+/// parts nothing here reads.
+trait Trimmed {
+    fn trim(&mut self) {}
+}
+
+impl Trimmed for Node {
+    /// A kubelet lists up to 50 of the node's container images, each with
+    /// its names by tag and by digest: some 10 KB a node, more than the
+    /// rest of it (about 4 KB). kube-scheduler scores nodes by them;
+    /// ironclaim's decisions do not read them.
+    fn trim(&mut self) {
+        if let Some(status) = self.status.as_mut() {
+            status.images = None;
+        }
+    }
+}
+
+impl Trimmed for Namespace {}
+impl Trimmed for DaemonSet {}
+impl Trimmed for PodDisruptionBudget {}
+impl Trimmed for Server {}
+impl Trimmed for ServerPool {}
+impl Trimmed for ServerClaim {}
+impl Trimmed for ConfigMap {}
 
 macro_rules! keyed {
     ($kind:ty, $field:ident, $namespaced:expr) => {
@@ -661,6 +689,23 @@ mod tests {
             "status": {"phase": if node.is_some() { "Running" } else { "Pending" }}
         }))
         .expect("pod")
+    }
+
+    /// The index keeps a Node without the images its kubelet lists.
+    #[test]
+    fn a_node_is_kept_without_its_images() {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "status": {"images": [{"names": ["registry.invalid/app@sha256:0123", "registry.invalid/app:1"], "sizeBytes": 1234567}],
+                       "capacity": {"cpu": "8"}}
+        }))
+        .expect("node");
+        let mut index = Index::default();
+        index.apply(node.clone());
+        let status = index.nodes["n1"].status.clone().expect("status");
+        assert_eq!((status.images, status.capacity.map(|c| c.len())), (None, Some(1)));
+        node.status.as_mut().expect("status").images = None;
+        assert_eq!(*index.nodes["n1"], node, "nothing else is dropped");
     }
 
     /// Pods of one template keep one shape between them; a pod that differs
