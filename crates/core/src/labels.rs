@@ -25,10 +25,6 @@ impl Labels {
 }
 
 impl<T> Shared<T> {
-    pub fn of(value: T) -> Self {
-        Shared(Arc::new(value))
-    }
-
     /// The value, taken from the allocation when this is its only copy.
     pub fn into_inner(self) -> T
     where

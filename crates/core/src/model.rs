@@ -290,7 +290,7 @@ impl From<PodFields> for Pod {
             do_not_disrupt_until_s: f.do_not_disrupt_until_s,
             resize: f.resize,
             uid: f.uid,
-            shape: Shared::of(shape),
+            shape: Shared::from(shape),
         }
     }
 }
@@ -372,7 +372,7 @@ pub const EXPENDABLE_PRIORITY_BELOW: i32 = -10;
 impl Pod {
     pub fn new(namespace: &str, name: &str, requests: Resources) -> Self {
         let shape = PodShape { requests: Resources { pods: 1, ..requests }, ..PodShape::default() };
-        Pod { namespace: namespace.to_string(), name: name.to_string(), shape: Shared::of(shape), ..Default::default() }
+        Pod { namespace: namespace.to_string(), name: name.to_string(), shape: Shared::from(shape), ..Default::default() }
     }
 
     /// `namespace/name`, built without the formatting machinery: plans
