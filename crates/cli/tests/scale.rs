@@ -691,8 +691,8 @@ async fn run(fleet: Fleet) {
     if exit != Some(0) {
         // The log's directory goes with the test: its end is what says why.
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(40)..];
         panic!("the controller did not stop cleanly on SIGTERM (exit {exit:?}); the end of its log:\n{}", tail.join("\n"));
     }
 }

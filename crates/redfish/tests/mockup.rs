@@ -122,10 +122,10 @@ async fn forced_basic_auth_with_wrong_password_is_auth_failed() {
     assert_eq!(err.metric_label(), "auth_failed");
 }
 
-/// The cache keeps what each reader parsed, so a 304 answers only the
-/// reader whose kind of copy is cached: the inventory (the whole body) and
-/// the power read (a few fields) of the same System each read it in full
-/// once, and then each from the cache.
+/// The cache keeps, per URL, what the last full reader took, so a 304
+/// answers only a reader of that kind: after a power read (a few fields),
+/// the inventory (the whole body) reads the System in full, as does the
+/// next power read; the one after that is answered 304.
 #[tokio::test]
 async fn a_304_answers_only_a_reader_whose_copy_is_cached() {
     let f = Fixture::start().await;
