@@ -933,15 +933,13 @@ impl Sweeper {
                 .map(|server| {
                     let power = power.clone();
                     async move {
-                        let read = power.power_state(&server).await;
-                        let configured = configured_by(&read);
-                        let state = read.ok();
-                        let watts = if state == Some(PowerState::On) { power.watts(&server).await.ok().flatten() } else { None };
                         let recorded = server.status.as_ref().and_then(|s| s.identity.as_ref());
                         let address = server.spec.bmc.as_ref().map(|b| b.address.as_str());
                         let ask = recorded.is_none_or(|r| r.system_uuid.is_none() || r.bmc_address.as_deref() != address);
-                        let identity = if ask { power.identity(&server).await.ok().flatten() } else { None };
-                        (server, Reading { state, watts, identity, configured })
+                        let survey = power.survey(&server, ask).await;
+                        let configured = configured_by(&survey.state);
+                        let reading = Reading { state: survey.state.ok(), watts: survey.watts, identity: survey.identity, configured };
+                        (server, reading)
                     }
                 })
                 .buffer_unordered(SWEEP_IN_FLIGHT)

@@ -256,6 +256,14 @@ impl Power for FencedPower {
     fn identity<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<crate::provider::SystemIdentity>> {
         self.inner.identity(server)
     }
+
+    fn survey<'a>(
+        &'a self,
+        server: &'a Server,
+        identity: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::provider::Survey> + Send + 'a>> {
+        self.inner.survey(server, identity)
+    }
 }
 
 /// Renews the lease every [`LeaseSettings::renew_every`] in its own task

@@ -148,6 +148,27 @@ pub trait Power: Send + Sync {
     fn identity<'a>(&'a self, _server: &'a Server) -> PowerFuture<'a, Option<SystemIdentity>> {
         Box::pin(async { Ok(None) })
     }
+    /// The power sweep's read of a server: its state, its watts when it is
+    /// on, and its identity when `identity` is asked. By default the three
+    /// calls above; a provider that can reads them together.
+    fn survey<'a>(&'a self, server: &'a Server, identity: bool) -> Pin<Box<dyn Future<Output = Survey> + Send + 'a>> {
+        Box::pin(async move {
+            let state = self.power_state(server).await;
+            let watts = if matches!(state, Ok(PowerState::On)) { self.watts(server).await.ok().flatten() } else { None };
+            let identity = if identity { self.identity(server).await.ok().flatten() } else { None };
+            Survey { state, watts, identity }
+        })
+    }
+}
+
+/// What the power sweep read of one server ([`Power::survey`]).
+#[derive(Debug)]
+pub struct Survey {
+    pub state: Result<PowerState, PowerError>,
+    /// Its draw, when it is on and the provider had a reading.
+    pub watts: Option<f64>,
+    /// Its identity, when asked and the provider gave one.
+    pub identity: Option<SystemIdentity>,
 }
 
 pub use ironclaim_redfish::SystemIdentity;
@@ -178,6 +199,9 @@ impl Power for DryRun {
     }
     fn identity<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<SystemIdentity>> {
         self.0.identity(server)
+    }
+    fn survey<'a>(&'a self, server: &'a Server, identity: bool) -> Pin<Box<dyn Future<Output = Survey> + Send + 'a>> {
+        self.0.survey(server, identity)
     }
 }
 
@@ -365,6 +389,27 @@ impl Power for RedfishPower {
         Box::pin(async move {
             let (bmc, system) = self.target(server, false).await?;
             Ok(Some(bmc.identity(&system).await?))
+        })
+    }
+
+    /// One read of the System gives the state and the identity; its chassis
+    /// and power readings follow when it is on (see
+    /// [`RedfishBmc::status`], which also ends the connection of a BMC of
+    /// one machine).
+    fn survey<'a>(&'a self, server: &'a Server, identity: bool) -> Pin<Box<dyn Future<Output = Survey> + Send + 'a>> {
+        Box::pin(async move {
+            let read = async {
+                let (bmc, system) = self.target(server, false).await?;
+                Ok::<_, PowerError>(bmc.status(&system, true).await?)
+            };
+            match read.await {
+                Ok(status) => Survey {
+                    state: Ok(state_from_redfish(status.power_state)),
+                    watts: status.watts.and_then(Result::ok).map(|w| w.watts),
+                    identity: identity.then_some(status.identity),
+                },
+                Err(err) => Survey { state: Err(err), watts: None, identity: None },
+            }
         })
     }
 }
@@ -630,6 +675,9 @@ impl Power for ProviderRouter {
     }
     fn identity<'a>(&'a self, server: &'a Server) -> PowerFuture<'a, Option<SystemIdentity>> {
         self.pick(server).identity(server)
+    }
+    fn survey<'a>(&'a self, server: &'a Server, identity: bool) -> Pin<Box<dyn Future<Output = Survey> + Send + 'a>> {
+        self.pick(server).survey(server, identity)
     }
 }
 

@@ -137,6 +137,16 @@ impl Reply {
     }
 }
 
+/// How one request is sent, besides its method, URL and body.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sending<'a> {
+    /// `If-None-Match`: the ETag of the cached copy.
+    if_none_match: Option<&'a str>,
+    /// `Connection: close`: the connection ends with the answer instead of
+    /// waiting in the pool for a next request.
+    close: bool,
+}
+
 /// A resource's ETag and what its reader kept of it: the few fields a
 /// parser took ([`Bmc::get_parsed`]), or the whole body as compact JSON
 /// ([`Bmc::get_json`]). A reader only uses an entry of its own type.
@@ -270,7 +280,7 @@ impl Bmc {
     /// One HTTP exchange, holding a permit of its endpoint and then one of
     /// the global bound while it runs (in that order, so that a request
     /// waiting for a busy BMC holds no permit other BMCs could use).
-    async fn send(&self, step: Step, method: Method, url: &Url, body: Option<&Value>, auth: &Auth, etag: Option<&str>) -> Result<Reply> {
+    async fn send(&self, step: Step, method: Method, url: &Url, body: Option<&Value>, auth: &Auth, how: Sending<'_>) -> Result<Reply> {
         let _endpoint_permit = self.inner.gate.request().await.ok_or_else(|| shutting_down(step, url))?;
         let _permit = self.inner.limiter.acquire().await.map_err(|_| shutting_down(step, url))?;
         let mut request = self.inner.http.request(method, url.clone()).header("Accept", "application/json");
@@ -287,8 +297,11 @@ impl Bmc {
                 request.header("X-Auth-Token", value)
             }
         };
-        if let Some(etag) = etag {
+        if let Some(etag) = how.if_none_match {
             request = request.header("If-None-Match", etag);
+        }
+        if how.close {
+            request = request.header(reqwest::header::CONNECTION, "close");
         }
         if let Some(body) = body {
             let bytes = serde_json::to_vec(body).map_err(|err| Error::MalformedPayload {
@@ -323,17 +336,16 @@ impl Bmc {
     /// said it was busy (429, 503).
     pub(crate) async fn request(&self, step: Step, method: Method, path: &str, body: Option<&Value>, idempotent: bool) -> Result<Reply> {
         let url = self.url(step, path)?;
-        self.exchange(step, method, &url, body, idempotent, None).await
+        self.exchange(step, method, &url, body, idempotent, Sending::default()).await
     }
 
-    /// [`Bmc::request`] to a resolved URL, with `If-None-Match: etag` when
-    /// one is given.
-    async fn exchange(&self, step: Step, method: Method, url: &Url, body: Option<&Value>, idempotent: bool, etag: Option<&str>) -> Result<Reply> {
+    /// [`Bmc::request`] to a resolved URL, sent `how`.
+    async fn exchange(&self, step: Step, method: Method, url: &Url, body: Option<&Value>, idempotent: bool, how: Sending<'_>) -> Result<Reply> {
         let mut attempt = 0;
         let mut relogged = false;
         loop {
             let auth = self.auth(step).await?;
-            let outcome = self.send(step, method.clone(), url, body, &auth, etag).await;
+            let outcome = self.send(step, method.clone(), url, body, &auth, how).await;
             let err = match outcome {
                 Ok(reply) if reply.status == StatusCode::UNAUTHORIZED || reply.status == StatusCode::FORBIDDEN => {
                     if let Auth::Session { token, .. } = &auth
@@ -377,6 +389,7 @@ impl Bmc {
         self.get_cached(
             step,
             path,
+            false,
             |value| {
                 let body = serde_json::to_vec(&value).ok();
                 Ok((value, body))
@@ -392,9 +405,20 @@ impl Bmc {
     where
         T: Clone + Send + Sync + 'static,
     {
+        self.read_parsed(step, path, parse, false).await
+    }
+
+    /// [`Bmc::get_parsed`], closing the connection after the answer when
+    /// `close`: for the last read of a visit that will not come back
+    /// before the connection would have idled out.
+    pub(crate) async fn read_parsed<T>(&self, step: Step, path: &str, parse: fn(&Value) -> PayloadResult<T>, close: bool) -> Result<T>
+    where
+        T: Clone + Send + Sync + 'static,
+    {
         self.get_cached(
             step,
             path,
+            close,
             |value| {
                 let parsed = parse(&value).map_err(|err| malformed(path, err))?;
                 Ok((parsed.clone(), Some(parsed)))
@@ -407,11 +431,13 @@ impl Bmc {
     /// A GET through the ETag cache: `If-None-Match` is sent only when the
     /// cache holds a `K` for the URL, which a 304 then answers through
     /// `reuse`; a full answer is turned by `keep` into what to return and
-    /// what to cache, if anything.
+    /// what to cache, if anything. With `close`, the connection is closed
+    /// after the answer.
     async fn get_cached<T, K>(
         &self,
         step: Step,
         path: &str,
+        close: bool,
         keep: impl FnOnce(Value) -> Result<(T, Option<K>)>,
         reuse: impl FnOnce(&K) -> Option<T>,
     ) -> Result<T>
@@ -420,8 +446,8 @@ impl Bmc {
     {
         let url = self.url(step, path)?;
         let cached = self.cached::<K>(url.as_str());
-        let etag = cached.as_ref().map(|(etag, _)| etag.as_str());
-        let reply = self.exchange(step, Method::GET, &url, None, true, etag).await?;
+        let how = Sending { if_none_match: cached.as_ref().map(|(etag, _)| etag.as_str()), close };
+        let reply = self.exchange(step, Method::GET, &url, None, true, how).await?;
         if reply.status == StatusCode::NOT_MODIFIED
             && let Some(value) = cached.as_ref().and_then(|(_, kept)| reuse(kept))
         {
@@ -483,7 +509,7 @@ impl Bmc {
         let mut attempt = 0;
         let mut auth = Auth::Anonymous;
         loop {
-            let err = match self.send(Step::Discover, Method::GET, &url, None, &auth, None).await {
+            let err = match self.send(Step::Discover, Method::GET, &url, None, &auth, Sending::default()).await {
                 Ok(reply) if reply.status == StatusCode::UNAUTHORIZED || reply.status == StatusCode::FORBIDDEN => {
                     if matches!(auth, Auth::Anonymous) {
                         auth = Auth::Basic;
@@ -533,7 +559,7 @@ impl Bmc {
         });
         let mut attempt = 0;
         loop {
-            let err = match self.send(Step::Login, Method::POST, &url, Some(&body), &Auth::Anonymous, None).await {
+            let err = match self.send(Step::Login, Method::POST, &url, Some(&body), &Auth::Anonymous, Sending::default()).await {
                 Ok(reply) if reply.status.is_success() => {
                     let token = reply.header("X-Auth-Token").filter(|t| !t.is_empty()).ok_or_else(|| Error::MalformedPayload {
                         url: reply.url.clone(),
@@ -586,7 +612,7 @@ impl Bmc {
         };
         let url = self.url(Step::Logout, &location)?;
         let auth = Auth::Session { token, location: None };
-        let reply = self.send(Step::Logout, Method::DELETE, &url, None, &auth, None).await?;
+        let reply = self.send(Step::Logout, Method::DELETE, &url, None, &auth, Sending::default()).await?;
         if reply.status.is_success() || matches!(reply.status.as_u16(), 401 | 404) {
             tracing::debug!(endpoint = %self.inner.endpoint, "redfish session closed");
             Ok(())
@@ -605,6 +631,16 @@ impl Bmc {
         self.auth(Step::ReadChassis).await?;
         let conversation = self.inner.conversation.lock().await;
         Ok(conversation.as_ref().and_then(|c| c.root.chassis.clone()))
+    }
+
+    /// True unless this client has resolved systems at more than one path:
+    /// a BMC of one machine, as most rack servers have, rather than a
+    /// chassis manager or an emulator serving many.
+    pub(crate) async fn serves_one_system(&self) -> bool {
+        let known = self.inner.systems.lock().await;
+        let mut paths = known.values();
+        let first = paths.next();
+        paths.all(|path| Some(path) == first)
     }
 
     /// The resource path of a system.

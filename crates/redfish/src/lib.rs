@@ -48,6 +48,7 @@ pub use error::{Error, Result, Step};
 pub use fleet::{BmcFleet, FleetOptions};
 pub use power::{PowerOutcome, PowerState, ResetType};
 pub use provider::{
-    FleetWatts, LabeledError, PowerProvider, ProviderOptions, RedfishProvider, ServerSpec, ServerStatus, SystemIdentity, Watts, WattsSource,
+    FleetWatts, LabeledError, PowerProvider, ProviderOptions, RedfishProvider, ServerSpec, ServerStatus, SystemIdentity, SystemStatus, Watts,
+    WattsSource,
 };
 pub use tls::{TlsSettings, ca_bundle_file, install_crypto_provider};

@@ -243,6 +243,24 @@ pub struct SystemIdentity {
     pub serial_number: Option<String>,
 }
 
+impl SystemIdentity {
+    /// The System's `UUID` and `SerialNumber`, blank ones left out.
+    fn of(system: &payload::System) -> Self {
+        let given = |field: &Option<String>| field.clone().filter(|f| !f.trim().is_empty());
+        SystemIdentity { uuid: given(&system.uuid), serial_number: given(&system.serial_number) }
+    }
+}
+
+/// One system as a status sweep reads it ([`Bmc::status`]).
+#[derive(Debug)]
+pub struct SystemStatus {
+    pub power_state: PowerState,
+    pub identity: SystemIdentity,
+    /// Its power draw, or why there is none; `None` when not asked or the
+    /// system is not on.
+    pub watts: Option<Result<Watts>>,
+}
+
 async fn read_power_state(bmc: &Bmc, selector: &SystemSelector) -> Result<PowerState> {
     let path = bmc.resolve(selector).await?;
     power::PowerApi::read_state(&SystemHandle::new(bmc, path), Step::ReadSystem).await
@@ -253,7 +271,13 @@ async fn read_power_state(bmc: &Bmc, selector: &SystemSelector) -> Result<PowerS
 async fn read_watts(bmc: &Bmc, selector: &SystemSelector) -> Result<Watts> {
     let path = bmc.resolve(selector).await?;
     let system = bmc.get_parsed(Step::ReadSystem, &path, payload::system).await?;
-    let mut chassis_links = system.chassis;
+    watts_of(bmc, &path, system.chassis, false).await
+}
+
+/// The power draw of the system at `path`, which links `chassis_links`.
+/// With `close`, the reading's read closes its connection.
+async fn watts_of(bmc: &Bmc, path: &str, chassis_links: Vec<String>, close: bool) -> Result<Watts> {
+    let mut chassis_links = chassis_links;
     if chassis_links.is_empty()
         && let Some(collection) = bmc.chassis_collection().await?
     {
@@ -264,23 +288,23 @@ async fn read_watts(bmc: &Bmc, selector: &SystemSelector) -> Result<Watts> {
         }
     }
     if chassis_links.is_empty() {
-        return Err(Error::WattsUnavailable { system: path, reason: "the system links no chassis".into() });
+        return Err(Error::WattsUnavailable { system: path.to_owned(), reason: "the system links no chassis".into() });
     }
     for chassis_path in &chassis_links {
         let chassis = bmc.get_parsed(Step::ReadChassis, chassis_path, payload::chassis).await?;
         if let Some(metrics) = &chassis.environment_metrics
-            && let Some(watts) = bmc.get_parsed(Step::ReadWatts, metrics, payload::environment_metrics_watts).await?
+            && let Some(watts) = bmc.read_parsed(Step::ReadWatts, metrics, payload::environment_metrics_watts, close).await?
         {
             return Ok(Watts { watts, source: WattsSource::EnvironmentMetrics, resource: metrics.clone() });
         }
         if let Some(power) = &chassis.power
-            && let Some(watts) = bmc.get_parsed(Step::ReadWatts, power, payload::power_control_watts).await?
+            && let Some(watts) = bmc.read_parsed(Step::ReadWatts, power, payload::power_control_watts, close).await?
         {
             return Ok(Watts { watts, source: WattsSource::PowerControl, resource: power.clone() });
         }
     }
     Err(Error::WattsUnavailable {
-        system: path,
+        system: path.to_owned(),
         reason: "no chassis reports EnvironmentMetrics PowerWatts.Reading or PowerControl PowerConsumedWatts".into(),
     })
 }
@@ -319,10 +343,37 @@ impl Bmc {
     pub async fn identity(&self, selector: &SystemSelector) -> Result<SystemIdentity> {
         let path = self.resolve(selector).await?;
         let system = self.get_parsed(Step::ReadSystem, &path, payload::system).await?;
-        Ok(SystemIdentity {
-            uuid: system.uuid.filter(|u| !u.trim().is_empty()),
-            serial_number: system.serial_number.filter(|s| !s.trim().is_empty()),
-        })
+        Ok(SystemIdentity::of(&system))
+    }
+
+    /// What a status sweep reads of one system, in one read of the System
+    /// and, when it is on and `with_watts`, the reads of its power draw.
+    ///
+    /// A BMC serving this one system (see [`Bmc::serves_one_system`]) has
+    /// the connection closed after the reading's read: the next sweep comes
+    /// back long after an idle connection would be dropped, and a fleet of
+    /// BMCs answering within milliseconds would otherwise hold thousands of
+    /// idle connections at the end of a sweep, some 25 KB each in the
+    /// controller. A chassis manager's connection stays for its next system.
+    pub async fn status(&self, selector: &SystemSelector, with_watts: bool) -> Result<SystemStatus> {
+        let path = self.resolve(selector).await?;
+        let system = self.get_parsed(Step::ReadSystem, &path, payload::system).await.map_err(|err| match err {
+            Error::HttpStatus { status: 404, .. } => Error::SystemNotFound { selector: format!("at {path}") },
+            other => other,
+        })?;
+        let power_state = system.power_state.clone().ok_or_else(|| Error::MalformedPayload {
+            url: path.clone(),
+            path: "$.PowerState".into(),
+            reason: "missing".into(),
+        })?;
+        let identity = SystemIdentity::of(&system);
+        let watts = if with_watts && power_state == PowerState::On {
+            let close = self.serves_one_system().await;
+            Some(watts_of(self, &path, system.chassis, close).await)
+        } else {
+            None
+        };
+        Ok(SystemStatus { power_state, identity, watts })
     }
 
     /// The power draw of one system.

@@ -62,6 +62,48 @@ async fn a_connection_closes_once_idle_and_serves_the_requests_of_one_step_befor
     assert_eq!(connections.now().0, 2, "the next read opens a new connection");
 }
 
+/// A status read of a BMC that serves one system closes its connection
+/// after the last read: the sweep that reads it comes back a period later,
+/// and the idle connections of thousands of fast BMCs add up. A BMC known
+/// to serve several systems keeps it for the next.
+#[tokio::test]
+async fn a_status_read_closes_the_connection_of_a_bmc_of_one_system() {
+    ironclaim_redfish::install_crypto_provider();
+    let idle = Duration::from_secs(60);
+    let timing = ironclaim_redfish::client::Timing { idle_connection: idle, ..mock_timing() };
+    let dir = TempDir::new("fleet-status");
+    let client = |endpoint: &str| {
+        let fleet = BmcFleet::new(FleetOptions { timing: timing.clone(), ..FleetOptions::default() });
+        fleet.client(&BmcAddress::parse(endpoint).unwrap().endpoint, &credentials(&dir), &TlsSettings::default()).unwrap()
+    };
+    let closed_within = |connections: std::sync::Arc<common::mock::Connections>, wait: Duration| async move {
+        let waited = Instant::now();
+        while connections.now().1 == 0 && waited.elapsed() < wait {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        connections.now()
+    };
+
+    let one = chassis(&[], "On").await;
+    let (endpoint, connections) = one.counted_endpoint().await;
+    let bmc = client(&endpoint);
+    let status = bmc.status(&mockup_system(), true).await.unwrap();
+    assert_eq!(status.power_state, PowerState::On);
+    assert_eq!(status.watts.expect("asked, and the system is on").unwrap().watts, 374.0);
+    assert_eq!(closed_within(connections.clone(), Duration::from_secs(5)).await, (1, 1), "closed after the reading's read, long before {idle:?}");
+    let again = bmc.status(&mockup_system(), false).await.unwrap();
+    assert!(again.watts.is_none(), "watts are read only when asked");
+    assert_eq!(again.identity, bmc.identity(&mockup_system()).await.unwrap());
+
+    let many = chassis(&["blade-2"], "On").await;
+    let (endpoint, connections) = many.counted_endpoint().await;
+    let bmc = client(&endpoint);
+    assert_eq!(bmc.status(&other("blade-2"), false).await.unwrap().power_state, PowerState::On);
+    let status = bmc.status(&mockup_system(), true).await.unwrap();
+    assert!(status.watts.expect("asked").is_ok());
+    assert_eq!(closed_within(connections, Duration::from_millis(500)).await, (1, 0), "kept for the BMC's next system");
+}
+
 /// A mock BMC serving the mockup's system and `others` more, all `power`.
 async fn chassis(others: &[&str], power: &str) -> MockBmc {
     let mock = MockBmc::start().await;
