@@ -274,11 +274,11 @@ impl Claims {
     /// and whatever runs there keeps it until a node links to the server.
     /// The power read and the power-on are one action: they share one
     /// read of the credentials Secret ([`crate::provider::one_action`]).
-    pub async fn power_on(&self, server: Server, pods: &[PodKey]) -> Report {
+    pub async fn power_on(&self, server: Arc<Server>, pods: &[PodKey]) -> Report {
         crate::provider::one_action(self.power_on_in_action(server, pods)).await
     }
 
-    async fn power_on_in_action(&self, server: Server, pods: &[PodKey]) -> Report {
+    async fn power_on_in_action(&self, server: Arc<Server>, pods: &[PodKey]) -> Report {
         let name = server.name_any();
         let answer = |result| Report::PoweredOn { server: name.clone(), result };
         match self.power.power_state(&server).await {
@@ -311,7 +311,7 @@ impl Claims {
     }
 
     /// Carries out [`ironclaim_driver::Effect::ReadPower`].
-    pub async fn read_power(&self, server: Server) -> Report {
+    pub async fn read_power(&self, server: Arc<Server>) -> Report {
         let name = server.name_any();
         let result = match self.power.power_state(&server).await {
             Ok(state) => Ok(state == PowerState::On),

@@ -143,8 +143,8 @@ fn write_groups(writes: Vec<WriteJob>) -> Vec<Vec<WriteJob>> {
 /// An effect with what it needs copied out of the index.
 enum Prepared {
     Take { claim: Box<ClaimRecord>, uids: HashMap<String, String>, server: Option<Arc<Server>> },
-    PowerOn { server: Option<Server>, name: String, claim: Option<String>, pods: Vec<PodKey> },
-    ReadPower { server: Option<Server>, name: String },
+    PowerOn { server: Option<Arc<Server>>, name: String, claim: Option<String>, pods: Vec<PodKey> },
+    ReadPower { server: Option<Arc<Server>>, name: String },
     PowerOff { server: String, claim: Option<String>, node: Option<String> },
     Evict { node: String, pod: String, cordon: Option<tokio::sync::watch::Receiver<Option<bool>>> },
     Write(WriteJob),
@@ -361,9 +361,9 @@ impl Executor {
                     (Some(c), _) if index.claims.contains_key(c) => waiting_pods(index, c),
                     (_, opened) => opened.unwrap_or_default(),
                 };
-                Prepared::PowerOn { server: index.servers.get(&server).map(|s| (**s).clone()), name: server, claim, pods }
+                Prepared::PowerOn { server: index.servers.get(&server).cloned(), name: server, claim, pods }
             }
-            Effect::ReadPower { server } => Prepared::ReadPower { server: index.servers.get(&server).map(|s| (**s).clone()), name: server },
+            Effect::ReadPower { server } => Prepared::ReadPower { server: index.servers.get(&server).cloned(), name: server },
             Effect::PowerOff { server, claim, node } => Prepared::PowerOff { server, claim, node },
             Effect::Evict { node, pod } => {
                 let cordon = self.cordons.lock().unwrap_or_else(PoisonError::into_inner).get(&node).map(|tx| tx.subscribe());
@@ -641,13 +641,14 @@ impl Executor {
 
     /// The server a power action is for: the index's copy, or read. A
     /// warm spare's (`spare`) is read fresh and must still be unclaimed.
-    async fn power_target(&self, known: Option<Server>, name: &str, spare: bool) -> Result<Server, PowerFailure> {
+    async fn power_target(&self, known: Option<Arc<Server>>, name: &str, spare: bool) -> Result<Arc<Server>, PowerFailure> {
         let unavailable = |message: String| PowerFailure { reason: ironclaim_driver::FailureReason::ServerUnavailable, message };
         let server = match known.filter(|_| !spare) {
             Some(s) => s,
             None => kube::Api::<Server>::all(self.claims_client())
                 .get(name)
                 .await
+                .map(Arc::new)
                 .map_err(|err| unavailable(format!("server {name} could not be read: {err}")))?,
         };
         if spare && let Some(holder) = server.status.as_ref().and_then(|s| s.claim.as_deref()).filter(|c| !c.is_empty()) {
