@@ -518,6 +518,7 @@ impl Index {
         }
         let claims = self.claim_of_server();
         let links = self.links();
+        snap.nodes.reserve_exact(self.nodes.len());
         for node in self.nodes.values().filter(|n| parking(n) != Parking::Parked) {
             match node_from_k8s(node) {
                 Ok(mut n) => {
