@@ -27,8 +27,8 @@ mod watts;
 use clap::{Parser, Subcommand};
 
 /// jemalloc: at full fleet size it holds the controller's memory closer
-/// to what is in use than mimalloc did (docs/bench.md, run 25), at the
-/// same decision speed.
+/// to what is in use than mimalloc did (docs/bench.md, runs 24 to 26); the
+/// decision's speed differs by less than this machine's noise.
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

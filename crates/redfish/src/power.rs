@@ -386,14 +386,26 @@ impl<'a> SystemHandle<'a> {
     }
 }
 
+/// The System at `path` and its power state. A 404 is
+/// [`Error::SystemNotFound`]; a System without `PowerState` is malformed.
+pub(crate) async fn read_system(bmc: &Bmc, path: &str, step: Step) -> Result<(payload::System, PowerState)> {
+    let system = bmc.get_parsed(step, path, payload::system).await.map_err(|err| match err {
+        Error::HttpStatus { status: 404, .. } => Error::SystemNotFound { selector: format!("at {path}") },
+        other => other,
+    })?;
+    let state = system.power_state.clone().ok_or_else(|| Error::MalformedPayload {
+        url: path.to_owned(),
+        path: "$.PowerState".into(),
+        reason: "missing".into(),
+    })?;
+    Ok((system, state))
+}
+
 impl PowerApi for SystemHandle<'_> {
     async fn read_state(&self, step: Step) -> Result<PowerState> {
-        let system = self.bmc.get_parsed(step, &self.path, payload::system).await.map_err(|err| match err {
-            Error::HttpStatus { status: 404, .. } => Error::SystemNotFound { selector: format!("at {}", self.path) },
-            other => other,
-        })?;
+        let (system, state) = read_system(self.bmc, &self.path, step).await?;
         *self.reset.lock().unwrap_or_else(|p| p.into_inner()) = system.reset;
-        system.power_state.ok_or_else(|| Error::MalformedPayload { url: self.path.clone(), path: "$.PowerState".into(), reason: "missing".into() })
+        Ok(state)
     }
 
     async fn allowed_reset_types(&self) -> Result<Option<Vec<String>>> {

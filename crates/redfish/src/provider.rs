@@ -276,8 +276,7 @@ async fn read_watts(bmc: &Bmc, selector: &SystemSelector) -> Result<Watts> {
 
 /// The power draw of the system at `path`, which links `chassis_links`.
 /// With `close`, the reading's read closes its connection.
-async fn watts_of(bmc: &Bmc, path: &str, chassis_links: Vec<String>, close: bool) -> Result<Watts> {
-    let mut chassis_links = chassis_links;
+async fn watts_of(bmc: &Bmc, path: &str, mut chassis_links: Vec<String>, close: bool) -> Result<Watts> {
     if chassis_links.is_empty()
         && let Some(collection) = bmc.chassis_collection().await?
     {
@@ -357,15 +356,7 @@ impl Bmc {
     /// controller. A chassis manager's connection stays for its next system.
     pub async fn status(&self, selector: &SystemSelector, with_watts: bool) -> Result<SystemStatus> {
         let path = self.resolve(selector).await?;
-        let system = self.get_parsed(Step::ReadSystem, &path, payload::system).await.map_err(|err| match err {
-            Error::HttpStatus { status: 404, .. } => Error::SystemNotFound { selector: format!("at {path}") },
-            other => other,
-        })?;
-        let power_state = system.power_state.clone().ok_or_else(|| Error::MalformedPayload {
-            url: path.clone(),
-            path: "$.PowerState".into(),
-            reason: "missing".into(),
-        })?;
+        let (system, power_state) = power::read_system(self, &path, Step::ReadSystem).await?;
         let identity = SystemIdentity::of(&system);
         let watts = if with_watts && power_state == PowerState::On {
             let close = self.serves_one_system().await;
